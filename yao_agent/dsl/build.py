@@ -1,0 +1,169 @@
+"""Valid YAML values → typed specs.
+
+Only files without problems get here (schema and `checks` passed), so shapes, types, regexes
+and templates are known to be right and this module only converts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from .envvars import EnvValue
+from .source import Document, format_path
+from .source import Path as YamlPath
+from .specs import (
+    Access,
+    AppConfig,
+    AssistantSpec,
+    Capabilities,
+    ConnectorSpec,
+    HookPolicy,
+    Limits,
+    McpServerSpec,
+    McpSettings,
+    McpUse,
+    PromptSpec,
+    ScriptRule,
+    ScriptToolCall,
+    ServerSettings,
+)
+
+Data = Mapping[str, Any]
+
+
+def _prompts(items: list[Data]) -> tuple[PromptSpec, ...]:
+    return tuple(PromptSpec(role=i["role"], content=i["content"], name=i.get("name")) for i in items)
+
+
+def _env(doc: Document, path: YamlPath, value: str, *, secret: bool = False) -> EnvValue:
+    return EnvValue(value, f"{doc.file}:{doc.line(path)} {format_path(path)}", secret=secret)
+
+
+def _env_map(doc: Document, path: YamlPath, values: Data, *, secret: bool) -> dict[str, EnvValue]:
+    return {key: _env(doc, (*path, key), value, secret=secret) for key, value in values.items()}
+
+
+def _optional_env(doc: Document, data: Data, key: str, *, secret: bool = False) -> EnvValue | None:
+    return _env(doc, (key,), data[key], secret=secret) if key in data else None
+
+
+def build_app_config(doc: Document) -> AppConfig:
+    data: Data = doc.value or {}
+    roles = {
+        name: (value,) if isinstance(value, str) else tuple(cast(list[str], value))
+        for name, value in cast(Data, data.get("roles", {})).items()
+    }
+    limits: Data = data.get("limits", {})
+    defaults = Limits()
+    return AppConfig(
+        roles=roles,
+        store=data.get("store", AppConfig.store),
+        history_size=data.get("history_size", AppConfig.history_size),
+        prompts=_prompts(data.get("prompts", [])),
+        limits=Limits(
+            max_turns=limits.get("max_turns", defaults.max_turns),
+            timeout_s=float(limits.get("timeout_s", defaults.timeout_s)),
+            max_tool_retries=limits.get("max_tool_retries", defaults.max_tool_retries),
+            max_delegate_depth=limits.get("max_delegate_depth", defaults.max_delegate_depth),
+        ),
+        server=ServerSettings(**cast(Data, data.get("server", {}))),
+    )
+
+
+def build_connector(connector_id: str, doc: Document) -> ConnectorSpec:
+    data: Data = doc.value
+    scripted = data["type"] == "scripted"
+    return ConnectorSpec(
+        id=connector_id,
+        type=data["type"],
+        file=doc.file,
+        model=data.get("model", "scripted" if scripted else ""),
+        api_key=_optional_env(doc, data, "api_key", secret=True),
+        base_url=_optional_env(doc, data, "base_url"),
+        api_version=data.get("api_version"),
+        headers=_env_map(doc, ("headers",), data.get("headers", {}), secret=True),
+        timeout_s=float(data.get("timeout_s", 60.0)),
+        engine=data.get("engine", "auto"),
+        capabilities=Capabilities(**cast(Data, data.get("capabilities", {}))),
+        options=dict(cast(Data, data.get("options", {}))),
+        rules=tuple(_rule(doc.line(("rules", i)), r) for i, r in enumerate(data.get("rules", []))),
+        chunk_size=data.get("chunk_size", 4),
+        delay_ms=float(data.get("delay_ms", 0)),
+    )
+
+
+def _rule(line: int, data: Data) -> ScriptRule:
+    match: Data = data.get("match", {})
+    error: Data = data.get("error", {})
+    return ScriptRule(
+        line=line,
+        user=re.compile(match["user"]) if "user" in match else None,
+        role=match.get("role"),
+        reply=data.get("reply"),
+        reasoning=data.get("reasoning"),
+        tool_calls=tuple(ScriptToolCall(c["name"], c.get("arguments", {})) for c in data.get("tool_calls", [])),
+        error_status=error.get("status"),
+        error_message=error.get("message", ""),
+    )
+
+
+def build_assistant(assistant_id: str, doc: Document, root: Path) -> AssistantSpec:
+    data: Data = doc.value
+    hook: str | None = data.get("hook")
+    return AssistantSpec(
+        id=assistant_id,
+        name=data["name"],
+        file=doc.file,
+        description=data.get("description", ""),
+        connector=data.get("connector", AssistantSpec.connector),
+        prompts=_prompts(data.get("prompts", [])),
+        prompt_presets={k: _prompts(v) for k, v in cast(Data, data.get("prompt_presets", {})).items()},
+        disable_global_prompts=data.get("disable_global_prompts", False),
+        options=dict(cast(Data, data.get("options", {}))),
+        hook=hook,
+        hook_path=(root / hook) if hook else None,
+        hook_policy=HookPolicy(**cast(Data, data.get("hook_policy", {}))),
+        mcp=_mcp_settings(cast(Data, data.get("mcp", {}))),
+        access=_access(cast(Data, data.get("access", {}))),
+        on_busy=data.get("on_busy", "queue"),
+    )
+
+
+def _mcp_settings(data: Data) -> McpSettings:
+    servers: list[McpUse] = []
+    for item in cast(list[Any], data.get("servers", [])):
+        if isinstance(item, str):
+            servers.append(McpUse(item))
+        else:
+            entry = cast(Data, item)
+            tools = entry.get("tools")
+            servers.append(McpUse(entry["server"], tuple(tools) if tools is not None else None))
+    return McpSettings(
+        servers=tuple(servers), tool_loop=data.get("tool_loop", True), max_turns=data.get("max_turns", 5)
+    )
+
+
+def _access(data: Data) -> Access:
+    teams = frozenset(cast(list[str], data.get("teams", [])))
+    users = frozenset(cast(list[str], data.get("users", [])))
+    public = data.get("public", not (teams or users))
+    return Access(public=public, teams=teams, users=users)
+
+
+def build_mcp(server_id: str, doc: Document, root: Path) -> McpServerSpec:
+    data: Data = doc.value
+    return McpServerSpec(
+        id=server_id,
+        file=doc.file,
+        transport=data.get("transport", "stdio"),
+        command=_optional_env(doc, data, "command"),
+        args=tuple(_env(doc, ("args", i), a) for i, a in enumerate(data.get("args", []))),
+        env=_env_map(doc, ("env",), data.get("env", {}), secret=True),
+        cwd=(root / data["cwd"]) if "cwd" in data else None,
+        url=_optional_env(doc, data, "url"),
+        headers=_env_map(doc, ("headers",), data.get("headers", {}), secret=True),
+        timeout_s=float(data.get("timeout_s", 30.0)),
+    )

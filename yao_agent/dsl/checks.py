@@ -1,0 +1,103 @@
+"""Per-file checks a JSON Schema cannot express: templates, regular expressions, rules spanning keys.
+
+They read the raw YAML values and look only at parts of the right shape, so they also run on
+files with schema errors: an author sees every mistake of a file in one pass. (A part of the
+wrong shape has already been reported by the schema.)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+from yao_agent.errors import Problem
+
+from .source import Document, format_path
+from .source import Path as YamlPath
+from .templates import PROMPT_VARIABLES, SCRIPT_VARIABLES, check_template
+
+
+def mapping(value: object) -> Mapping[str, Any]:
+    return cast(Mapping[str, Any], value) if isinstance(value, Mapping) else {}
+
+
+def items(value: object) -> list[tuple[int, Any]]:
+    return list(enumerate(cast(list[Any], value))) if isinstance(value, list) else []
+
+
+def check_file(kind: str, doc: Document) -> None:
+    data = mapping(doc.value)
+    if kind == "app":
+        _check_prompts(doc, ("prompts",), data.get("prompts"))
+    elif kind == "assistant":
+        _check_prompts(doc, ("prompts",), data.get("prompts"))
+        for name, presets in mapping(data.get("prompt_presets")).items():
+            _check_prompts(doc, ("prompt_presets", name), presets)
+    elif kind == "connector":
+        _check_connector(doc, data)
+    elif kind == "mcp":
+        transport = data.get("transport", "stdio")
+        misplaced = ("command", "args", "env", "cwd") if transport == "http" else ("url", "headers")
+        for key in misplaced:
+            if key in data:
+                doc.add((key,), f"'{key}' does not apply to transport: {transport}")
+
+
+def check_template_at(doc: Document, path: YamlPath, source: object, allowed: frozenset[str]) -> None:
+    if not isinstance(source, str):
+        return
+    found = check_template(source, allowed)
+    if found is None:
+        return
+    offset, message = found
+    # A block scalar (`|` or `>`) starts its text on the line after its indicator.
+    line = doc.line(path) + offset - 1 + (1 if path in doc.block_scalars else 0)
+    doc.problems.append(Problem(doc.file, line, format_path(path), message))
+
+
+def _check_prompts(doc: Document, path: YamlPath, prompts: object) -> None:
+    for index, prompt in items(prompts):
+        check_template_at(doc, (*path, index, "content"), mapping(prompt).get("content"), PROMPT_VARIABLES)
+
+
+def _check_connector(doc: Document, data: Mapping[str, Any]) -> None:
+    kind = data.get("type")
+    if kind != "scripted":
+        for key in ("rules", "chunk_size", "delay_ms"):
+            if key in data and isinstance(kind, str):
+                doc.add((key,), f"'{key}' is only used by type: scripted (this connector is type: {kind})")
+        return
+    for index, rule in items(data.get("rules")):
+        _check_rule(doc, ("rules", index), mapping(rule))
+
+
+def _check_rule(doc: Document, path: YamlPath, rule: Mapping[str, Any]) -> None:
+    pattern = mapping(rule.get("match")).get("user")
+    if isinstance(pattern, str):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            doc.add((*path, "match", "user"), f"invalid regular expression: {exc} (expected a Python regex)")
+    answers = [key for key in ("reply", "tool_calls", "error") if key in rule]
+    if not answers:
+        doc.add(path, "rule gives no answer (expected one of: reply, tool_calls, error)")
+    elif "error" in answers and len(answers) > 1:
+        doc.add((*path, "error"), "a rule that fails cannot also answer (expected error alone)")
+    for key in ("reply", "reasoning"):
+        check_template_at(doc, (*path, key), rule.get(key), SCRIPT_VARIABLES)
+    for index, call in items(rule.get("tool_calls")):
+        arguments = (*path, "tool_calls", index, "arguments")
+        for where, text in _strings(arguments, mapping(call).get("arguments")):
+            check_template_at(doc, where, text, SCRIPT_VARIABLES)
+
+
+def _strings(path: YamlPath, value: object) -> Iterator[tuple[YamlPath, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in cast(Mapping[str, Any], value).items():
+            yield from _strings((*path, key), item)
+    else:
+        for index, item in items(value):
+            yield from _strings((*path, index), item)

@@ -1,0 +1,137 @@
+"""Load an app folder: find its files, parse them, check them against their schemas and each other.
+
+Every problem in every file is collected before anything is reported, so an author fixes all of
+them in one round. Only `SpecError` leaves this module for anything wrong with the files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from yao_agent.errors import Problem, SpecError, UsageError
+
+from . import build, checks, refs
+from .discover import Found, discover
+from .schema import load_schema, validate
+from .source import Document, decode, parse
+from .specs import App, AppConfig
+
+# Files larger than this are not app files; reading them would only hide the real mistake.
+MAX_FILE_BYTES = 1 << 20
+
+
+@dataclass
+class Report:
+    """The outcome of checking an app: the app when it is valid, and every problem found."""
+
+    app: App | None
+    errors: list[Problem] = field(default_factory=list[Problem])
+    warnings: list[Problem] = field(default_factory=list[Problem])
+
+
+def load_app(root: str | Path) -> App:
+    """Load and validate the app at `root`; raise `SpecError` listing every problem."""
+    report = check_app(root)
+    if report.app is None:
+        raise SpecError(report.errors)
+    return report.app
+
+
+def check_app(root: str | Path) -> Report:
+    folder = Path(root)
+    if not folder.is_dir():
+        raise UsageError(f"no app folder at {folder} (expected a folder with app.yml, assistants/, connectors/)")
+    if not any((folder / name).exists() for name in ("app.yml", "app.yaml", "assistants", "connectors")):
+        raise UsageError(f"no app at {folder} (expected app.yml, assistants/ or connectors/ there; see --app)")
+    found = discover(folder)
+    problems = list(found.problems)
+    docs: dict[Found, Document] = {}
+    for item in found.files:
+        doc = _read(item)
+        _validate(item, doc)
+        problems += doc.problems
+        docs[item] = doc
+    problems += _cross_references(folder, docs)
+    errors = sorted((p for p in problems if not p.warning), key=_order)
+    warnings = sorted((p for p in problems if p.warning), key=_order)
+    if errors:
+        return Report(None, errors, warnings)
+    return Report(_build(folder, docs, warnings), errors, warnings)
+
+
+def _order(problem: Problem) -> tuple[str, int, str]:
+    return (problem.file, problem.line, problem.path)
+
+
+def _read(item: Found) -> Document:
+    doc = Document(item.rel)
+    try:
+        size = item.path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            doc.problems.append(Problem(item.rel, 0, "", f"file is {size} bytes (expected at most {MAX_FILE_BYTES})"))
+            return doc
+        data = item.path.read_bytes()
+    except OSError as exc:
+        doc.problems.append(
+            Problem(item.rel, 0, "", f"cannot read file: {exc.strerror or exc} (expected a readable file)")
+        )
+        return doc
+    text, problem = decode(item.rel, data)
+    if problem is not None or text is None:
+        doc.problems.append(problem or Problem(item.rel, 0, "", "unreadable file"))
+        return doc
+    parsed = parse(item.rel, text)
+    if parsed.value is None and not parsed.problems and item.kind != "app":
+        parsed.problems.append(
+            Problem(item.rel, 1, "", f"file is empty (expected a mapping describing the {item.kind})")
+        )
+    return parsed
+
+
+def _validate(item: Found, doc: Document) -> None:
+    if doc.problems:
+        return
+    if doc.value is None:  # an empty app.yml means "all defaults"
+        doc.value = {}
+    for path, message in validate(doc.value, load_schema(item.kind)):
+        doc.add(path, message)
+    checks.check_file(item.kind, doc)
+
+
+def _known(docs: dict[Found, Document]) -> refs.Known:
+    app_doc = next((d for f, d in docs.items() if f.kind == "app"), None)
+    roles = checks.mapping(checks.mapping(app_doc.value if app_doc else None).get("roles"))
+    return refs.Known(
+        connectors=frozenset(f.id for f in docs if f.kind == "connector"),
+        mcps=frozenset(f.id for f in docs if f.kind == "mcp"),
+        roles=frozenset(roles),
+    )
+
+
+def _cross_references(root: Path, docs: dict[Found, Document]) -> list[Problem]:
+    known = _known(docs)
+    app_doc = next((d for f, d in docs.items() if f.kind == "app"), None)
+    problems = refs.check_roles(app_doc, known)
+    for item, doc in docs.items():
+        if item.kind == "assistant":
+            problems += refs.check_assistant(doc, root, known)
+    problems += refs.check_mcp_prefixes({f.id: f.rel for f in docs if f.kind == "mcp"})
+    return problems
+
+
+def _build(root: Path, docs: dict[Found, Document], warnings: list[Problem]) -> App:
+    """Typed specs of an app whose every file is valid."""
+    app_doc = next((d for f, d in docs.items() if f.kind == "app"), None)
+    by_kind: dict[str, dict[str, Document]] = {"connector": {}, "assistant": {}, "mcp": {}}
+    for item, doc in docs.items():
+        if item.kind in by_kind:
+            by_kind[item.kind][item.id] = doc
+    return App(
+        root=root,
+        config=build.build_app_config(app_doc) if app_doc is not None else AppConfig(),
+        assistants={k: build.build_assistant(k, d, root) for k, d in sorted(by_kind["assistant"].items())},
+        connectors={k: build.build_connector(k, d) for k, d in sorted(by_kind["connector"].items())},
+        mcps={k: build.build_mcp(k, d, root) for k, d in sorted(by_kind["mcp"].items())},
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,158 @@
+"""Cross-references between an app's files: every id one file names must exist in another.
+
+Like `checks`, these read raw YAML values and skip parts of the wrong shape, so references are
+checked even in files that have other mistakes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from yao_agent.errors import Problem
+
+from .checks import items, mapping
+from .envvars import ENV_PATTERN
+from .source import Document
+from .specs import DEFAULT_ROLE, ROLE_PREFIX
+
+# Literal values a hook may return; checked so a typo surfaces at load rather than mid-run.
+_HOOK_PRESET = re.compile(r"""\bprompt_preset\s*:\s*["']([^"'\n]+)["']""")
+_HOOK_CONNECTOR = re.compile(r"""\bconnector\s*:\s*["']([^"'\n]+)["']""")
+
+
+def known_list(ids: Collection[str], limit: int = 15) -> str:
+    names = sorted(ids)
+    if not names:
+        return "none"
+    shown = ", ".join(names[:limit])
+    return shown + (f", … {len(names) - limit} more" if len(names) > limit else "")
+
+
+def unknown(kind: str, name: str, known: Collection[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown {kind} '{name}' ({hint}known: {known_list(known)})"
+
+
+@dataclass(frozen=True)
+class Known:
+    """Every id defined by a file, valid or not (one broken file must not cascade), and the roles."""
+
+    connectors: frozenset[str]
+    mcps: frozenset[str]
+    roles: frozenset[str]
+
+
+def check_roles(doc: Document | None, known: Known) -> list[Problem]:
+    problems: list[Problem] = []
+    if doc is None:
+        return problems
+    roles = mapping(mapping(doc.value).get("roles"))
+    for role, chain in roles.items():
+        entries: list[tuple[int | None, Any]] = [*items(chain)] if isinstance(chain, list) else [(None, chain)]  # pyright: ignore[reportUnknownArgumentType]
+        for index, connector in entries:
+            if isinstance(connector, str) and connector not in known.connectors and not ENV_PATTERN.search(connector):
+                path = ("roles", role) if index is None else ("roles", role, index)
+                problems.append(doc.problem(path, unknown("connector", connector, known.connectors)))
+    return problems
+
+
+def check_assistant(doc: Document, root: Path, known: Known) -> list[Problem]:
+    data = mapping(doc.value)
+    problems = _connector_ref(doc, data.get("connector", ROLE_PREFIX + DEFAULT_ROLE), known)
+    problems += _hook_ref(doc, data, root, known)
+    seen: set[str] = set()
+    for index, entry in items(mapping(data.get("mcp")).get("servers")):
+        server = entry if isinstance(entry, str) else mapping(entry).get("server")
+        if not isinstance(server, str):
+            continue
+        path = ("mcp", "servers", index)
+        if server not in known.mcps:
+            problems.append(doc.problem(path, unknown("MCP server", server, known.mcps)))
+        elif server in seen:
+            problems.append(doc.problem(path, f"MCP server '{server}' is listed twice (expected each once)"))
+        seen.add(server)
+    return problems
+
+
+def _connector_ref(doc: Document, value: object, known: Known) -> list[Problem]:
+    if not isinstance(value, str) or ENV_PATTERN.search(value):
+        return []  # wrong type: the schema said so; `$ENV`: resolved when used
+    if value.startswith(ROLE_PREFIX):
+        role = value.removeprefix(ROLE_PREFIX)
+        if not role:
+            return [doc.problem(("connector",), "empty role after use:: (expected use::<role>, e.g. use::default)")]
+        return _role_warning(doc, role, known)
+    if value not in known.connectors:
+        return [doc.problem(("connector",), unknown("connector", value, known.connectors))]
+    return []
+
+
+def _role_warning(doc: Document, role: str, known: Known) -> list[Problem]:
+    if role in known.roles:
+        return []
+    if DEFAULT_ROLE in known.roles:
+        message = (
+            f"role '{role}' is not defined in app.yml: runs use role '{DEFAULT_ROLE}' "
+            "unless a team or user role setting defines it"
+        )
+    else:
+        message = (
+            f"role '{role}' is not defined in app.yml (nor is '{DEFAULT_ROLE}'): "
+            "a team or user role setting must provide it at run time"
+        )
+    return [doc.problem(("connector",), message, warning=True)]
+
+
+def _hook_ref(doc: Document, data: Mapping[str, Any], root: Path, known: Known) -> list[Problem]:
+    hook = data.get("hook")
+    if not isinstance(hook, str) or not hook.endswith(".js"):
+        return []
+    target = root / hook
+    try:
+        inside = target.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop while resolving
+        inside = False
+    if not inside:
+        return [doc.problem(("hook",), f"hook file '{hook}' is outside the app (expected a path under the app)")]
+    if not target.is_file():
+        hooks = [p.relative_to(root).as_posix() for p in (root / "hooks").glob("*.js")]
+        return [doc.problem(("hook",), f"hook file not found: {hook} (known: {known_list(hooks)})")]
+    try:
+        source = target.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [doc.problem(("hook",), f"hook file cannot be read: {type(exc).__name__} (expected UTF-8 JavaScript)")]
+    presets = frozenset(mapping(data.get("prompt_presets")))
+    return _scan_hook(hook, source, presets, known)
+
+
+def _scan_hook(hook: str, source: str, presets: frozenset[str], known: Known) -> list[Problem]:
+    """Warn about literal preset and connector names in the hook that cannot resolve."""
+    out: list[Problem] = []
+    for number, text in enumerate(source.splitlines(), start=1):
+        for name in _HOOK_PRESET.findall(text):
+            if name not in presets:
+                out.append(Problem(hook, number, "", unknown("prompt preset", name, presets), warning=True))
+        for name in _HOOK_CONNECTOR.findall(text):
+            if name.startswith(ROLE_PREFIX) or ENV_PATTERN.search(name) or name in known.connectors:
+                continue
+            out.append(Problem(hook, number, "", unknown("connector", name, known.connectors), warning=True))
+    return out
+
+
+def check_mcp_prefixes(files: Mapping[str, str]) -> list[Problem]:
+    """Two server ids that differ only by '.' vs '_' would give their tools the same names."""
+    seen: dict[str, str] = {}
+    problems: list[Problem] = []
+    for server_id, rel in sorted(files.items()):
+        prefix = server_id.replace(".", "_")
+        if prefix in seen:
+            message = f"MCP server id '{server_id}' gives its tools the prefix '{prefix}__' as '{seen[prefix]}' does"
+            problems.append(Problem(rel, 0, "", message + " (expected distinct ids)"))
+        seen[prefix] = server_id
+    return problems

@@ -1,0 +1,192 @@
+"""The typed, validated form of an app's YAML files. Everything here is immutable."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from yao_agent.errors import NotFound, Problem
+
+from .envvars import EnvValue
+
+ROLE_PREFIX = "use::"
+DEFAULT_ROLE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSpec:
+    role: Literal["system", "user", "assistant"]
+    content: str  # a Jinja2 template, checked at load
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_turns: int = 10
+    timeout_s: float = 300.0
+    max_tool_retries: int = 3
+    max_delegate_depth: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_body_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class AppConfig:
+    roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict[str, tuple[str, ...]])
+    store: str = "sqlite:///.yao/agent.db"
+    history_size: int = 20
+    prompts: tuple[PromptSpec, ...] = ()
+    limits: Limits = Limits()
+    server: ServerSettings = ServerSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    tool_calls: bool = True
+    vision: bool = False
+    reasoning: bool = False
+    max_input_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptToolCall:
+    name: str
+    arguments: Mapping[str, Any]  # string values are Jinja2 templates
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptRule:
+    """One rule of a `type: scripted` connector: when `match` fits, answer this way."""
+
+    line: int
+    user: re.Pattern[str] | None = None
+    role: str | None = None
+    reply: str | None = None
+    reasoning: str | None = None
+    tool_calls: tuple[ScriptToolCall, ...] = ()
+    error_status: int | None = None
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorSpec:
+    id: str
+    type: str
+    file: str
+    model: str = ""
+    api_key: EnvValue | None = None
+    base_url: EnvValue | None = None
+    api_version: str | None = None
+    headers: Mapping[str, EnvValue] = field(default_factory=dict[str, EnvValue])
+    timeout_s: float = 60.0
+    engine: Literal["auto", "openai", "litellm"] = "auto"
+    capabilities: Capabilities = Capabilities()
+    options: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    rules: tuple[ScriptRule, ...] = ()
+    chunk_size: int = 4
+    delay_ms: float = 0.0
+
+    @property
+    def scripted(self) -> bool:
+        return self.type == "scripted"
+
+
+@dataclass(frozen=True, slots=True)
+class McpUse:
+    """An assistant's use of one MCP server, optionally limited to some of its tools."""
+
+    server: str
+    tools: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class McpSettings:
+    servers: tuple[McpUse, ...] = ()
+    tool_loop: bool = True
+    max_turns: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class HookPolicy:
+    timeout_ms: int = 1000
+    memory_mb: int = 64
+    on_error: Literal["fail", "ignore"] = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Who may list and run an assistant. No rules at all means public."""
+
+    public: bool = True
+    teams: frozenset[str] = frozenset()
+    users: frozenset[str] = frozenset()
+
+    def allows(self, user_id: str, team_id: str | None) -> bool:
+        if self.public:
+            return True
+        return user_id in self.users or (team_id is not None and team_id in self.teams)
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantSpec:
+    id: str
+    name: str
+    file: str
+    description: str = ""
+    connector: str = ROLE_PREFIX + DEFAULT_ROLE
+    prompts: tuple[PromptSpec, ...] = ()
+    prompt_presets: Mapping[str, tuple[PromptSpec, ...]] = field(default_factory=dict[str, tuple[PromptSpec, ...]])
+    disable_global_prompts: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    hook: str | None = None  # as written, relative to the app root
+    hook_path: Path | None = None
+    hook_policy: HookPolicy = HookPolicy()
+    mcp: McpSettings = McpSettings()
+    access: Access = Access()
+    on_busy: Literal["queue", "reject", "interrupt"] = "queue"
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerSpec:
+    id: str
+    file: str
+    transport: Literal["stdio", "http"] = "stdio"
+    command: EnvValue | None = None
+    args: tuple[EnvValue, ...] = ()
+    env: Mapping[str, EnvValue] = field(default_factory=dict[str, EnvValue])
+    cwd: Path | None = None
+    url: EnvValue | None = None
+    headers: Mapping[str, EnvValue] = field(default_factory=dict[str, EnvValue])
+    timeout_s: float = 30.0
+
+    @property
+    def tool_prefix(self) -> str:
+        """Tool names given to the model are `<prefix>__<tool>`."""
+        return self.id.replace(".", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    """A loaded, fully validated app."""
+
+    root: Path
+    config: AppConfig
+    assistants: Mapping[str, AssistantSpec]
+    connectors: Mapping[str, ConnectorSpec]
+    mcps: Mapping[str, McpServerSpec]
+    warnings: tuple[Problem, ...] = ()
+
+    def assistant(self, assistant_id: str) -> AssistantSpec:
+        try:
+            return self.assistants[assistant_id]
+        except KeyError:
+            known = ", ".join(sorted(self.assistants)) or "none"
+            raise NotFound(f"unknown assistant '{assistant_id}' (known: {known})") from None

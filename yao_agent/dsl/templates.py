@@ -1,0 +1,61 @@
+"""Jinja2 templates of prompts and scripted replies: checked at load, compiled once, run sandboxed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import ChainableUndefined, TemplateError, TemplateSyntaxError, meta
+from jinja2.sandbox import SandboxedEnvironment
+
+from yao_agent.errors import RenderError
+
+PROMPT_VARIABLES = frozenset({"assistant", "user_id", "team_id", "chat_id", "locale", "now", "metadata"})
+SCRIPT_VARIABLES = frozenset({"last_user", "last_message", "messages", "match", "tool_results", "now"})
+
+# Unknown top-level names are rejected at load (check_template); a missing key inside request data
+# such as `metadata.city` renders empty, since request metadata is optional by nature.
+_env = SandboxedEnvironment(undefined=ChainableUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+def check_template(source: str, allowed: frozenset[str]) -> tuple[int, str] | None:
+    """(line within the template, message) for a syntax error or an unknown variable; None if fine.
+
+    Parsing is enough to find both, and much cheaper than compiling; compilation waits for the
+    first render.
+    """
+    if "{" not in source:
+        return None
+    try:
+        tree = _env.parse(source)
+    except TemplateSyntaxError as exc:
+        return exc.lineno, f"template syntax error: {exc.message}"
+    unknown = sorted(meta.find_undeclared_variables(tree) - allowed)
+    if unknown:
+        line = _first_line_naming(source, unknown[0])
+        names = ", ".join(sorted(allowed))
+        return line, f"unknown template variable '{unknown[0]}' (expected one of: {names})"
+    return None
+
+
+def _first_line_naming(source: str, name: str) -> int:
+    for number, text in enumerate(source.splitlines(), start=1):
+        if name in text and "{" in text:
+            return number
+    return 1
+
+
+@lru_cache(maxsize=4096)
+def _compiled(source: str) -> Any:
+    return _env.from_string(source)
+
+
+def render(source: str, variables: Mapping[str, Any]) -> str:
+    """Render a template that passed `check_template`. Plain text is returned as is."""
+    if "{" not in source:
+        return source
+    try:
+        return str(_compiled(source).render(variables))
+    except TemplateError as exc:
+        raise RenderError(f"template failed to render: {exc}") from None

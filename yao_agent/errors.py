@@ -1,0 +1,146 @@
+"""One error tree for the whole package.
+
+::
+
+    YaoAgentError
+    ├── SpecError            the app's YAML is wrong; carries every Problem found in one pass
+    ├── UsageError           a command or call was used wrongly (unknown id, bad option, no identity)
+    │   ├── NotFound         no such chat / assistant / resume point in the caller's scope
+    │   └── PermissionDenied the caller may not do this (fail closed)
+    ├── EnvVarMissing        a `$ENV.NAME` value was used while NAME is unset
+    └── RunError             a run ended badly; `reason` is its terminal reason
+        ├── ModelError       the model call failed; `kind` says how and `retryable` whether to try again
+        ├── ToolError        a tool could not be run (server unreachable, unknown tool, retries exhausted)
+        ├── HookError        a JS hook threw, timed out or ran out of memory; carries file and line
+        ├── DelegateError    delegation failed (unknown assistant, depth limit, cycle)
+        └── RenderError      a prompt or scripted template failed while rendering
+
+Messages never contain secret values: errors name variables and files, never what they hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class YaoAgentError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One mistake in an app's files, located precisely enough to jump to it."""
+
+    file: str
+    line: int
+    path: str
+    message: str
+    warning: bool = False
+
+    def __str__(self) -> str:
+        if self.line <= 0:  # about a file or folder as a whole, not a place inside it
+            return f"{self.file}: {self.message}"
+        if not self.path:  # about the file's text, such as a YAML syntax error
+            return f"{self.file}:{self.line}: {self.message}"
+        return f"{self.file}:{self.line} {self.path}: {self.message}"
+
+
+class SpecError(YaoAgentError):
+    """The app's files are invalid. `problems` holds all of them, in file order."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        count = len(problems)
+        head = f"{count} problem{'s' if count != 1 else ''} in the app"
+        super().__init__(head + "\n" + "\n".join(str(p) for p in problems))
+
+
+class UsageError(YaoAgentError):
+    """A command or library call was used wrongly; the message says how to do it right."""
+
+
+class NotFound(UsageError):
+    """The thing asked for does not exist in the caller's scope."""
+
+
+class PermissionDenied(UsageError):
+    """The caller's identity may not do this."""
+
+
+class EnvVarMissing(YaoAgentError):
+    """A `$ENV.NAME` value was needed but NAME is not set. Names the variable and who asked."""
+
+    def __init__(self, name: str, origin: str) -> None:
+        self.name = name
+        self.origin = origin
+        super().__init__(f"environment variable {name} is not set (needed by {origin})")
+
+
+class RunError(YaoAgentError):
+    """A run ended without completing. `reason` is one of the terminal reasons."""
+
+    reason: str = "internal_error"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ModelError(RunError):
+    """The model call failed.
+
+    `kind` is one of: auth, bad_request, context_overflow, rate_limit, server, timeout,
+    connection, incomplete, config. `retryable` errors may be tried again or fall back to
+    the next connector, but only before the first token arrived.
+    """
+
+    reason = "model_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        retryable: bool = False,
+        status: int | None = None,
+        connector: str = "",
+        partial: str = "",
+    ) -> None:
+        super().__init__(message, reason="context_overflow" if kind == "context_overflow" else "model_error")
+        self.kind = kind
+        self.retryable = retryable
+        self.status = status
+        self.connector = connector
+        self.partial = partial
+
+
+class ToolError(RunError):
+    reason = "tool_error"
+
+
+class HookError(RunError):
+    """A hook failed. `file` and `line` point into the hook's source."""
+
+    reason = "hook_error"
+
+    def __init__(self, message: str, *, file: str, line: int | None = None, function: str = "") -> None:
+        super().__init__(message)
+        self.file = file
+        self.line = line
+        self.function = function
+
+    def detail(self) -> dict[str, object]:
+        return {"file": self.file, "line": self.line, "message": self.message}
+
+
+class DelegateError(RunError):
+    reason = "delegate_error"
+
+
+class RenderError(RunError):
+    """A template that passed the load-time check failed while rendering."""
