@@ -15,6 +15,8 @@ from .envvars import EnvValue
 from .source import Document, format_path
 from .source import Path as YamlPath
 from .specs import (
+    DEFAULT_CONNECTOR,
+    DEFAULT_STORE,
     Access,
     AppConfig,
     AssistantSpec,
@@ -60,8 +62,8 @@ def build_app_config(doc: Document) -> AppConfig:
     defaults = Limits()
     return AppConfig(
         roles=roles,
-        store=data.get("store", AppConfig.store),
-        history_size=data.get("history_size", AppConfig.history_size),
+        store=data.get("store", DEFAULT_STORE),
+        history_size=data.get("history_size", 20),
         prompts=_prompts(data.get("prompts", [])),
         limits=Limits(
             max_turns=limits.get("max_turns", defaults.max_turns),
@@ -118,7 +120,7 @@ def build_assistant(assistant_id: str, doc: Document, root: Path) -> AssistantSp
         name=data["name"],
         file=doc.file,
         description=data.get("description", ""),
-        connector=data.get("connector", AssistantSpec.connector),
+        connector=data.get("connector", DEFAULT_CONNECTOR),
         prompts=_prompts(data.get("prompts", [])),
         prompt_presets={k: _prompts(v) for k, v in cast(Data, data.get("prompt_presets", {})).items()},
         disable_global_prompts=data.get("disable_global_prompts", False),

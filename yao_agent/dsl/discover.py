@@ -120,7 +120,7 @@ def _connectors(root: Path, out: Discovery) -> None:
             path = folder / name
             if path.suffix not in YAML_SUFFIXES:
                 continue
-            parts = [*path.relative_to(top).parent.parts, path.stem]
+            parts = [*path.relative_to(top).parent.parts, *path.stem.split(".")]
             connector_id = _check_id(root, path, parts, out)
             if connector_id is not None:
                 _add(out, ids, Found("connector", connector_id, path, _rel(root, path)))

@@ -22,6 +22,11 @@ Path = tuple[str | int, ...]
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def label(path: Path) -> str:
+    """A path as shown in a problem: the document itself is `(root)`."""
+    return format_path(path) or "(root)"
+
+
 def format_path(path: Path) -> str:
     """`('mcp', 'servers', 1)` → `mcp.servers[1]`."""
     out = ""
@@ -53,7 +58,7 @@ class Document:
         return self.lines.get((), 1)
 
     def problem(self, path: Path, message: str, *, warning: bool = False) -> Problem:
-        return Problem(self.file, self.line(path), format_path(path) or "(root)", message, warning)
+        return Problem(self.file, self.line(path), label(path), message, warning)
 
     def add(self, path: Path, message: str) -> None:
         self.problems.append(self.problem(path, message))
@@ -141,7 +146,7 @@ class _Builder:
             line = key_node.start_mark.line + 1
             if key_node.tag == "tag:yaml.org,2002:merge":
                 self.doc.problems.append(
-                    Problem(self.doc.file, line, format_path(path), "YAML merge keys (<<) are not supported")
+                    Problem(self.doc.file, line, label(path), "YAML merge keys (<<) are not supported")
                 )
                 continue
             key = self._key(key_node, path)
@@ -169,7 +174,7 @@ class _Builder:
         if isinstance(node, ScalarNode):
             return str(self._scalar(node, path))  # `1: x` or `true: x` — keys are names; keep their text
         self.doc.problems.append(
-            Problem(self.doc.file, node.start_mark.line + 1, format_path(path), "a mapping key must be plain text")
+            Problem(self.doc.file, node.start_mark.line + 1, label(path), "a mapping key must be plain text")
         )
         return None
 

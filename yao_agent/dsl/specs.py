@@ -14,6 +14,8 @@ from .envvars import EnvValue
 
 ROLE_PREFIX = "use::"
 DEFAULT_ROLE = "default"
+DEFAULT_CONNECTOR = ROLE_PREFIX + DEFAULT_ROLE
+DEFAULT_STORE = "sqlite:///.yao/agent.db"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,7 @@ class ServerSettings:
 @dataclass(frozen=True, slots=True)
 class AppConfig:
     roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict[str, tuple[str, ...]])
-    store: str = "sqlite:///.yao/agent.db"
+    store: str = DEFAULT_STORE
     history_size: int = 20
     prompts: tuple[PromptSpec, ...] = ()
     limits: Limits = Limits()
@@ -141,7 +143,7 @@ class AssistantSpec:
     name: str
     file: str
     description: str = ""
-    connector: str = ROLE_PREFIX + DEFAULT_ROLE
+    connector: str = DEFAULT_CONNECTOR
     prompts: tuple[PromptSpec, ...] = ()
     prompt_presets: Mapping[str, tuple[PromptSpec, ...]] = field(default_factory=dict[str, tuple[PromptSpec, ...]])
     disable_global_prompts: bool = False
