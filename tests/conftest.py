@@ -6,3 +6,68 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from yao_agent.store import SqlStore, open_engine, store_url
+
+PG_URL = os.environ.get("YAO_AGENT_TEST_PG", "")
+REQUIRE_SERVICES = os.environ.get("YAO_AGENT_REQUIRE_SERVICES") == "1"
+
+
+def _pg_admin(statement: str) -> None:
+    import psycopg
+
+    dsn = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement)  # pyright: ignore[reportArgumentType]
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A throw-away database on the local PostgreSQL server, dropped after the session."""
+    if not PG_URL:
+        if REQUIRE_SERVICES:
+            pytest.fail("PostgreSQL is required (YAO_AGENT_TEST_PG is not set)")
+        pytest.skip("PostgreSQL not available (set YAO_AGENT_TEST_PG)")
+    name = f"yao_agent_test_{os.getpid()}_{secrets.token_hex(3)}"
+    _pg_admin(f'CREATE DATABASE "{name}"')
+    base = PG_URL.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_raw_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store URL of one test: a fresh SQLite file, or the session's PostgreSQL database (emptied)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'agent.db'}"
+    url = request.getfixturevalue("pg_database")
+    _pg_admin_truncate(url)
+    return url
+
+
+def _pg_admin_truncate(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+        tables = [t for t in tables if t != "alembic_version"]
+        if tables:
+            conn.execute(f"TRUNCATE {', '.join(tables)} CASCADE")  # pyright: ignore[reportArgumentType]
+
+
+@pytest.fixture
+async def store(store_raw_url: str, tmp_path: Path) -> AsyncIterator[SqlStore]:
+    engine = await open_engine(store_url(store_raw_url, tmp_path))
+    store = SqlStore(engine)
+    try:
+        yield store
+    finally:
+        await store.aclose()

@@ -7,14 +7,19 @@ user unless YAO_AGENT_DEBUG=1 asks for one.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence, Sized
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from .errors import EnvVarMissing, RunError, SpecError, UsageError, YaoAgentError
+from .errors import EnvVarMissing, NotFound, RunError, SpecError, UsageError, YaoAgentError
+
+if TYPE_CHECKING:
+    from .dsl import App
+    from .store import SqlStore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -73,6 +78,94 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _db(args: argparse.Namespace, app: App) -> str:
+    return args.db or os.environ.get("YAO_AGENT_DB") or app.config.store
+
+
+async def _open_store(args: argparse.Namespace, app: App) -> SqlStore:
+    from .store import SqlStore, open_engine, store_url
+
+    return SqlStore(await open_engine(store_url(_db(args, app), app.root)))
+
+
+def _scope(args: argparse.Namespace) -> tuple[str, str]:
+    if args.team and args.user:
+        raise UsageError("give --team or --user, not both")
+    if args.team:
+        return ("team", args.team)
+    if args.user:
+        return ("user", args.user)
+    raise UsageError("give --team T or --user U (app-wide roles live in app.yml)")
+
+
+def cmd_roles_set(args: argparse.Namespace, out: TextIO) -> int:
+    from .dsl import load_app
+    from .dsl.refs import unknown
+
+    app = load_app(_app_dir(args))
+    scope = _scope(args)
+    for connector in args.connectors:
+        if connector not in app.connectors:
+            raise UsageError(unknown("connector", connector, app.connectors))
+
+    async def work() -> None:
+        store = await _open_store(args, app)
+        try:
+            await store.set_role(scope, args.role, args.connectors)
+        finally:
+            await store.aclose()
+
+    asyncio.run(work())
+    chain = " → ".join(args.connectors)
+    print(f"role {args.role} for {scope[0]} {scope[1]}: {chain}", file=out)
+    return EXIT_OK
+
+
+def cmd_roles_unset(args: argparse.Namespace, out: TextIO) -> int:
+    from .dsl import load_app
+
+    app = load_app(_app_dir(args))
+    scope = _scope(args)
+
+    async def work() -> bool:
+        store = await _open_store(args, app)
+        try:
+            return await store.delete_role(scope, args.role)
+        finally:
+            await store.aclose()
+
+    if not asyncio.run(work()):
+        raise NotFound(f"role {args.role} is not set for {scope[0]} {scope[1]}")
+    print(f"role {args.role} unset for {scope[0]} {scope[1]}", file=out)
+    return EXIT_OK
+
+
+def cmd_roles_list(args: argparse.Namespace, out: TextIO) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .dsl import load_app
+    from .store import OPERATOR
+
+    app = load_app(_app_dir(args))
+
+    async def work() -> list[tuple[str, str, str]]:
+        store = await _open_store(args, app)
+        try:
+            settings = await store.list_roles(OPERATOR)
+        finally:
+            await store.aclose()
+        return [(f"{s.scope_kind}:{s.scope_id}", s.role, " → ".join(s.connectors)) for s in settings]
+
+    rows = [("app.yml", role, " → ".join(chain)) for role, chain in app.config.roles.items()]
+    rows += asyncio.run(work())
+    table = Table("scope", "role", "connectors", box=None, header_style="bold")
+    for row in rows:
+        table.add_row(*row)
+    Console(file=out, width=max(100, Console(file=out).width)).print(table)
+    return EXIT_OK
+
+
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     # Accepted before or after the command; the sub-parser copy must not reset what was given first.
     default = argparse.SUPPRESS if suppress else None
@@ -95,7 +188,33 @@ def build_parser() -> argparse.ArgumentParser:
     command("assistants", cmd_assistants, "list the app's assistants")
     p = command("schema", cmd_schema, "print the JSON Schema of one kind of file")
     p.add_argument("kind", choices=["app", "assistant", "connector", "mcp"])
+    _roles_parser(sub)
     return parser
+
+
+def _roles_parser(sub: Any) -> None:
+    roles = sub.add_parser("roles", help="per-team and per-user role settings", description="Role settings.")
+    roles_sub = roles.add_subparsers(dest="roles_command", metavar="ACTION", required=True)
+
+    def action(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
+        p = roles_sub.add_parser(name, help=help_text, description=help_text)
+        _global_options(p, suppress=True)
+        p.set_defaults(func=func)
+        return p
+
+    p = action("set", cmd_roles_set, "map ROLE to a connector (or a fallback chain) for a team or a user")
+    p.add_argument("role")
+    p.add_argument("connectors", nargs="+", metavar="CONNECTOR", help="one id, or several for a fallback chain")
+    _scope_options(p)
+    p = action("unset", cmd_roles_unset, "remove a team's or user's setting of ROLE")
+    p.add_argument("role")
+    _scope_options(p)
+    action("list", cmd_roles_list, "list roles: app.yml's and every team and user setting")
+
+
+def _scope_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--team", metavar="T", help="the team whose setting this is")
+    p.add_argument("--user", metavar="U", help="the user whose setting this is (for callers without a team)")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

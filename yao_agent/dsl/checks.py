@@ -12,18 +12,17 @@ from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 from yao_agent.errors import Problem
+from yao_agent.jsonvalue import as_list, as_mapping
 
 from .source import Document, format_path
 from .source import Path as YamlPath
 from .templates import PROMPT_VARIABLES, SCRIPT_VARIABLES, check_template
 
-
-def mapping(value: object) -> Mapping[str, Any]:
-    return cast(Mapping[str, Any], value) if isinstance(value, Mapping) else {}
+mapping = as_mapping
 
 
 def items(value: object) -> list[tuple[int, Any]]:
-    return list(enumerate(cast(list[Any], value))) if isinstance(value, list) else []
+    return list(enumerate(as_list(value)))
 
 
 def check_file(kind: str, doc: Document) -> None:
@@ -77,7 +76,7 @@ def _check_rule(doc: Document, path: YamlPath, rule: Mapping[str, Any]) -> None:
     if isinstance(pattern, str):
         try:
             re.compile(pattern)
-        except re.error as exc:
+        except (re.error, OverflowError) as exc:  # OverflowError: a repeat count such as a{4294967296}
             doc.add((*path, "match", "user"), f"invalid regular expression: {exc} (expected a Python regex)")
     answers = [key for key in ("reply", "tool_calls", "error") if key in rule]
     if not answers:

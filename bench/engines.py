@@ -1,0 +1,158 @@
+"""CPU per streamed model call, each engine beside the raw library it wraps, and the cost of a resolution.
+
+    .venv/bin/python bench/engines.py [--calls 100]
+
+The fake provider runs in its own process (so its work is not counted); each call streams a
+20-chunk reply. The four ways alternate call by call (A B C D A B C D …) so machine noise hits all
+alike; medians are reported. CPU is this process's `time.process_time`, the steadier figure on a
+shared machine; wall time is shown beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import litellm  # noqa: E402
+import openai  # noqa: E402
+
+from yao_agent.connectors import Engines, ModelRequest, stream_call  # noqa: E402
+from yao_agent.connectors.resolve import resolve_connectors  # noqa: E402
+from yao_agent.dsl import load_app  # noqa: E402
+from yao_agent.dsl.envvars import EnvValue  # noqa: E402
+from yao_agent.dsl.specs import ConnectorSpec  # noqa: E402
+from yao_agent.identity import Identity  # noqa: E402
+from yao_agent.store import SqlStore, open_engine, store_url  # noqa: E402
+
+MESSAGES = [{"role": "user", "content": "Say something in twenty chunks."}]
+MODEL = "chunks:20"
+
+
+def start_fake() -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "yao_agent.testing.fake_provider", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line.startswith("READY "):
+        process.kill()
+        raise SystemExit(f"fake provider did not start: {line!r}")
+    return process, line.split(" ", 1)[1]
+
+
+async def measure(call: Callable[[], Awaitable[int]]) -> tuple[float, float]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    chunks = await call()
+    assert chunks >= 20, chunks
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def connector(base_url: str, engine: str) -> ConnectorSpec:
+    return ConnectorSpec(
+        id=f"bench.{engine}", type="openai", file="bench", model=MODEL,
+        api_key=EnvValue("x", "bench"), base_url=EnvValue(base_url, "bench"), engine=engine,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+async def engines_side_by_side(base_url: str, calls: int) -> None:
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    engines = Engines()
+    ours = {name: connector(base_url, name) for name in ("openai", "litellm")}
+
+    async def raw_openai() -> int:
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},  # type: ignore[arg-type]
+        )
+        return sum([1 async for _ in stream])
+
+    async def raw_litellm() -> int:
+        stream = await litellm.acompletion(
+            model=f"openai/{MODEL}", api_base=base_url, api_key="x", messages=MESSAGES, stream=True,
+            stream_options={"include_usage": True}, max_retries=0,
+        )  # fmt: skip
+        return sum([1 async for _ in stream])  # type: ignore[union-attr]
+
+    def our(engine: str) -> Callable[[], Awaitable[int]]:
+        async def call() -> int:
+            request = ModelRequest(messages=MESSAGES)
+            return sum([1 async for _ in stream_call([ours[engine]], request, engines=engines)])
+
+        return call
+
+    ways = {"openai SDK (raw)": raw_openai, "openai engine (ours)": our("openai"),
+            "litellm (raw)": raw_litellm, "litellm engine (ours)": our("litellm")}  # fmt: skip
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
+    for _ in range(10):  # warm-up: lazy imports, connection pools
+        for call in ways.values():
+            await measure(call)
+    for _ in range(calls):
+        for name, call in ways.items():
+            results[name].append(await measure(call))
+    await engines.aclose()
+    await client.close()
+    print(f"\nstreamed call, {MODEL} ({calls} calls each, alternating; medians)")
+    print(f"{'way':<24} {'CPU ms':>8} {'wall ms':>8}")
+    for name, samples in results.items():
+        cpu = statistics.median(s[0] for s in samples) * 1000
+        wall = statistics.median(s[1] for s in samples) * 1000
+        print(f"{name:<24} {cpu:>8.2f} {wall:>8.2f}")
+
+
+async def resolution_cost(rounds: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "connectors" / "demo").mkdir(parents=True)
+        (root / "connectors" / "demo" / "echo.yml").write_text("type: scripted\nrules: [{reply: hi}]\n")
+        (root / "app.yml").write_text("roles:\n  default: demo.echo\n  light: demo.echo\n")
+        app = load_app(root)
+        store = SqlStore(await open_engine(store_url("sqlite:///agent.db", root)))
+        await store.set_role(("team", "acme"), "light", ["demo.echo"])
+        who = Identity("bob", "acme")
+        for label, ref, identity in (("team setting (1 query)", "use::light", who),
+                                     ("app default (2 queries)", "use::heavy", Identity("carol"))):  # fmt: skip
+            for _ in range(50):
+                await resolve_connectors(ref, app, identity, store)
+            samples = []
+            for _ in range(rounds):
+                start = time.perf_counter()
+                await resolve_connectors(ref, app, identity, store)
+                samples.append(time.perf_counter() - start)
+            print(f"resolution, {label:<24} median {statistics.median(samples) * 1e6:7.0f} µs (SQLite, warm)")
+        await store.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=100)
+    args = parser.parse_args()
+    process, base_url = start_fake()
+    try:
+        asyncio.run(engines_side_by_side(base_url, args.calls))
+        asyncio.run(resolution_cost(500))
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""What a model call yields, whichever engine made it: small typed pieces in arrival order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of one tool call. `id` and `name` come with the first fragment of an index only."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: str  # stop | tool_calls | length | content_filter | ...
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    @classmethod
+    def of(cls, prompt: int | None, completion: int | None, total: int | None = None) -> Usage:
+        """From a provider's numbers, any of which may be missing (total is then the sum)."""
+        prompt, completion = prompt or 0, completion or 0
+        return cls(prompt, completion, total or prompt + completion)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    """The call moved from one connector of a chain to the next, before any token arrived."""
+
+    from_connector: str
+    to_connector: str
+    reason: str
+
+
+Delta = TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage
+CallEvent = Delta | Fallback

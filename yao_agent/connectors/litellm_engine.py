@@ -1,0 +1,190 @@
+"""The `litellm` engine: every provider that does not speak OpenAI's API, and the offline `scripted` one.
+
+Imported only when such a connector is first called: litellm takes seconds to import. The package
+sets LITELLM_LOCAL_MODEL_COST_MAP / LITELLM_OFFLINE_MODE before that, so the import opens no socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, cast
+
+import litellm
+import openai
+from litellm import exceptions as llm_errors
+from litellm.llms.custom_llm import CustomLLM
+
+from yao_agent.connectors.classify import kind_for_status, model_error
+from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.openai_engine import call_params
+from yao_agent.connectors.providers import Endpoint, resolve_endpoint
+from yao_agent.connectors.request import ModelRequest
+from yao_agent.connectors.scripted import NoRuleMatched, pieces, plan_reply
+from yao_agent.dsl.specs import ConnectorSpec
+from yao_agent.errors import ModelError
+
+litellm.suppress_debug_info = True
+SCRIPTED_PROVIDER = "scripted"
+
+
+class ScriptedProvider(CustomLLM):
+    """litellm's custom provider for `type: scripted` connectors, so they travel a real model's path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connectors: dict[str, ConnectorSpec] = {}
+
+    def register(self, connector: ConnectorSpec) -> str:
+        key = f"{connector.id}~{id(connector):x}"  # two apps in one process may reuse an id
+        self.connectors[key] = connector
+        return f"{SCRIPTED_PROVIDER}/{key}"
+
+    async def astreaming(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+        connector = self.connectors[model]
+        try:
+            reply = plan_reply(connector, messages)
+        except NoRuleMatched as exc:
+            raise _scripted_error(400, str(exc), model) from None
+        if reply.error_status is not None:
+            raise _scripted_error(reply.error_status, reply.error_message, model)
+        delay = connector.delay_ms / 1000
+        for text in pieces(reply.reasoning, connector.chunk_size):
+            yield _chunk(provider_specific_fields={"reasoning_content": text})
+            await asyncio.sleep(delay)
+        for text in pieces(reply.text, connector.chunk_size):
+            yield _chunk(text=text)
+            await asyncio.sleep(delay)
+        for index, (name, arguments) in enumerate(reply.tool_calls):
+            for n, fragment in enumerate(pieces(arguments, connector.chunk_size) or [""]):
+                function = {"name": name if n == 0 else None, "arguments": fragment}
+                call_id = f"call_{index}_{abs(hash((name, arguments))) % 10**8}" if n == 0 else None
+                yield _chunk(tool_use={"id": call_id, "type": "function", "index": index, "function": function})
+                await asyncio.sleep(delay)
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        yield _chunk(is_finished=True, finish_reason=finish, usage=dict(reply.usage))
+
+
+def _chunk(text: str = "", *, is_finished: bool = False, finish_reason: str = "", **extra: Any) -> dict[str, Any]:
+    return {"text": text, "is_finished": is_finished, "finish_reason": finish_reason, "usage": None, "index": 0,
+            "tool_use": None, **extra}  # fmt: skip
+
+
+def _scripted_error(status: int, message: str, model: str) -> Exception:
+    """The exception a real provider's failure with this status would raise inside litellm."""
+    provider = SCRIPTED_PROVIDER
+    if status == 401:
+        return llm_errors.AuthenticationError(message=message, model=model, llm_provider=provider)
+    if status == 429:
+        return llm_errors.RateLimitError(message=message, model=model, llm_provider=provider)
+    if status >= 500:
+        return llm_errors.InternalServerError(message=message, model=model, llm_provider=provider)
+    return llm_errors.BadRequestError(message=message, model=model, llm_provider=provider)
+
+
+_SCRIPTED = ScriptedProvider()
+
+
+def _install_scripted_provider() -> None:
+    current = cast(list[dict[str, Any]], litellm.custom_provider_map or [])
+    if not any(entry.get("provider") == SCRIPTED_PROVIDER for entry in current):
+        litellm.custom_provider_map = [*current, {"provider": SCRIPTED_PROVIDER, "custom_handler": _SCRIPTED}]
+
+
+_install_scripted_provider()
+
+
+class LiteLLMEngine:
+    name = "litellm"
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(
+        self, connector: ConnectorSpec, request: ModelRequest, environ: Mapping[str, str] | None = None
+    ) -> AsyncIterator[Delta]:
+        endpoint = resolve_endpoint(connector, environ)
+        params = self.params(connector, request, endpoint)
+        try:
+            upstream: Any = await litellm.acompletion(**params)
+        except openai.APIError as exc:
+            raise _classify(exc, connector, endpoint, started=False) from None
+        started = False
+        try:
+            async for chunk in upstream:
+                for delta in chunk_deltas(chunk):
+                    started = started or not isinstance(delta, Usage | Finish)
+                    yield delta
+        except openai.APIError as exc:
+            raise _classify(exc, connector, endpoint, started=started) from None
+        finally:
+            await upstream.aclose()  # also on cancellation: the provider sees the connection go
+
+    def params(self, connector: ConnectorSpec, request: ModelRequest, endpoint: Endpoint) -> dict[str, Any]:
+        params = call_params(connector, request)
+        if connector.scripted:
+            params["model"] = _SCRIPTED.register(connector)
+        else:
+            params["model"] = f"{connector.type}/{connector.model}"
+            params.update(api_key=endpoint.api_key, api_base=endpoint.base_url, timeout=connector.timeout_s)
+            if connector.api_version:
+                params["api_version"] = connector.api_version
+            if endpoint.headers:
+                params["extra_headers"] = dict(endpoint.headers)
+        params.update(stream=True, stream_options={"include_usage": True}, max_retries=0, drop_params=True)
+        return params
+
+
+def chunk_deltas(chunk: Any) -> list[Delta]:
+    out: list[Delta] = []
+    reasoning = getattr(chunk, "reasoning_content", None)  # custom providers put it on the chunk
+    if isinstance(reasoning, str) and reasoning:
+        out.append(ReasoningDelta(reasoning))
+    for choice in chunk.choices:
+        delta = choice.delta
+        reasoning = getattr(delta, "reasoning_content", None)
+        if isinstance(reasoning, str) and reasoning:
+            out.append(ReasoningDelta(reasoning))
+        if delta.content:
+            out.append(TextDelta(delta.content))
+        for call in delta.tool_calls or ():
+            function = call.function
+            out.append(ToolCallDelta(call.index, call.id, function.name, function.arguments or ""))
+        if choice.finish_reason:
+            out.append(Finish(choice.finish_reason))
+    usage = getattr(chunk, "usage", None)
+    if usage is not None:
+        out.append(Usage.of(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens))
+    return out
+
+
+def _classify(exc: openai.APIError, connector: ConnectorSpec, endpoint: Endpoint, *, started: bool) -> ModelError:
+    secrets = endpoint.secrets
+    if started:
+        return model_error("incomplete", connector.id, _message(exc), secrets=secrets)
+    original = getattr(exc, "original_exception", None)  # MidStreamFallbackError wraps what happened
+    if isinstance(original, openai.APIError) and not isinstance(exc, llm_errors.Timeout):
+        exc = original
+    if isinstance(exc, llm_errors.Timeout | openai.APITimeoutError):
+        return model_error("timeout", connector.id, f"no answer within {connector.timeout_s:g} s")
+    if isinstance(exc, llm_errors.ContextWindowExceededError):
+        return model_error("context_overflow", connector.id, _message(exc), status=400, secrets=secrets)
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, llm_errors.APIConnectionError | openai.APIConnectionError) and status in (None, 500):
+        return model_error("connection", connector.id, _message(exc), secrets=secrets)
+    if "connection error" in _message(exc).lower():  # litellm reports a refused connection as a 500
+        return model_error("connection", connector.id, _message(exc), secrets=secrets)
+    code = getattr(exc, "code", None)
+    kind = kind_for_status(
+        status if isinstance(status, int) else None, _message(exc), code if isinstance(code, str) else None
+    )
+    return model_error(kind, connector.id, _message(exc), status=status, secrets=secrets)
+
+
+def _message(exc: BaseException) -> str:
+    """litellm prefixes messages with its class names; keep the provider's own words."""
+    text = str(getattr(exc, "message", "") or exc)
+    for marker in ("Exception - ", "Error: "):
+        if marker in text:
+            text = text.split(marker, 1)[1]
+    return text.split("\n", 1)[0]

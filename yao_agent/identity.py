@@ -1,0 +1,31 @@
+"""Who calls. Every run, chat and setting belongs to one identity; store calls refuse to run without one."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from yao_agent.errors import PermissionDenied
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:+-]{0,127}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    user_id: str
+    team_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user_id, str) or not _NAME.match(self.user_id):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise PermissionDenied(f"invalid user id {self.user_id!r} (expected 1-128 letters, digits, _.@:+-)")
+        if self.team_id is not None and not _NAME.match(self.team_id):
+            raise PermissionDenied(f"invalid team id {self.team_id!r} (expected 1-128 letters, digits, _.@:+-)")
+
+    @property
+    def settings_scope(self) -> tuple[Literal["team", "user"], str]:
+        """Whose role settings apply: the team's when the caller has one, else the user's (Yao's rule)."""
+        return ("team", self.team_id) if self.team_id is not None else ("user", self.user_id)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}@{self.team_id}" if self.team_id else self.user_id

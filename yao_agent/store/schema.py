@@ -1,0 +1,117 @@
+"""The store's tables (SQLAlchemy Core). Migrations in `migrations/versions` create exactly these.
+
+Times are UTC epoch seconds (floats): the same on SQLite and PostgreSQL, cheap to compare.
+`team_id` is '' for callers without a team, so scope filters are plain equalities.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+role_settings = Table(
+    "role_settings",
+    metadata,
+    Column("scope_kind", String(8), primary_key=True),  # team | user
+    Column("scope_id", String(128), primary_key=True),
+    Column("role", String(128), primary_key=True),
+    Column("connectors", JSON, nullable=False),  # an ordered list of connector ids
+    Column("updated_at", Float, nullable=False),
+)
+
+chats = Table(
+    "chats",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("user_id", String(128), nullable=False),
+    Column("team_id", String(128), nullable=False, server_default=""),
+    Column("assistant_id", String(256), nullable=False),
+    Column("title", Text, nullable=False, server_default=""),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("last_status", String(16), nullable=False, server_default="running"),
+    Column("last_run_id", String(64), nullable=True),
+    Column("message_count", Integer, nullable=False, server_default="0"),
+    Index("ix_chats_owner", "user_id", "team_id", "updated_at"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("chat_id", String(64), ForeignKey("chats.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("run_id", String(64), nullable=True),
+    Column("role", String(16), nullable=False),  # user | assistant | tool | system
+    Column("content", JSON, nullable=True),  # text, or a list of typed parts
+    Column("tool_calls", JSON, nullable=True),
+    Column("tool_call_id", String(128), nullable=True),
+    Column("reasoning", Text, nullable=True),
+    Column("status", String(16), nullable=False),  # completed | incomplete
+    Column("thread_id", String(64), nullable=True),
+    Column("created_at", Float, nullable=False),
+    Index("ux_messages_chat_seq", "chat_id", "seq", unique=True),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("chat_id", String(64), ForeignKey("chats.id", ondelete="CASCADE"), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("team_id", String(128), nullable=False, server_default=""),
+    Column("assistant_id", String(256), nullable=False),
+    Column("trace_id", String(64), nullable=False),
+    Column("status", String(16), nullable=False),  # running | completed | failed | cancelled | interrupted
+    Column("reason", String(32), nullable=True),
+    Column("error", JSON, nullable=True),
+    Column("usage", JSON, nullable=True),
+    Column("next", JSON, nullable=True),
+    Column("owner", String(128), nullable=False),  # host:pid:boot of the process running it
+    Column("resumed_from", String(64), nullable=True),
+    Column("started_at", Float, nullable=False),
+    Column("heartbeat_at", Float, nullable=False),
+    Column("ended_at", Float, nullable=True),
+    Column("duration_ms", Integer, nullable=True),
+    Index("ix_runs_chat", "chat_id", "started_at"),
+    Index("ix_runs_status", "status"),
+)
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("run_id", String(64), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type", String(16), nullable=False),  # hook_create | llm | tool | hook_next | delegate
+    Column("status", String(16), nullable=False),  # completed | failed | interrupted | cancelled
+    Column("thread_id", String(64), nullable=True),
+    Column("input", JSON, nullable=True),  # kept only for steps a resume may re-run
+    Column("output", JSON, nullable=True),
+    Column("error", JSON, nullable=True),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float, nullable=True),
+    Index("ix_steps_run", "run_id", "seq"),
+)
+
+memory = Table(
+    "memory",
+    metadata,
+    Column("chat_id", String(64), ForeignKey("chats.id", ondelete="CASCADE"), primary_key=True),
+    Column("key", String(256), primary_key=True),
+    Column("value", JSON, nullable=True),
+    Column("updated_at", Float, nullable=False),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("hash", String(128), primary_key=True),  # sha256 of the token; the token itself is never stored
+    Column("prefix", String(16), nullable=False),  # first characters, to tell tokens apart when listing
+    Column("user_id", String(128), nullable=False),
+    Column("team_id", String(128), nullable=False, server_default=""),
+    Column("label", Text, nullable=False, server_default=""),
+    Column("created_at", Float, nullable=False),
+    Column("revoked_at", Float, nullable=True),
+)

@@ -1,0 +1,111 @@
+"""The SQL store (SQLite or PostgreSQL through SQLAlchemy's async engine).
+
+Every method takes the caller's scope and refuses to run without one: tenant data is reachable only
+through an `Identity`, operator-wide views only through the `OPERATOR` token the CLI holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from yao_agent.errors import PermissionDenied
+from yao_agent.store.engine import WRITE
+from yao_agent.store.schema import role_settings
+
+SCOPE_KINDS = ("team", "user")
+
+
+class Operator:
+    """The trusted local operator (the CLI): may see every tenant's settings. Hold `OPERATOR`."""
+
+    _instance: Operator | None = None
+
+    def __new__(cls) -> Operator:
+        cls._instance = cls._instance or super().__new__(cls)
+        return cls._instance
+
+
+OPERATOR = Operator()
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSetting:
+    scope_kind: str
+    scope_id: str
+    role: str
+    connectors: tuple[str, ...]
+    updated_at: float
+
+
+def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
+    if scope is None or scope[0] not in SCOPE_KINDS or not scope[1]:
+        raise PermissionDenied("a team or user scope is required for this store call")
+    return scope
+
+
+class SqlStore:
+    def __init__(self, engine: AsyncEngine, *, clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
+        self.writer = engine.execution_options(**WRITE)
+        self.clock = clock
+
+    async def aclose(self) -> None:
+        await self.engine.dispose()
+
+    def _upsert(self, table: Any) -> Any:
+        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        return dialect.insert(table)
+
+    # --- role settings -------------------------------------------------------------------------
+
+    async def get_role(self, scope: tuple[str, str], role: str) -> tuple[str, ...] | None:
+        kind, owner = check_scope(scope)
+        query = select(role_settings.c.connectors).where(
+            role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner, role_settings.c.role == role
+        )
+        async with self.engine.connect() as conn:
+            value = (await conn.execute(query)).scalar_one_or_none()
+        return tuple(value) if value else None
+
+    async def set_role(self, scope: tuple[str, str], role: str, connectors: Sequence[str]) -> None:
+        kind, owner = check_scope(scope)
+        values = {"scope_kind": kind, "scope_id": owner, "role": role, "connectors": list(connectors),
+                  "updated_at": self.clock()}  # fmt: skip
+        statement = self._upsert(role_settings).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=["scope_kind", "scope_id", "role"],
+            set_={"connectors": values["connectors"], "updated_at": values["updated_at"]},
+        )
+        async with self.writer.begin() as conn:
+            await conn.execute(statement)
+
+    async def delete_role(self, scope: tuple[str, str], role: str) -> bool:
+        kind, owner = check_scope(scope)
+        statement = delete(role_settings).where(
+            role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner, role_settings.c.role == role
+        )
+        async with self.writer.begin() as conn:
+            result = await conn.execute(statement)
+        return bool(result.rowcount)
+
+    async def list_roles(self, scope: tuple[str, str] | Operator) -> list[RoleSetting]:
+        """Settings of one scope, or of every scope for the operator."""
+        query = select(role_settings).order_by(
+            role_settings.c.scope_kind, role_settings.c.scope_id, role_settings.c.role
+        )
+        if not isinstance(scope, Operator):
+            kind, owner = check_scope(scope)
+            query = query.where(role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [
+            RoleSetting(r["scope_kind"], r["scope_id"], r["role"], tuple(r["connectors"]), r["updated_at"])
+            for r in rows
+        ]
