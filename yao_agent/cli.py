@@ -166,6 +166,30 @@ def cmd_roles_list(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_chat(args: argparse.Namespace, out: TextIO) -> int:
+    from .cli_chat import chat
+
+    return asyncio.run(chat(args, out))
+
+
+def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
+    from .cli_chat import history
+
+    return asyncio.run(history(args, out))
+
+
+def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
+    from .cli_chat import resume
+
+    return asyncio.run(resume(args, out))
+
+
+def _identity_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--user", metavar="U", help="act as this user (default: local)")
+    p.add_argument("--team", metavar="T", help="act as a member of this team")
+    p.add_argument("--json", action="store_true", help="print one JSON object per line")
+
+
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     # Accepted before or after the command; the sub-parser copy must not reset what was given first.
     default = argparse.SUPPRESS if suppress else None
@@ -188,6 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
     command("assistants", cmd_assistants, "list the app's assistants")
     p = command("schema", cmd_schema, "print the JSON Schema of one kind of file")
     p.add_argument("kind", choices=["app", "assistant", "connector", "mcp"])
+    p = command("chat", cmd_chat, "stream one turn with an assistant (a REPL when MESSAGE is absent)")
+    p.add_argument("assistant", metavar="ASSISTANT")
+    p.add_argument("message", metavar="MESSAGE", nargs="?")
+    p.add_argument("--chat", metavar="ID", help="continue this chat, or start it under this id")
+    _identity_options(p)
+    p = command("history", cmd_history, "the stored messages of a chat (exit 2: no such chat)")
+    p.add_argument("chat_id", metavar="CHAT_ID")
+    _identity_options(p)
+    p = command("resume", cmd_resume, "continue a failed, cancelled or interrupted run (exit 2: no resume point)")
+    p.add_argument("chat_id", metavar="CHAT_ID")
+    _identity_options(p)
     _roles_parser(sub)
     return parser
 

@@ -29,3 +29,16 @@ class Identity:
 
     def __str__(self) -> str:
         return f"{self.user_id}@{self.team_id}" if self.team_id else self.user_id
+
+
+class Operator:
+    """The trusted local operator (the CLI): may act across tenants. Code holds the one `OPERATOR`."""
+
+    _instance: Operator | None = None
+
+    def __new__(cls) -> Operator:
+        cls._instance = cls._instance or super().__new__(cls)
+        return cls._instance
+
+
+OPERATOR = Operator()

@@ -16,23 +16,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from yao_agent.errors import PermissionDenied
+from yao_agent.identity import Operator
+from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import WRITE
 from yao_agent.store.schema import role_settings
 
 SCOPE_KINDS = ("team", "user")
-
-
-class Operator:
-    """The trusted local operator (the CLI): may see every tenant's settings. Hold `OPERATOR`."""
-
-    _instance: Operator | None = None
-
-    def __new__(cls) -> Operator:
-        cls._instance = cls._instance or super().__new__(cls)
-        return cls._instance
-
-
-OPERATOR = Operator()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +39,7 @@ def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
     return scope
 
 
-class SqlStore:
+class SqlStore(ChatStore):
     def __init__(self, engine: AsyncEngine, *, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
         self.writer = engine.execution_options(**WRITE)

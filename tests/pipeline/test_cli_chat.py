@@ -1,0 +1,135 @@
+"""`yao-agent chat`, `history` and `resume` as a user types them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.apps import make_app
+from tests.pipeline.conftest import app_files
+from yao_agent.cli import main
+from yao_agent.testing import FakeProvider, Reply
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider().running_in_thread() as provider:
+        yield provider
+
+
+@pytest.fixture
+def app(tmp_path: Path, fake: FakeProvider) -> Path:
+    return make_app(tmp_path / "app", app_files(fake.base_url), base={})
+
+
+def cli(app: Path, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(["--app", str(app), *args], out=out)
+    return code, out.getvalue()
+
+
+def test_chat_streams_the_reply_and_history_shows_it(app: Path, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="Hello from the model"))
+    code, shown = cli(app, "chat", "chat", "hi there", "--chat", "c1")
+    lines = shown.splitlines()
+    assert code == 0
+    assert lines[0] == "chat c1 · chat"
+    assert lines[1] == "Hello from the model"
+    assert lines[2].startswith("── completed · 18 tokens · ")
+    code, shown = cli(app, "history", "c1")
+    assert (code, shown.splitlines()) == (0, ["user: hi there", "assistant: Hello from the model"])
+
+
+def test_json_prints_the_events_and_history_the_stored_messages(app: Path, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="json please"))
+    code, shown = cli(app, "chat", "chat", "hi", "--chat", "c2", "--json")
+    events = [json.loads(line) for line in shown.splitlines()]
+    assert code == 0
+    assert [events[0]["type"], events[-1]["type"]] == ["stream_start", "stream_end"]
+    assert {e["run_id"] for e in events} == {events[0]["run_id"]}
+    code, shown = cli(app, "history", "c2", "--json")
+    messages = [json.loads(line) for line in shown.splitlines()]
+    assert [(m["role"], m["content"], m["status"]) for m in messages] == [
+        ("user", "hi", "completed"),
+        ("assistant", "json please", "completed"),
+    ]
+    assert set(messages[0]) == {"message_id", "run_id", "role", "content", "status", "created_at"}
+
+
+def test_identity_options_scope_the_chat(app: Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]) -> None:
+    fake.enqueue(Reply(text="team answer"))
+    assert cli(app, "chat", "chat", "hi", "--chat", "t1", "--user", "bob", "--team", "acme")[0] == 0
+    assert cli(app, "history", "t1", "--user", "bob", "--team", "acme")[0] == 0
+    assert cli(app, "history", "t1")[0] == 2  # as `local`, the chat does not exist
+    assert capsys.readouterr().err.endswith("error: no chat 't1'\n")
+
+
+def test_a_failed_run_exits_1_and_resume_completes_it(
+    app: Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.enqueue(*[Reply(status=500, error_message="overloaded")] * 3, Reply(text="better now"))
+    code, shown = cli(app, "chat", "chat", "hi", "--chat", "c3")
+    assert code == 1
+    assert len(fake.requests) == 3  # our retry policy: three attempts with back-off
+    assert "failed" in shown and "model_error" in shown and "overloaded" in shown
+    code, shown = cli(app, "resume", "c3")
+    assert code == 0 and "better now" in shown
+    assert cli(app, "history", "c3")[1].splitlines() == ["user: hi", "assistant: better now"]
+    assert cli(app, "resume", "c3")[0] == 2
+    assert "has no resume point" in capsys.readouterr().err
+
+
+def test_unknown_assistant_is_a_usage_error(app: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(app, "chat", "nobody", "hi")[0] == 2
+    assert "unknown assistant 'nobody' (known: chat)" in capsys.readouterr().err
+
+
+def _spawn(app: Path, *args: str, stdin: int | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "yao_agent.cli", "--app", str(app), *args],
+        stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def test_repl_continues_one_chat(app: Path, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="first answer"), Reply(text="second answer"))
+    process = _spawn(app, "chat", "chat", "--chat", "r1", stdin=subprocess.PIPE)
+    out, err = process.communicate("hello\nand again\n", timeout=60)
+    assert process.returncode == 0, err
+    assert "first answer" in out and "second answer" in out
+    shown = cli(app, "history", "r1")[1]
+    assert shown.splitlines() == [
+        "user: hello",
+        "assistant: first answer",
+        "user: and again",
+        "assistant: second answer",
+    ]
+
+
+def test_ctrl_c_cancels_the_run_cleanly_and_it_can_be_resumed(app: Path, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="resumed answer"))
+    process = _spawn(app, "chat", "chat", "long please", "--chat", "k2")
+    assert process.stdout is not None
+    deadline = time.monotonic() + 30
+    while "zzzz" not in process.stdout.read(8) and time.monotonic() < deadline:
+        pass
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 1, err
+    assert "cancelled" in out and "Traceback" not in err
+    history = cli(app, "history", "k2")[1].splitlines()
+    assert history[0] == "user: long please" and history[1].startswith("assistant (incomplete): zzzz")
+    code, shown = cli(app, "resume", "k2")
+    assert code == 0 and "resumed answer" in shown

@@ -1,0 +1,62 @@
+"""A process killed mid-stream loses nothing: the input is stored, the run becomes interrupted, resume ends it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tests.apps import make_app
+from tests.pipeline.conftest import app_files
+from tests.pipeline.helpers import stored
+from yao_agent.identity import Identity
+from yao_agent.pipeline import Runtime, start_resume
+from yao_agent.testing import FakeProvider, Reply
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL = Identity("local")
+
+
+async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_raw_url: str) -> None:
+    async with FakeProvider() as fake:
+        app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+        fake.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02))
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", store_raw_url,
+            "chat", "chat", "tell me everything", "--chat", "k1",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert process.stdout is not None
+        seen = b""
+        while b"xxxxx" not in seen:  # the reply is streaming: kill it now
+            seen += await asyncio.wait_for(process.stdout.read(64), 30)
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+
+        rt = await Runtime.open(app, db=store_raw_url, recover=False)
+        try:
+            assert await stored(rt, "k1", LOCAL) == [("user", "tell me everything", "completed")]
+            run = await rt.store.latest_run(LOCAL, "k1")
+            assert run is not None and run.status == "running"  # nobody has looked yet
+
+            assert await rt.recover() == [run.id]  # what any command that opens the store does
+            point = await rt.store.resume_point(LOCAL, "k1")
+            assert point is not None and point.run.status == "interrupted"
+            assert [(s.type, s.status) for s in point.steps] == [("llm", "interrupted")]
+
+            fake.enqueue(Reply(text="Here is everything."))
+            handle = await start_resume(rt, LOCAL, "k1")
+            events = [e async for e in handle.events()]
+            assert events[-1].type == "stream_end" and events[-1].status == "completed"  # type: ignore[union-attr]
+            assert await stored(rt, "k1", LOCAL) == [
+                ("user", "tell me everything", "completed"),
+                ("assistant", "Here is everything.", "completed"),
+            ]
+            assert fake.requests[-1].messages[-1] == {"role": "user", "content": "tell me everything"}
+            chat = await rt.store.get_chat(LOCAL, "k1")
+            assert chat is not None and chat.last_status == "completed"
+        finally:
+            await rt.aclose()

@@ -1,0 +1,125 @@
+"""The events a run streams (CONTRACT §5). One frozen dataclass per `type`; `Event` is their union.
+
+Every event carries `run_id`. `to_dict` gives the wire form: `type` first, optional fields left out
+when unset, and `Fallback.from_connector` spelled `from` as the contract has it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any, Literal
+
+Kind = str  # text | reasoning | tool_call | error | a hook's own kind
+EndStatus = Literal["completed", "failed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    run_id: str
+    chat_id: str
+    assistant_id: str
+    trace_id: str
+    type: Literal["stream_start"] = "stream_start"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStart:
+    run_id: str
+    message_id: str
+    kind: Kind
+    thread_id: str | None = None
+    type: Literal["message_start"] = "message_start"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDelta:
+    """A piece of a message: `text` for text-like kinds; for tool calls, a fragment of `arguments`."""
+
+    run_id: str
+    message_id: str
+    kind: Kind
+    text: str | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    thread_id: str | None = None
+    type: Literal["message_delta"] = "message_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEnd:
+    """A message is complete (or cut off: `status` incomplete). `content` is the full text or call."""
+
+    run_id: str
+    message_id: str
+    kind: Kind
+    content: Any
+    status: Literal["completed", "incomplete"] = "completed"
+    thread_id: str | None = None
+    type: Literal["message_end"] = "message_end"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    run_id: str
+    tool_call_id: str
+    server: str
+    tool: str
+    result: Any
+    error: str | None
+    attempt: int
+    thread_id: str | None = None
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackEvent:
+    run_id: str
+    from_connector: str
+    to: str
+    reason: str
+    type: Literal["fallback"] = "fallback"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """Always the last event of a root run, exactly once, after everything is stored."""
+
+    run_id: str
+    status: EndStatus
+    reason: str
+    usage: dict[str, int]
+    duration_ms: int
+    error: Any = None
+    next: Any = None
+    type: Literal["stream_end"] = "stream_end"
+
+
+Event = StreamStart | MessageStart | MessageDelta | MessageEnd | ToolResult | FallbackEvent | StreamEnd
+
+_RENAMED = {"from_connector": "from"}
+
+
+@cache
+def _layout(cls: type) -> tuple[tuple[str, str, bool], ...]:
+    """(attribute, wire name, omit when None) per field, `type` first."""
+    names = [f.name for f in fields(cls)]
+    ordered = ["type", *(n for n in names if n != "type")]
+    optional = {f.name for f in fields(cls) if f.default is None}
+    return tuple((n, _RENAMED.get(n, n), n in optional) for n in ordered)
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for attribute, wire, omit_none in _layout(type(event)):
+        value = getattr(event, attribute)
+        if value is None and omit_none:
+            continue
+        out[wire] = value
+    return out
+
+
+def to_json(event: Event) -> str:
+    return json.dumps(to_dict(event), ensure_ascii=False, separators=(",", ":"), default=str)

@@ -1,0 +1,198 @@
+"""Chat messages as stored and shown, and their conversion to and from provider (OpenAI-shaped) messages.
+
+Two rules are enforced here, for every provider: a reply cut off mid-stream (`incomplete`) is never
+sent back to a model as if it were finished, and every assistant tool call is followed by exactly one
+tool result with its id (a result is synthesized if the store lacks one), so any stored chat is valid.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from yao_agent.errors import UsageError
+from yao_agent.jsonvalue import as_list, as_mapping
+
+Role = Literal["system", "user", "assistant", "tool"]
+Status = Literal["completed", "incomplete"]
+Content = str | list[dict[str, Any]] | None
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+MISSING_RESULT = "failed: no result was recorded for this tool call"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text as the model wrote it, which may be invalid
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    def to_provider(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    id: str
+    role: Role
+    content: Content
+    run_id: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    reasoning: str | None = None
+    status: Status = "completed"
+    thread_id: str | None = None
+    created_at: float = 0.0
+    seq: int = 0  # position in the chat, given when stored
+    meta: dict[str, Any] = field(default_factory=dict[str, Any])  # not shown to models (e.g. tool server)
+
+    def to_api(self) -> dict[str, Any]:
+        """The stored-message shape of CONTRACT §6."""
+        out: dict[str, Any] = {"message_id": self.id, "run_id": self.run_id, "role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.reasoning:
+            out["reasoning"] = self.reasoning
+        out["status"] = self.status
+        if self.thread_id is not None:
+            out["thread_id"] = self.thread_id
+        out["created_at"] = self.created_at
+        return out
+
+    def to_provider(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_provider() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+def text_of(content: object) -> str:
+    """The text of a content value: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    parts = [as_mapping(p) for p in as_list(content)]
+    return "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
+
+
+def provider_messages(history: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Stored messages → what a model may be sent: no incomplete replies, every call paired."""
+    out: list[dict[str, Any]] = []
+    open_calls: list[str] = []
+    for message in history:
+        if message.status == "incomplete" and message.role == "assistant":
+            continue  # shown to the user once, never presented to a model as a finished answer
+        if message.role == "tool":
+            if message.tool_call_id not in open_calls:
+                continue  # its call fell out of the window (or never existed): providers reject orphans
+            open_calls.remove(message.tool_call_id)
+        else:
+            out += _close(open_calls)
+        out.append(message.to_provider())
+        if message.role == "assistant":
+            open_calls = [c.id for c in message.tool_calls]
+    return out + _close(open_calls)
+
+
+def _close(open_calls: list[str]) -> list[dict[str, Any]]:
+    closing = [{"role": "tool", "tool_call_id": call, "content": MISSING_RESULT} for call in open_calls]
+    open_calls.clear()
+    return closing
+
+
+def canonical(message: Mapping[str, Any]) -> str:
+    """A comparable form of a provider message: role, content by value, tool-call pairing.
+
+    A content list of one text part equals the same text as a string; other multimodal content is
+    compared part by part, by value.
+    """
+    content = message.get("content")
+    parts = as_list(content)
+    if len(parts) == 1 and as_mapping(parts[0]).get("type") == "text":
+        content = as_mapping(parts[0]).get("text")
+    calls = [
+        (as_mapping(c).get("id"), as_mapping(as_mapping(c).get("function")).get("name"))
+        for c in as_list(message.get("tool_calls"))
+    ]
+    key = [message.get("role"), content, message.get("tool_call_id"), calls]
+    return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def parse_input(raw: object, *, where: str = "messages") -> list[dict[str, Any]]:
+    """Validate request messages (OpenAI shape) → clean dicts; a precise UsageError otherwise."""
+    if not isinstance(raw, list) or not raw:
+        raise UsageError(f"{where}: expected a non-empty list of messages")
+    return [_parse_one(item, f"{where}[{index}]") for index, item in enumerate(cast(list[Any], raw))]
+
+
+def _parse_one(item: object, where: str) -> dict[str, Any]:
+    if not isinstance(item, Mapping):
+        raise UsageError(f"{where}: expected an object with role and content")
+    message = cast(Mapping[str, Any], item)
+    role = message.get("role")
+    if role not in ROLES:
+        raise UsageError(f"{where}.role: expected one of {', '.join(ROLES)}, got {role!r}")
+    out: dict[str, Any] = {"role": role, "content": _content(message.get("content"), f"{where}.content", role)}
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise UsageError(f"{where}.tool_call_id: expected the id of the tool call this answers")
+        out["tool_call_id"] = call_id
+    if role == "assistant" and message.get("tool_calls") is not None:
+        out["tool_calls"] = _tool_calls(message.get("tool_calls"), f"{where}.tool_calls")
+    return out
+
+
+def _content(value: object, where: str, role: str) -> Content:
+    if isinstance(value, str):
+        return value
+    if value is None and role == "assistant":
+        return None
+    if not isinstance(value, list) or not value:
+        raise UsageError(f"{where}: expected a string or a non-empty list of content parts")
+    parts: list[dict[str, Any]] = []
+    for index, part in enumerate(cast(list[Any], value)):
+        data = as_mapping(part)
+        kind = data.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise UsageError(f"{where}[{index}]: expected a content part with a type (text, image_url, ...)")
+        if kind == "text" and not isinstance(data.get("text"), str):
+            raise UsageError(f"{where}[{index}].text: expected a string")
+        parts.append(dict(data))
+    return parts
+
+
+def _tool_calls(value: object, where: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for index, call in enumerate(as_list(value)):
+        data = as_mapping(call)
+        function = as_mapping(data.get("function"))
+        name, arguments = function.get("name"), function.get("arguments", "")
+        if not isinstance(data.get("id"), str) or not isinstance(name, str) or not isinstance(arguments, str):
+            raise UsageError(f"{where}[{index}]: expected {{id, type: function, function: {{name, arguments}}}}")
+        out.append({"id": data["id"], "type": "function", "function": {"name": name, "arguments": arguments}})
+    return out
+
+
+def from_provider(message: Mapping[str, Any], message_id: str, run_id: str, created_at: float) -> ChatMessage:
+    """A validated input message → a ChatMessage to store."""
+    calls = tuple(
+        ToolCall(str(c["id"]), str(c["function"]["name"]), str(c["function"]["arguments"]))
+        for c in as_list(message.get("tool_calls"))
+    )
+    return ChatMessage(
+        id=message_id,
+        role=message["role"],
+        content=message.get("content"),
+        run_id=run_id,
+        tool_calls=calls,
+        tool_call_id=message.get("tool_call_id"),
+        created_at=created_at,
+    )

@@ -1,0 +1,72 @@
+"""Stage 3, the buffer: a run's messages and steps, held in memory and written once, at the end.
+
+The flush happens in the pipeline's `finally` — on success, error, cancellation or any unexpected
+exception — and it finishes even if the task is cancelled again while it writes. A step keeps its
+input only if it did not complete: that input is what a resume runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from yao_agent.messages import ChatMessage
+from yao_agent.store.records import StepRecord
+
+log = logging.getLogger("yao_agent.run")
+T = TypeVar("T")
+
+
+@dataclass
+class Buffer:
+    run_id: str
+    new_id: Callable[[str], str]
+    clock: Callable[[], float]
+    messages: list[ChatMessage] = field(default_factory=list[ChatMessage])
+    steps: list[StepRecord] = field(default_factory=list[StepRecord])
+
+    def add(self, message: ChatMessage) -> ChatMessage:
+        self.messages.append(message)
+        return message
+
+    def begin(self, kind: str, given: Any = None, thread_id: str | None = None) -> StepRecord:
+        step = StepRecord(
+            id=self.new_id("step"), run_id=self.run_id, seq=len(self.steps) + 1, type=kind, status="running",
+            started_at=self.clock(), thread_id=thread_id, input=given,
+        )  # fmt: skip
+        self.steps.append(step)
+        return step
+
+    def end(self, step: StepRecord, status: str, *, output: Any = None, error: Any = None) -> None:
+        step.status = status
+        step.output = output
+        step.error = error
+        step.ended_at = self.clock()
+        if status == "completed":
+            step.input = None  # nothing will run it again
+
+    def settle(self, status: str, error: Any) -> None:
+        """At the end of a run that did not complete, steps still running end with the run."""
+        for step in self.steps:
+            if step.status == "running":
+                self.end(step, status, error=error)
+
+
+async def finish_despite_cancel(work: Awaitable[T]) -> T:
+    """Await `work` to the end even if this task is cancelled meanwhile; re-raise the cancel after."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result

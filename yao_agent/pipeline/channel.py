@@ -1,0 +1,61 @@
+"""The channel between a running run (its own task) and whoever reads its events.
+
+The run never waits for a slow reader for long: once `high_water` events are waiting, adjacent text
+deltas of the same message are merged, so memory stays bounded by the number of messages, not of
+tokens; every other event (starts, ends, tool results, `stream_end`) is always delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from yao_agent.events import Event, MessageDelta
+
+
+class EventChannel:
+    def __init__(self, high_water: int = 256) -> None:
+        self._items: deque[Event] = deque()
+        self._ready = asyncio.Event()
+        self._closed = False  # the reader left
+        self._finished = False  # the run sent its last event
+        self._high_water = high_water
+
+    async def send(self, event: Event) -> None:
+        if self._closed:
+            return  # nobody is listening any more; the run goes on and stores everything
+        if len(self._items) >= self._high_water and self._merge(event):
+            return
+        self._items.append(event)
+        self._ready.set()
+
+    def _merge(self, event: Event) -> bool:
+        last = self._items[-1] if self._items else None
+        if not (isinstance(event, MessageDelta) and isinstance(last, MessageDelta)):
+            return False
+        if last.message_id != event.message_id or event.text is None or last.text is None:
+            return False
+        self._items[-1] = replace(last, text=last.text + event.text)
+        return True
+
+    def close(self) -> None:
+        """No more events will be sent; readers finish what is queued."""
+        self._finished = True
+        self._ready.set()
+
+    def abandon(self) -> None:
+        """The reader left: drop what is queued and ignore later sends."""
+        self._closed = True
+        self._items.clear()
+        self._ready.set()
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        while True:
+            while self._items:
+                yield self._items.popleft()
+            if self._finished or self._closed:
+                return
+            self._ready.clear()
+            await self._ready.wait()

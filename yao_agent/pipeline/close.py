@@ -1,0 +1,64 @@
+"""Stage 10, close: the run's outcome, and the one `stream_end` a root run sends after its flush."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from yao_agent.errors import HookError, RunError
+from yao_agent.events import StreamEnd
+from yao_agent.messages import ChatMessage
+from yao_agent.pipeline.runtime import Runtime
+from yao_agent.pipeline.state import RunState
+
+log = logging.getLogger("yao_agent.run")
+
+
+def settle(rt: Runtime, state: RunState, outcome: BaseException | None) -> None:
+    """Turn how the work ended into the run's single final status and terminal reason."""
+    run = state.run
+    if outcome is None:
+        run.status, run.reason, run.error = "completed", "completed", None
+    elif isinstance(outcome, asyncio.CancelledError):
+        run.status, run.reason, run.error = "cancelled", "cancelled", None
+    elif isinstance(outcome, RunError):
+        run.status, run.reason, run.error = "failed", outcome.reason, error_detail(outcome)
+    else:
+        log.error("run %s failed on an unexpected error", run.id, exc_info=outcome)
+        run.status, run.reason = "failed", "internal_error"
+        run.error = {"message": f"internal error: {type(outcome).__name__}"}
+    if run.status != "completed":
+        state.buffer.settle("cancelled" if run.status == "cancelled" else "failed", run.error)
+        pair_open_calls(rt, state)
+    run.ended_at = rt.clock()
+    run.duration_ms = int((rt.monotonic() - state.started_mono) * 1000)
+    run.usage = state.usage.as_dict()
+    run.next = state.next
+
+
+def pair_open_calls(rt: Runtime, state: RunState) -> None:
+    """Give every tool call of this run that has no result a synthesized one, so the chat stays valid."""
+    answered = {m.tool_call_id for m in state.buffer.messages if m.role == "tool"}
+    why = "cancelled" if state.run.status == "cancelled" else f"failed: {state.run.reason}"
+    for message in list(state.buffer.messages):
+        for call in message.tool_calls:
+            if call.id not in answered:
+                state.buffer.add(ChatMessage(
+                    id=rt.ids.new("msg"), role="tool", content=why, run_id=state.run_id, tool_call_id=call.id,
+                    thread_id=message.thread_id, created_at=rt.clock()))  # fmt: skip
+
+
+def error_detail(error: RunError) -> dict[str, Any]:
+    if isinstance(error, HookError):
+        return error.detail()
+    return {"message": error.message}
+
+
+def stream_end(state: RunState) -> StreamEnd:
+    run = state.run
+    status = "completed" if run.status == "completed" else "cancelled" if run.status == "cancelled" else "failed"
+    return StreamEnd(
+        run_id=run.id, status=status, reason=run.reason or "internal_error", usage=run.usage,
+        duration_ms=run.duration_ms or 0, error=run.error, next=run.next,
+    )  # fmt: skip

@@ -1,0 +1,88 @@
+"""A run in flight: its task, its events, and the way to cancel it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from yao_agent.events import Event
+from yao_agent.pipeline.buffer import finish_despite_cancel
+from yao_agent.pipeline.state import RunState
+
+if TYPE_CHECKING:
+    from yao_agent.pipeline.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run as the non-streaming API returns it."""
+
+    run_id: str
+    chat_id: str
+    status: str
+    reason: str
+    messages: list[dict[str, Any]]
+    usage: dict[str, int]
+    next: Any = None
+    error: Any = None
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"run_id": self.run_id, "chat_id": self.chat_id, "status": self.status,
+                               "reason": self.reason, "messages": self.messages}  # fmt: skip
+        if self.next is not None:
+            out["next"] = self.next
+        if self.error is not None:
+            out["error"] = self.error
+        out["usage"] = self.usage
+        return out
+
+
+class RunHandle:
+    def __init__(self, state: RunState, task: asyncio.Task[None]) -> None:
+        self.state = state
+        self.task = task
+
+    @classmethod
+    def start(cls, rt: Runtime, state: RunState, work: Coroutine[Any, Any, None]) -> RunHandle:
+        handle = cls(state, asyncio.create_task(work, name=f"run {state.run_id}"))
+        rt.active[state.run_id] = handle
+        handle.task.add_done_callback(lambda _: rt.active.pop(state.run_id, None))
+        return handle
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    def cancel(self) -> None:
+        """Stop the run; it ends `cancelled`, stores what it had, and still sends `stream_end`."""
+        if not self.task.done():
+            self.task.cancel()
+
+    async def wait(self) -> None:
+        """Until the run (and its flush) is over; re-raises a bug the run hit."""
+        await finish_despite_cancel(self.task)
+
+    async def events(self) -> AsyncGenerator[Event]:
+        finished = False
+        try:
+            async for event in self.state.out:
+                yield event
+            finished = True
+        finally:
+            if not finished:  # the reader left early (a closed connection, Ctrl-C): cancel the run
+                self.state.out.abandon()
+                self.cancel()
+            await self.wait()
+
+    def result(self) -> RunResult:
+        run = self.state.run
+        return RunResult(
+            run_id=run.id, chat_id=run.chat_id, status=_public_status(run.status), reason=run.reason or "",
+            messages=[m.to_api() for m in self.state.new_messages], usage=run.usage, next=run.next, error=run.error,
+        )  # fmt: skip
+
+
+def _public_status(status: str) -> str:
+    return status if status in ("completed", "cancelled") else "failed"

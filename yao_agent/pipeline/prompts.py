@@ -1,0 +1,52 @@
+"""The request a model gets: system prompts (global, then the assistant's or a preset), then the chat."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from yao_agent.dsl.specs import PromptSpec
+from yao_agent.dsl.templates import render
+from yao_agent.pipeline.runtime import Runtime
+from yao_agent.pipeline.state import RunState
+
+
+def variables(rt: Runtime, state: RunState) -> dict[str, Any]:
+    spec = state.assistant
+    return {
+        "assistant": {"id": spec.id, "name": spec.name, "description": spec.description},
+        "user_id": state.identity.user_id,
+        "team_id": state.identity.team_id,
+        "chat_id": state.chat_id,
+        "locale": state.locale,
+        "now": datetime.fromtimestamp(rt.clock(), UTC),
+        "metadata": state.metadata,
+    }
+
+
+def system_messages(rt: Runtime, state: RunState) -> list[dict[str, Any]]:
+    spec = state.assistant
+    disable = state.options.get("disable_global_prompts", spec.disable_global_prompts)
+    preset = state.options.get("prompt_preset")
+    own: tuple[PromptSpec, ...] = spec.prompt_presets.get(str(preset), spec.prompts) if preset else spec.prompts
+    chosen = (() if disable else rt.app.config.prompts) + own
+    if not chosen:
+        return []
+    values = variables(rt, state)
+    out: list[dict[str, Any]] = []
+    for prompt in chosen:
+        message: dict[str, Any] = {"role": prompt.role, "content": render(prompt.content, values)}
+        if prompt.name:
+            message["name"] = prompt.name
+        out.append(message)
+    return out
+
+
+CALL_OPTIONS = ("temperature", "max_tokens", "max_completion_tokens", "top_p")
+
+
+def call_options(state: RunState) -> dict[str, Any]:
+    """The assistant's options, overridden by what the Create hook set for this run."""
+    options = dict(state.assistant.options)
+    options.update({k: state.options[k] for k in CALL_OPTIONS if k in state.options})
+    return options

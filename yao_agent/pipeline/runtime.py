@@ -1,0 +1,110 @@
+"""Everything a run reaches outside itself, in one place, each part with its production default.
+
+Tests build a `Runtime` with their own store, engines, clock, ids or sleep; nothing is patched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from yao_agent.connectors import Engines, RetryPolicy, resolve_connectors
+from yao_agent.dsl import App, load_app
+from yao_agent.errors import ModelError
+from yao_agent.identity import OPERATOR, Identity
+from yao_agent.ids import IdSource, RandomIds
+from yao_agent.store import SqlStore, open_engine, store_url
+
+if TYPE_CHECKING:
+    from yao_agent.pipeline.handle import RunHandle
+
+Sleep = Callable[[float], Awaitable[None]]
+# A run whose process is on another host is presumed dead when its heartbeat is this old.
+STALE_AFTER_S = 600.0
+_BOOT = secrets.token_hex(4)  # tells this process from an earlier one that had the same pid
+
+
+def process_owner() -> str:
+    return f"{socket.gethostname()}|{os.getpid()}|{_BOOT}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_is_dead(owner: str, heartbeat_at: float, now: float | None = None) -> bool:
+    """Whether the process that owns a `running` run is gone, so the run can be marked interrupted."""
+    host, _, rest = owner.partition("|")
+    pid_text, _, boot = rest.partition("|")
+    if host == socket.gethostname() and pid_text.isdigit():
+        pid = int(pid_text)
+        if pid == os.getpid():
+            return boot != _BOOT
+        return not _pid_alive(pid)
+    return (now if now is not None else time.time()) - heartbeat_at > STALE_AFTER_S
+
+
+@dataclass
+class Runtime:
+    app: App
+    store: SqlStore
+    engines: Engines = field(default_factory=Engines)
+    clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Sleep = asyncio.sleep
+    ids: IdSource = field(default_factory=RandomIds)
+    environ: Mapping[str, str] | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    owner: str = field(default_factory=process_owner)
+    chat_locks: dict[str, asyncio.Lock] = field(default_factory=dict[str, asyncio.Lock])
+    active: dict[str, RunHandle] = field(default_factory=dict[str, "RunHandle"])
+
+    @classmethod
+    async def open(cls, app_dir: str | Path, *, db: str | None = None, recover: bool = True) -> Runtime:
+        """Load the app, open its store (migrating it), and mark runs of dead processes interrupted."""
+        app = load_app(app_dir)
+        raw = db or os.environ.get("YAO_AGENT_DB") or app.config.store
+        store = SqlStore(await open_engine(store_url(raw, app.root)))
+        runtime = cls(app=app, store=store)
+        if recover:
+            await runtime.recover()
+        return runtime
+
+    async def prepare(self, assistant_id: str, identity: Identity) -> None:
+        """Load the engines an assistant's connectors need now, so the first run does not pay for it.
+
+        (litellm alone takes seconds to import.) Resolution errors are left for the run to report.
+        """
+        assistant = self.app.assistant(assistant_id)
+        with contextlib.suppress(ModelError):
+            found = await resolve_connectors(assistant.connector, self.app, identity, self.store, self.environ)
+            for connector in found.connectors:
+                self.engines.get(connector)
+
+    async def recover(self) -> list[str]:
+        return await self.store.recover_interrupted(OPERATOR, owner_is_dead)
+
+    async def aclose(self) -> None:
+        """Cancel what still runs (each run flushes), then close engines and the store."""
+        handles = list(self.active.values())
+        for handle in handles:
+            handle.cancel()
+        for handle in handles:
+            with contextlib.suppress(Exception):
+                await handle.wait()
+        await self.engines.aclose()
+        await self.store.aclose()

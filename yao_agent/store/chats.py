@@ -1,0 +1,223 @@
+"""Chats, their messages, runs and steps. Every query is scoped to the caller's identity.
+
+A chat belongs to one (user, team) pair; anybody else asking for it gets `NotFound`, the same
+answer as for a chat that does not exist, so ids reveal nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from yao_agent.errors import NotFound, PermissionDenied
+from yao_agent.identity import Identity, Operator
+from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.store.records import ChatRecord, ResumePoint, RunRecord, StepRecord
+from yao_agent.store.schema import chats, messages, runs, steps
+
+TITLE_CHARS = 80
+
+
+def _team(identity: Identity) -> str:
+    return identity.team_id or ""
+
+
+def _require(identity: Identity | None) -> Identity:
+    if not isinstance(identity, Identity):
+        raise PermissionDenied("an identity is required for this store call")
+    return identity
+
+
+def _owned(identity: Identity) -> Any:
+    return (chats.c.user_id == identity.user_id) & (chats.c.team_id == _team(identity))
+
+
+def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
+    calls = [c.to_dict() for c in message.tool_calls] or None
+    return {"id": message.id, "chat_id": chat_id, "seq": message.seq, "run_id": message.run_id,
+            "role": message.role, "content": message.content, "tool_calls": calls,
+            "tool_call_id": message.tool_call_id, "reasoning": message.reasoning, "status": message.status,
+            "thread_id": message.thread_id, "created_at": message.created_at}  # fmt: skip
+
+
+def _message(row: Any) -> ChatMessage:
+    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in row.tool_calls or ())
+    return ChatMessage(
+        id=row.id, role=row.role, content=row.content, run_id=row.run_id, tool_calls=calls,
+        tool_call_id=row.tool_call_id, reasoning=row.reasoning, status=row.status, thread_id=row.thread_id,
+        created_at=row.created_at, seq=row.seq,
+    )  # fmt: skip
+
+
+def _chat(row: Any) -> ChatRecord:
+    return ChatRecord(row.id, row.user_id, row.team_id or None, row.assistant_id, row.title, row.created_at,
+                      row.updated_at, row.last_status, row.last_run_id, row.message_count)  # fmt: skip
+
+
+def _run(row: Any) -> RunRecord:
+    return RunRecord(
+        id=row.id, chat_id=row.chat_id, user_id=row.user_id, team_id=row.team_id or None,
+        assistant_id=row.assistant_id, trace_id=row.trace_id, owner=row.owner, started_at=row.started_at,
+        status=row.status, reason=row.reason, error=row.error, usage=row.usage or {}, next=row.next,
+        resumed_from=row.resumed_from, ended_at=row.ended_at, duration_ms=row.duration_ms,
+    )  # fmt: skip
+
+
+def _step_row(step: StepRecord) -> dict[str, Any]:
+    return {"id": step.id, "run_id": step.run_id, "seq": step.seq, "type": step.type, "status": step.status,
+            "thread_id": step.thread_id, "input": step.input, "output": step.output, "error": step.error,
+            "started_at": step.started_at, "ended_at": step.ended_at}  # fmt: skip
+
+
+def _step(row: Any) -> StepRecord:
+    return StepRecord(row.id, row.run_id, row.seq, row.type, row.status, row.started_at, row.thread_id,
+                      row.input, row.output, row.error, row.ended_at)  # fmt: skip
+
+
+class ChatStore:
+    """The chat half of `SqlStore` (see store/sql.py for how it is opened)."""
+
+    engine: AsyncEngine
+    writer: AsyncEngine
+    clock: Callable[[], float]
+
+    async def _owned_chat(self, conn: AsyncConnection, identity: Identity, chat_id: str, *, lock: bool) -> Any:
+        query = select(chats).where(chats.c.id == chat_id)
+        if lock and conn.dialect.name == "postgresql":
+            query = query.with_for_update()
+        row = (await conn.execute(query)).first()
+        if row is not None and (row.user_id != identity.user_id or row.team_id != _team(identity)):
+            raise NotFound(f"no chat '{chat_id}'")  # another tenant's: the same answer as a missing one
+        return row
+
+    async def _append(self, conn: AsyncConnection, chat_id: str, start: int, new: Sequence[ChatMessage]) -> int:
+        for offset, message in enumerate(new):
+            message.seq = start + offset + 1
+        if new:
+            await conn.execute(insert(messages), [_message_row(m, chat_id) for m in new])
+        return start + len(new)
+
+    async def start_run(self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage]) -> None:
+        """Write-ahead: the clean input and a `running` run are durable before any model is called."""
+        identity = _require(identity)
+        now = self.clock()
+        async with self.writer.begin() as conn:
+            chat = await self._owned_chat(conn, identity, run.chat_id, lock=True)
+            if chat is None:
+                title = next((m.content for m in new if m.role == "user" and isinstance(m.content, str)), "") or ""
+                await conn.execute(insert(chats).values(
+                    id=run.chat_id, user_id=identity.user_id, team_id=_team(identity), assistant_id=run.assistant_id,
+                    title=title[:TITLE_CHARS], created_at=now, updated_at=now, message_count=0))  # fmt: skip
+            count = await self._append(conn, run.chat_id, chat.message_count if chat is not None else 0, new)
+            await conn.execute(insert(runs).values(
+                id=run.id, chat_id=run.chat_id, user_id=identity.user_id, team_id=_team(identity),
+                assistant_id=run.assistant_id, trace_id=run.trace_id, status="running", owner=run.owner,
+                resumed_from=run.resumed_from, started_at=run.started_at, heartbeat_at=now))  # fmt: skip
+            await conn.execute(update(chats).where(chats.c.id == run.chat_id).values(
+                message_count=count, updated_at=now, last_status="running", last_run_id=run.id))  # fmt: skip
+
+    async def finish_run(
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
+    ) -> None:
+        """The deferred flush: the run's messages, steps and outcome, in one transaction."""
+        identity = _require(identity)
+        async with self.writer.begin() as conn:
+            chat = await self._owned_chat(conn, identity, run.chat_id, lock=True)
+            if chat is None:
+                raise NotFound(f"no chat '{run.chat_id}'")
+            count = await self._append(conn, run.chat_id, chat.message_count, new)
+            if done:
+                await conn.execute(insert(steps), [_step_row(s) for s in done])
+            await conn.execute(update(runs).where(runs.c.id == run.id).values(
+                status=run.status, reason=run.reason, error=run.error, usage=run.usage, next=run.next,
+                ended_at=run.ended_at, duration_ms=run.duration_ms))  # fmt: skip
+            await conn.execute(update(chats).where(chats.c.id == run.chat_id).values(
+                message_count=count, updated_at=run.ended_at or self.clock(), last_status=run.status))  # fmt: skip
+
+    async def check_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
+        """The caller's chat, None if there is none by that id, NotFound if it is somebody else's."""
+        identity = _require(identity)
+        async with self.engine.connect() as conn:
+            row = await self._owned_chat(conn, identity, chat_id, lock=False)
+        return _chat(row) if row is not None else None
+
+    async def get_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
+        identity = _require(identity)
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(chats).where(chats.c.id == chat_id, _owned(identity)))).first()
+        return _chat(row) if row is not None else None
+
+    async def list_chats(self, identity: Identity, limit: int = 100) -> list[ChatRecord]:
+        identity = _require(identity)
+        query = select(chats).where(_owned(identity)).order_by(chats.c.updated_at.desc()).limit(limit)
+        async with self.engine.connect() as conn:
+            return [_chat(r) for r in await conn.execute(query)]
+
+    async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
+        """The chat's messages in order; with `limit`, only the last `limit` of them."""
+        identity = _require(identity)
+        query = (
+            select(messages)
+            .join(chats, chats.c.id == messages.c.chat_id)
+            .where(messages.c.chat_id == chat_id, _owned(identity))
+            .order_by(messages.c.seq.desc() if limit is not None else messages.c.seq)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        async with self.engine.connect() as conn:
+            rows = [_message(r) for r in await conn.execute(query)]
+        return rows[::-1] if limit is not None else rows
+
+    async def latest_run(self, identity: Identity, chat_id: str) -> RunRecord | None:
+        identity = _require(identity)
+        query = (
+            select(runs)
+            .where(runs.c.chat_id == chat_id, runs.c.user_id == identity.user_id, runs.c.team_id == _team(identity))
+            .order_by(runs.c.started_at.desc(), runs.c.id.desc())
+            .limit(1)
+        )
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return _run(row) if row is not None else None
+
+    async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None:
+        """The latest run's unfinished steps, if that run did not complete (a later completed run clears it)."""
+        run = await self.latest_run(identity, chat_id)
+        if run is None or run.status in ("completed", "running"):
+            return None
+        query = select(steps).where(steps.c.run_id == run.id, steps.c.status != "completed").order_by(steps.c.seq)
+        async with self.engine.connect() as conn:
+            found = tuple(_step(r) for r in await conn.execute(query))
+        return ResumePoint(run, found)
+
+    async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]:
+        """Runs left `running` by a process that is gone become `interrupted`, with a resume point at `llm`.
+
+        `is_dead(owner, heartbeat_at)` decides; the operator token is required (this spans tenants).
+        """
+        if not isinstance(operator, Operator):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise PermissionDenied("recovering interrupted runs is an operator action")
+        async with self.engine.connect() as conn:
+            found = (await conn.execute(select(runs).where(runs.c.status == "running"))).all()
+        dead = [row for row in found if is_dead(row.owner, row.heartbeat_at)]
+        for row in dead:
+            await self._interrupt(row)
+        return [row.id for row in dead]
+
+    async def _interrupt(self, row: Any) -> None:
+        now = self.clock()
+        error = {"message": "the process running this run stopped before it finished (killed or crashed)"}
+        step = StepRecord(id=f"{row.id}-interrupted", run_id=row.id, seq=1, type="llm", status="interrupted",
+                          started_at=row.started_at, error=error, ended_at=now)  # fmt: skip
+        async with self.writer.begin() as conn:
+            changed = await conn.execute(update(runs).where(runs.c.id == row.id, runs.c.status == "running").values(
+                status="interrupted", reason="internal_error", error=error, ended_at=now,
+                duration_ms=int((now - row.started_at) * 1000)))  # fmt: skip
+            if not changed.rowcount:
+                return  # finished meanwhile
+            await conn.execute(insert(steps).values(**_step_row(step)))
+            await conn.execute(update(chats).where(chats.c.id == row.chat_id, chats.c.last_run_id == row.id).values(
+                last_status="interrupted", updated_at=now))  # fmt: skip

@@ -1,0 +1,94 @@
+"""What the store keeps about chats, runs and steps, as plain typed records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+RUN_STATUSES = ("running", "completed", "failed", "cancelled", "interrupted")
+
+
+def iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z") if ts is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRecord:
+    id: str
+    user_id: str
+    team_id: str | None
+    assistant_id: str
+    title: str
+    created_at: float
+    updated_at: float
+    last_status: str
+    last_run_id: str | None
+    message_count: int
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "chat_id": self.id,
+            "assistant_id": self.assistant_id,
+            "title": self.title,
+            "updated_at": iso(self.updated_at),
+            "last_status": self.last_status,
+        }
+
+
+@dataclass(slots=True)
+class RunRecord:
+    id: str
+    chat_id: str
+    user_id: str
+    team_id: str | None
+    assistant_id: str
+    trace_id: str
+    owner: str
+    started_at: float
+    status: str = "running"
+    reason: str | None = None
+    error: Any = None
+    usage: dict[str, int] = field(default_factory=dict[str, int])
+    next: Any = None
+    resumed_from: str | None = None
+    ended_at: float | None = None
+    duration_ms: int | None = None
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One stage of a run. `input` is kept only when a resume may need to run the step again."""
+
+    id: str
+    run_id: str
+    seq: int
+    type: str  # hook_create | llm | tool | hook_next | delegate
+    status: str  # running | completed | failed | interrupted | cancelled
+    started_at: float
+    thread_id: str | None = None
+    input: Any = None
+    output: Any = None
+    error: Any = None
+    ended_at: float | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "status": self.status}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a run that did not complete stopped: its unfinished steps, with what they were given."""
+
+    run: RunRecord
+    steps: tuple[StepRecord, ...]
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"run_id": self.run.id, "status": self.run.status, "reason": self.run.reason}
+        if self.run.error is not None:
+            out["error"] = self.run.error
+        out["steps"] = [s.to_api() for s in self.steps]
+        return out
