@@ -35,7 +35,7 @@ def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
         tmp_path, {"assistants/chat/assistant.yml": "name: Chat\nprompts:\n  - role: system\n    content: [oops\n"}
     )
     [error] = errors(tmp_path)
-    assert error.startswith("assistants/chat/assistant.yml:5: malformed YAML")
+    assert error.startswith("assistants/chat/assistant.yml:4: malformed YAML")
 
 
 def test_wrong_type_names_path_line_and_expected(tmp_path: Path) -> None:

@@ -50,8 +50,9 @@ def check_template_at(doc: Document, path: YamlPath, source: object, allowed: fr
     if found is None:
         return
     offset, message = found
-    # A block scalar (`|` or `>`) starts its text on the line after its indicator.
-    line = doc.line(path) + offset - 1 + (1 if path in doc.block_scalars else 0)
+    # Only a literal block (`|`) keeps the value's lines as file lines; in quoted, plain or folded text a
+    # line of the value is not a line of the file, so the value's own line is the honest answer.
+    line = doc.line(path) + offset if path in doc.literal_scalars else doc.line(path)
     doc.problems.append(Problem(doc.file, line, format_path(path), message))
 
 
@@ -78,6 +79,8 @@ def _check_rule(doc: Document, path: YamlPath, rule: Mapping[str, Any]) -> None:
             re.compile(pattern)
         except (re.error, OverflowError) as exc:  # OverflowError: a repeat count such as a{4294967296}
             doc.add((*path, "match", "user"), f"invalid regular expression: {exc} (expected a Python regex)")
+        except RecursionError:
+            doc.add((*path, "match", "user"), "regular expression nested too deeply (expected a simpler one)")
     answers = [key for key in ("reply", "tool_calls", "error") if key in rule]
     if not answers:
         doc.add(path, "rule gives no answer (expected one of: reply, tool_calls, error)")

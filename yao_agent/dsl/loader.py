@@ -13,7 +13,7 @@ from yao_agent.errors import Problem, SpecError, UsageError
 
 from . import build, checks, refs
 from .discover import Found, discover
-from .schema import load_schema, validate
+from .schema import coerce_integers, load_schema, validate
 from .source import Document, decode, parse
 from .specs import App, AppConfig
 
@@ -94,9 +94,12 @@ def _validate(item: Found, doc: Document) -> None:
         return
     if doc.value is None:  # an empty app.yml means "all defaults"
         doc.value = {}
-    for path, message in validate(doc.value, load_schema(item.kind)):
+    schema = load_schema(item.kind)
+    for path, message in validate(doc.value, schema):
         doc.add(path, message)
     checks.check_file(item.kind, doc)
+    if not doc.problems:
+        coerce_integers(doc.value, schema)
 
 
 def _known(docs: dict[Found, Document]) -> refs.Known:

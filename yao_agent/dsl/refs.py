@@ -116,11 +116,15 @@ def _hook_ref(doc: Document, data: Mapping[str, Any], root: Path, known: Known) 
     target = root / hook
     try:
         inside = target.resolve().is_relative_to(root.resolve())
-    except (OSError, RuntimeError):  # RuntimeError: a symlink loop while resolving
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop; ValueError: a NUL in the path
         inside = False
     if not inside:
         return [doc.problem(("hook",), f"hook file '{hook}' is outside the app (expected a path under the app)")]
-    if not target.is_file():
+    try:
+        found = target.is_file()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        return [doc.problem(("hook",), f"hook file '{hook}' cannot be used: {exc.strerror} (expected a .js file)")]
+    if not found:
         hooks = [p.relative_to(root).as_posix() for p in (root / "hooks").glob("*.js")]
         return [doc.problem(("hook",), f"hook file not found: {hook} (known: {known_list(hooks)})")]
     try:
@@ -134,7 +138,7 @@ def _hook_ref(doc: Document, data: Mapping[str, Any], root: Path, known: Known) 
 def _scan_hook(hook: str, source: str, presets: frozenset[str], known: Known) -> list[Problem]:
     """Warn about literal preset and connector names in the hook that cannot resolve."""
     out: list[Problem] = []
-    for number, text in enumerate(source.splitlines(), start=1):
+    for number, text in enumerate(source.split("\n"), start=1):
         for name in _HOOK_PRESET.findall(text):
             if name not in presets:
                 out.append(Problem(hook, number, "", unknown("prompt preset", name, presets), warning=True))

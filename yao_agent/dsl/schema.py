@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from functools import cache
@@ -71,6 +72,8 @@ def _matches_type(value: object, expected: str) -> bool:
     actual = type_name(value)
     if expected == "number":
         return actual in ("integer", "number")
+    if expected == "integer" and isinstance(value, float):
+        return value.is_integer()  # JSON Schema counts 20.0 as an integer; so do editors, so do we
     return _JSON_TYPE_NAMES.get(expected, expected) == actual
 
 
@@ -132,6 +135,9 @@ def _check_value(value: object, schema: Schema, path: Path) -> Iterator[tuple[Pa
         yield path, f"{value!r} is not allowed (expected one of: {choices})"
     if "const" in schema and value != schema["const"]:
         yield path, f"{value!r} is not allowed (expected {schema['const']!r})"
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path, f"{value} is not a number (expected a finite number)"
+        return
     if isinstance(value, int | float) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
             yield path, f"{value} is too small (expected at least {schema['minimum']})"
@@ -224,3 +230,23 @@ def _type_fits(value: object, schema: Schema) -> bool:
         return ("enum" in schema and isinstance(value, str)) or "const" in schema
     options = cast(list[str], expected if isinstance(expected, list) else [expected])
     return any(_matches_type(value, t) for t in options)
+
+
+def coerce_integers(value: object, schema: Schema, root: Schema | None = None) -> object:
+    """`value` (valid for `schema`) with integral floats turned into ints where an integer is expected."""
+    root = root or schema
+    schema = _resolve(schema, root)
+    if isinstance(value, float) and schema.get("type") == "integer":
+        return int(value)
+    if isinstance(value, dict):
+        mapping = cast(dict[str, Any], value)
+        properties = cast(Mapping[str, Schema], schema.get("properties", {}))
+        extra = schema.get("additionalProperties")
+        for key, item in mapping.items():
+            sub = properties.get(key, extra if isinstance(extra, Mapping) else None)
+            if sub is not None:
+                mapping[key] = coerce_integers(item, cast(Schema, sub), root)
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        items = cast(list[Any], value)
+        items[:] = [coerce_integers(item, cast(Schema, schema["items"]), root) for item in items]
+    return value

@@ -20,6 +20,7 @@ from yao_agent.errors import Problem
 Path = tuple[str | int, ...]
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_DEPTH = 64  # far beyond any app file, far below Python's recursion limit
 
 
 def label(path: Path) -> str:
@@ -45,8 +46,8 @@ class Document:
     file: str
     value: Any = None
     lines: dict[Path, int] = field(default_factory=dict[Path, int])
-    # Block scalars (`|`, `>`) start their text on the line after their indicator.
-    block_scalars: set[Path] = field(default_factory=set[Path])
+    # Literal block scalars (`|`) keep their lines: line n of the value is line n after the indicator.
+    literal_scalars: set[Path] = field(default_factory=set[Path])
     problems: list[Problem] = field(default_factory=list[Problem])
 
     def line(self, path: Path) -> int:
@@ -83,10 +84,8 @@ def parse(file: str, text: str) -> Document:
         compose: Callable[..., Iterable[Node | None]] = yaml.compose_all  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
         nodes = list(compose(text, Loader=_Loader))
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else 1
         what = exc.problem or exc.context or "malformed YAML"
-        doc.problems.append(Problem(file, line, "", f"malformed YAML: {what}"))
+        doc.problems.append(Problem(file, _error_line(text, exc), "", f"malformed YAML: {what}"))
         return doc
     except yaml.YAMLError as exc:  # reader errors (control characters) carry no mark
         doc.problems.append(Problem(file, _reader_line(text, exc), "", f"malformed YAML: {_reader_reason(exc)}"))
@@ -100,6 +99,16 @@ def parse(file: str, text: str) -> Document:
         doc.lines[()] = _line(found[0])
         doc.value = _Builder(doc).build(found[0], ())
     return doc
+
+
+def _error_line(text: str, exc: yaml.MarkedYAMLError) -> int:
+    """The line to show for a YAML syntax error: where the author went wrong, within the file."""
+    mark = exc.problem_mark or exc.context_mark
+    # "could not find expected ':'" is noticed lines later; the key that lacks its colon is the context
+    if exc.context_mark is not None and "simple key" in (exc.context or ""):
+        mark = exc.context_mark
+    line = mark.line + 1 if mark is not None else 1
+    return max(1, min(line, text.count("\n") + (0 if text.endswith("\n") else 1)))
 
 
 def _line(node: Node) -> int:
@@ -127,6 +136,9 @@ class _Builder:
         self.construct: Callable[..., Any] = SafeConstructor().construct_object  # pyright: ignore[reportUnknownMemberType]
 
     def build(self, node: Node, path: Path) -> Any:
+        if len(path) > MAX_DEPTH:
+            self.doc.problems.append(self.doc.problem(path, f"nested deeper than {MAX_DEPTH} levels (expected less)"))
+            return None
         if id(node) in self.active:
             self.doc.problems.append(self.doc.problem(path, "recursive YAML alias (expected a finite value)"))
             return None
@@ -187,12 +199,12 @@ class _Builder:
         return out
 
     def _scalar(self, node: Node, path: Path) -> Any:
-        if isinstance(node, ScalarNode) and node.style in ("|", ">"):
-            self.doc.block_scalars.add(path)
+        if isinstance(node, ScalarNode) and node.style == "|":
+            self.doc.literal_scalars.add(path)
         try:
             return self.construct(node, deep=True)
         except ConstructorError as exc:
             self.doc.problems.append(self.doc.problem(path, f"unsupported YAML value: {exc.problem}"))
-        except (ValueError, OverflowError) as exc:
+        except (ValueError, OverflowError, LookupError, AttributeError) as exc:  # e.g. !!bool x, !!int with no digits
             self.doc.problems.append(self.doc.problem(path, f"unreadable YAML value: {exc}"))
         return None

@@ -33,11 +33,25 @@ def check_template(source: str, allowed: frozenset[str]) -> tuple[int, str] | No
         tree = _env.parse(source)
     except TemplateSyntaxError as exc:
         return exc.lineno, f"template syntax error: {exc.message}"
+    except RecursionError:
+        return 1, "template nested too deeply (expected a simpler expression)"
+    unknown_filter = _unknown_filter(tree)
+    if unknown_filter is not None:
+        return unknown_filter
     unknown = sorted(_free_names(tree) - allowed)
     if unknown:
         line = _first_line_naming(source, unknown[0])
         names = ", ".join(sorted(allowed))
         return line, f"unknown template variable '{unknown[0]}' (expected one of: {names})"
+    return None
+
+
+def _unknown_filter(tree: nodes.Template) -> tuple[int, str] | None:
+    """Filters and tests are looked up when Jinja compiles; a parse alone does not notice a typo."""
+    for node in tree.find_all((nodes.Filter, nodes.Test)):
+        table, kind = (_env.filters, "filter") if isinstance(node, nodes.Filter) else (_env.tests, "test")
+        if node.name not in table:
+            return node.lineno, f"unknown template {kind} '{node.name}'"
     return None
 
 
