@@ -232,7 +232,7 @@ def _type_fits(value: object, schema: Schema) -> bool:
     return any(_matches_type(value, t) for t in options)
 
 
-def coerce_integers(value: object, schema: Schema, root: Schema | None = None) -> object:
+def coerce_integers(value: Any, schema: Schema, root: Schema | None = None) -> Any:
     """`value` (valid for `schema`) with integral floats turned into ints where an integer is expected."""
     root = root or schema
     schema = _resolve(schema, root)
@@ -242,11 +242,14 @@ def coerce_integers(value: object, schema: Schema, root: Schema | None = None) -
         mapping = cast(dict[str, Any], value)
         properties = cast(Mapping[str, Schema], schema.get("properties", {}))
         extra = schema.get("additionalProperties")
+        fallback = cast(Schema, extra) if isinstance(extra, Mapping) else None
         for key, item in mapping.items():
-            sub = properties.get(key, extra if isinstance(extra, Mapping) else None)
+            sub = properties.get(key, fallback)
             if sub is not None:
-                mapping[key] = coerce_integers(item, cast(Schema, sub), root)
-    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+                mapping[key] = coerce_integers(item, sub, root)
+        return mapping
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
         items = cast(list[Any], value)
         items[:] = [coerce_integers(item, cast(Schema, schema["items"]), root) for item in items]
-    return value
+        return items
+    return cast(Any, value)
