@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from yao_agent.errors import UsageError
@@ -48,7 +48,7 @@ class ChatMessage:
     thread_id: str | None = None
     created_at: float = 0.0
     seq: int = 0  # position in the chat, given when stored
-    meta: dict[str, Any] = field(default_factory=dict[str, Any])  # not shown to models (e.g. tool server)
+    hidden: bool = False  # a hook's ctx.call turn: kept and shown in history, never sent to a model again
 
     def to_api(self) -> dict[str, Any]:
         """The stored-message shape of CONTRACT §6."""
@@ -87,8 +87,8 @@ def provider_messages(history: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     open_calls: list[str] = []
     for message in history:
-        if message.status == "incomplete" and message.role == "assistant":
-            continue  # shown to the user once, never presented to a model as a finished answer
+        if message.hidden or (message.status == "incomplete" and message.role == "assistant"):
+            continue  # an incomplete reply was shown once; it is never presented to a model as an answer
         if message.role == "tool":
             if message.tool_call_id not in open_calls:
                 continue  # its call fell out of the window (or never existed): providers reject orphans

@@ -48,6 +48,10 @@ class Buffer:
         if status == "completed":
             step.input = None  # nothing will run it again
 
+    def drop(self, step: StepRecord) -> None:
+        """Forget a step that turned out not to happen (a hook file without that function)."""
+        self.steps.remove(step)
+
     def settle(self, status: str, error: Any) -> None:
         """At the end of a run that did not complete, steps still running end with the run."""
         for step in self.steps:

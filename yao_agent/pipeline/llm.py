@@ -93,8 +93,9 @@ async def call(
             "options": dict(request.options),
             "connectors": [c.id for c in state.chain],
         },
+        state.thread_id,
     )
-    reply = LiveReply(state, rt.ids.new)
+    reply = LiveReply(state, rt.ids.new, state.thread_id)
     state.turns += 1
     try:
         async for event in stream_call(state.chain, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
@@ -112,6 +113,7 @@ async def call(
         raise
     message = await reply.close("completed")
     message.created_at = rt.clock()
+    message.hidden = state.hidden
     state.buffer.add(message)
     _count(state, reply.got.usage)
     state.buffer.end(step, "completed", output={"message_id": message.id, "finish": reply.got.finish})
@@ -123,9 +125,11 @@ async def _keep_partial(rt: Runtime, state: RunState, reply: LiveReply) -> None:
         return  # nothing reached the client
     message = await reply.close("incomplete")
     message.created_at = rt.clock()
+    message.hidden = state.hidden
     state.buffer.add(message)
 
 
 def _count(state: RunState, usage: Usage | None) -> None:
     if usage is not None:
-        state.usage = state.usage + usage
+        root = state.root  # a child's tokens are the run's tokens
+        root.usage = root.usage + usage

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from yao_agent.connectors import Engines, RetryPolicy, resolve_connectors
 from yao_agent.dsl import App, load_app
 from yao_agent.errors import ModelError
+from yao_agent.hooks import HookRunner
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import IdSource, RandomIds
 from yao_agent.store import SqlStore, open_engine, store_url
@@ -63,6 +64,7 @@ class Runtime:
     app: App
     store: SqlStore
     engines: Engines = field(default_factory=Engines)
+    hooks: HookRunner = field(default_factory=HookRunner)
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
     sleep: Sleep = asyncio.sleep
@@ -107,4 +109,5 @@ class Runtime:
             with contextlib.suppress(Exception):
                 await handle.wait()
         await self.engines.aclose()
+        await self.hooks.aclose()
         await self.store.aclose()

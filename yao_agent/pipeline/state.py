@@ -52,7 +52,18 @@ class RunState:
     next: Any = None
     metadata: dict[str, Any] = field(default_factory=dict[str, Any])
     locale: str = "en"
-    options: dict[str, Any] = field(default_factory=dict[str, Any])
+    options: dict[str, Any] = field(default_factory=dict[str, Any])  # what the Create hook changed
+    thread_id: str | None = None  # a child run's stack id; None for the root
+    depth: int = 0  # how deeply delegated (0 = root)
+    hidden: bool = False  # a ctx.call child: its turns are kept but never sent to a model again
+    parent: RunState | None = None
+
+    @property
+    def root(self) -> RunState:
+        state = self
+        while state.parent is not None:
+            state = state.parent
+        return state
 
     @property
     def run_id(self) -> str:

@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from yao_agent.errors import NotFound, PermissionDenied
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage, ToolCall
 from yao_agent.store.records import ChatRecord, ResumePoint, RunRecord, StepRecord
-from yao_agent.store.schema import chats, messages, runs, steps
+from yao_agent.store.schema import chats, memory, messages, runs, steps
 
 TITLE_CHARS = 80
 
@@ -40,7 +40,7 @@ def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
     return {"id": message.id, "chat_id": chat_id, "seq": message.seq, "run_id": message.run_id,
             "role": message.role, "content": message.content, "tool_calls": calls,
             "tool_call_id": message.tool_call_id, "reasoning": message.reasoning, "status": message.status,
-            "thread_id": message.thread_id, "created_at": message.created_at}  # fmt: skip
+            "thread_id": message.thread_id, "created_at": message.created_at, "hidden": message.hidden}  # fmt: skip
 
 
 def _message(row: Any) -> ChatMessage:
@@ -48,7 +48,7 @@ def _message(row: Any) -> ChatMessage:
     return ChatMessage(
         id=row.id, role=row.role, content=row.content, run_id=row.run_id, tool_calls=calls,
         tool_call_id=row.tool_call_id, reasoning=row.reasoning, status=row.status, thread_id=row.thread_id,
-        created_at=row.created_at, seq=row.seq,
+        created_at=row.created_at, seq=row.seq, hidden=bool(row.hidden),
     )  # fmt: skip
 
 
@@ -221,3 +221,22 @@ class ChatStore:
             await conn.execute(insert(steps).values(**_step_row(step)))
             await conn.execute(update(chats).where(chats.c.id == row.chat_id, chats.c.last_run_id == row.id).values(
                 last_status="interrupted", updated_at=now))  # fmt: skip
+
+    async def memory_get(self, identity: Identity, chat_id: str, key: str) -> Any:
+        """A hook's per-chat memory (ctx.memory.get); None when unset."""
+        identity = _require(identity)
+        query = (
+            select(memory.c.value)
+            .join(chats, chats.c.id == memory.c.chat_id)
+            .where(memory.c.chat_id == chat_id, memory.c.key == key, _owned(identity))
+        )
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar_one_or_none()
+
+    async def memory_set(self, identity: Identity, chat_id: str, key: str, value: Any) -> None:
+        identity = _require(identity)
+        async with self.writer.begin() as conn:
+            if await self._owned_chat(conn, identity, chat_id, lock=False) is None:
+                raise NotFound(f"no chat '{chat_id}'")
+            await conn.execute(delete(memory).where(memory.c.chat_id == chat_id, memory.c.key == key))
+            await conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=self.clock()))

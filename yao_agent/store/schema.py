@@ -6,7 +6,7 @@ Times are UTC epoch seconds (floats): the same on SQLite and PostgreSQL, cheap t
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import JSON, Boolean, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, false
 
 metadata = MetaData()
 
@@ -51,6 +51,7 @@ messages = Table(
     Column("status", String(16), nullable=False),  # completed | incomplete
     Column("thread_id", String(64), nullable=True),
     Column("created_at", Float, nullable=False),
+    Column("hidden", Boolean, nullable=False, server_default=false()),  # never sent to a model again
     Index("ux_messages_chat_seq", "chat_id", "seq", unique=True),
 )
 

@@ -1,0 +1,132 @@
+"""Latency of a warm hook call: `Create` of a concierge-like hook with a ~2 KB payload.
+
+    .venv/bin/python bench/hooks.py [--calls 5000]
+
+Four things are measured, alternating call by call so machine noise hits all alike:
+- `plain`: the hook shipped in hooks/concierge.js (no `ctx` method);
+- `log`: the same with one `await ctx.log(...)` first (one more round trip into V8, and the callback);
+- `floor`: an empty `Create` with no arguments, i.e. what a call costs before the hook does anything;
+- `v8 1`: mini-racer's own `eval("1")` on the running loop, the library's floor for one round trip.
+Reported: p50, p99 and mean wall time per call, after a warm-up. Each call's payload differs, as in a
+real run. The machine's load shows in every row alike: compare rows with `v8 1`, not with other runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from py_mini_racer import MiniRacer  # noqa: E402
+
+from yao_agent.dsl.specs import HookPolicy  # noqa: E402
+from yao_agent.hooks import HookContext, HookRunner  # noqa: E402
+
+CONCIERGE = (REPO / "hooks" / "concierge.js").read_text(encoding="utf-8")
+LOG_LINE = '\n  await ctx.log("info", "routing " + messages.length + " messages");'
+WITH_LOG = CONCIERGE.replace(
+    "function Create(ctx, messages, options) {", "async function Create(ctx, messages, options) {" + LOG_LINE
+)
+FLOOR = "function Create() { return null; }\n"
+POLICY = HookPolicy()
+
+
+def payload(i: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """About 2 KB of JSON: a 20-message history and the run's options."""
+    messages: list[dict[str, Any]] = []
+    for turn in range(10):
+        messages.append({"role": "user", "content": f"Question {turn} of call {i}: what is the weather like in Paris?"})
+        messages.append({"role": "assistant", "content": f"Answer {turn}: mild and sunny, around 21 °C, light wind."})
+    last = "A long final question, long enough to be routed to the heavy role by the concierge hook."
+    messages[-1] = {"role": "user", "content": last}
+    options = {"connector": "use::default", "metadata": {"source": "bench", "call": i}, "skip": {"history": False}}
+    return messages, options
+
+
+def context() -> HookContext:
+    async def log(level: str, message: str) -> None:
+        return None
+
+    async def send(message: Any) -> str:
+        return "msg_1"
+
+    async def memory_get(key: str) -> Any:
+        return None
+
+    async def memory_set(key: str, value: Any) -> None:
+        return None
+
+    async def call(assistant_id: str, messages: Any) -> Any:
+        return None
+
+    snapshot = {"chat_id": "chat_1", "assistant_id": "concierge", "user_id": "u1", "team_id": "t1",
+                "locale": "en", "metadata": {"channel": "web"}}  # fmt: skip
+    return HookContext(snapshot, log, send, memory_get, memory_set, call)
+
+
+def write(folder: Path, name: str, source: str) -> Path:
+    path = folder / name
+    path.write_text(source, encoding="utf-8")
+    old = time.time() - 3600  # a hook file as found in production: not written this very second
+    os.utime(path, (old, old))
+    return path
+
+
+async def measure(calls: int, warmup: int) -> dict[str, list[float]]:
+    runner = HookRunner()
+    ctx = context()
+    racer = MiniRacer()
+    with tempfile.TemporaryDirectory() as tmp:
+        hooks = {
+            "plain": write(Path(tmp), "concierge.js", CONCIERGE),
+            "log": write(Path(tmp), "with_log.js", WITH_LOG),
+            "floor": write(Path(tmp), "floor.js", FLOOR),
+        }
+        runs: dict[str, Callable[[list[Any]], Awaitable[Any]]] = {
+            name: lambda args, path=path: runner.call(path, path.name, "Create", args, ctx, POLICY)
+            for name, path in hooks.items()
+        }
+        runs["v8 1"] = lambda args: asyncio.sleep(0, racer.eval("1"))
+        check = await runs["plain"](list(payload(0)))
+        assert check.value == {"connector": "use::heavy", "prompt_preset": "thorough", "metadata": {"routed": "heavy"}}
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for i in range(warmup + calls):
+            args = list(payload(i))  # built before the clock starts: the caller's work, not the hook's
+            for name, run in runs.items():
+                given = [] if name == "floor" else args
+                start = time.perf_counter()
+                await run(given)
+                if i >= warmup:
+                    times[name].append(time.perf_counter() - start)
+        await runner.aclose()
+    racer.close()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Latency of a warm hook call.")
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--warmup", type=int, default=500)
+    opts = parser.parse_args()
+    size = len(json.dumps(list(payload(0))))
+    times = asyncio.run(measure(opts.calls, opts.warmup))
+    print(f"warm Create call, payload {size} bytes of JSON, {opts.calls} calls each after {opts.warmup} warm-up")
+    print(f"{'hook':<8}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
+    for name, samples in times.items():
+        cuts = statistics.quantiles(samples, n=100)
+        print(f"{name:<8}{cuts[49] * 1e3:>10.3f}{cuts[98] * 1e3:>10.3f}{statistics.fmean(samples) * 1e3:>10.3f}")
+
+
+if __name__ == "__main__":
+    main()

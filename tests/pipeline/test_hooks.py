@@ -1,0 +1,310 @@
+"""JS hooks in the pipeline: Create and Next shapes, errors with file and line, delegation, ctx.call."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.conftest import app_files, make_runtime
+from tests.pipeline.helpers import ALICE, end_of, stored, turn
+from yao_agent.events import MessageEnd, MessageStart, StreamEnd, StreamStart
+from yao_agent.pipeline import Runtime, start_resume
+from yao_agent.store import SqlStore
+from yao_agent.testing import FakeProvider, Reply
+
+ECHO = "type: scripted\nrules:\n  - reply: 'echo: {{ last_user }}'\n"
+
+
+def hooked(fake: FakeProvider, hook: str, assistant: str = "", more: dict[str, str] | None = None) -> dict[str, str]:
+    files = app_files(fake.base_url)
+    files["hooks/h.js"] = textwrap.dedent(hook)
+    files["assistants/hooked/assistant.yml"] = assistant or (
+        "name: Hooked\nhook: hooks/h.js\nhook_policy: {timeout_ms: 300, memory_mb: 16}\n"
+        "prompt_presets:\n  terse: [{role: system, content: 'Be terse.'}]\n"
+    )
+    files["connectors/demo/echo.yml"] = ECHO
+    return {**files, **(more or {})}
+
+
+Make = Callable[..., Runtime]
+
+
+@pytest.fixture
+def make(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> Make:
+    def build(hook: str, assistant: str = "", more: dict[str, str] | None = None) -> Runtime:
+        return make_runtime(tmp_path / "app", store, hooked(fake, hook, assistant, more))
+
+    return build
+
+
+async def close(rt: Runtime) -> None:
+    await rt.engines.aclose()
+    await rt.hooks.aclose()
+
+
+async def test_create_rewrites_the_request(make: Make, fake: FakeProvider) -> None:
+    rt = make("""
+        function Create(ctx, messages, options) {
+          return {messages: [{role: "user", content: "rewritten: " + messages[messages.length - 1].content}],
+                  prompt_preset: "terse", temperature: 0.1, max_tokens: 50, metadata: {seen: true}, locale: "fr"};
+        }
+    """)
+    fake.enqueue(Reply(text="ok"))
+    end = end_of(await turn(rt, "original", assistant="hooked"))
+    assert end.status == "completed"
+    [request] = fake.requests
+    assert request.messages == [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "rewritten: original"},
+    ]
+    assert (request.body["temperature"], request.body["max_tokens"]) == (0.1, 50)
+    assert await stored(rt) == [("user", "original", "completed"), ("assistant", "ok", "completed")]  # input as given
+    await close(rt)
+
+
+async def test_create_changes_the_connector(make: Make, fake: FakeProvider) -> None:
+    rt = make("function Create() { return {connector: 'demo.echo'} }")
+    end = end_of(await turn(rt, "via echo", assistant="hooked"))
+    assert end.status == "completed"
+    assert await stored(rt) == [("user", "via echo", "completed"), ("assistant", "echo: via echo", "completed")]
+    assert fake.requests == []
+    await close(rt)
+
+
+async def test_null_and_missing_functions_change_nothing(make: Make, fake: FakeProvider) -> None:
+    rt = make("function Create() { return null }\n// no Next at all\n")
+    fake.enqueue(Reply(text="plain"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.next) == ("completed", None)
+    assert fake.requests[0].messages[-1] == {"role": "user", "content": "hi"}
+    await close(rt)
+
+
+async def test_create_returning_an_unknown_key_is_a_hook_error(make: Make, fake: FakeProvider) -> None:
+    rt = make("function Create() { return {temprature: 0.2} }")
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.reason) == ("failed", "hook_error")
+    assert end.error["file"] == "hooks/h.js"
+    assert end.error["message"].startswith("Create returned unknown key 'temprature'")
+    assert fake.requests == []
+    await close(rt)
+
+
+async def test_a_throw_names_the_file_and_line(make: Make, fake: FakeProvider) -> None:
+    rt = make("""\
+        function Create(ctx, messages) {
+          const last = messages[messages.length - 1];
+          throw new TypeError("cannot handle " + last.content);
+        }
+    """)
+    events = await turn(rt, "this", assistant="hooked")
+    end = end_of(events)
+    assert (end.status, end.reason) == ("failed", "hook_error")
+    assert end.error == {"file": "hooks/h.js", "line": 3, "message": "TypeError: cannot handle this"}
+    assert await stored(rt) == [("user", "this", "completed")]
+    point = await rt.store.resume_point(ALICE, "c1")
+    assert point is not None and [(s.type, s.status) for s in point.steps] == [("hook_create", "failed")]
+    await close(rt)
+
+
+async def test_on_error_ignore_logs_and_goes_on(
+    make: Make, fake: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = make(
+        "function Create() { throw new Error('flaky') }",
+        "name: Hooked\nhook: hooks/h.js\nhook_policy: {on_error: ignore}\n",
+    )
+    fake.enqueue(Reply(text="still answered"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert end.status == "completed"
+    assert "hooks/h.js:1 Create failed and is ignored (on_error: ignore): Error: flaky" in caplog.text
+    await close(rt)
+
+
+async def test_an_infinite_loop_stops_at_timeout_and_the_next_run_works(make: Make, fake: FakeProvider) -> None:
+    rt = make("""
+        function Create(ctx, messages) {
+          if (messages[messages.length - 1].content === "loop") { while (true) {} }
+          return null;
+        }
+    """)
+    end = end_of(await turn(rt, "loop", assistant="hooked"))
+    assert (end.reason, end.error["message"]) == ("hook_error", "hook timed out after 300 ms")
+    fake.enqueue(Reply(text="fine again"))
+    assert end_of(await turn(rt, "normal", assistant="hooked", chat_id="c2")).status == "completed"
+    await close(rt)
+
+
+async def test_a_memory_bomb_fails_the_run_cleanly(make: Make, fake: FakeProvider) -> None:
+    rt = make("function Create() { const a = []; while (true) a.push(new Array(100000).fill(1.5)); }")
+    end = end_of(await turn(rt, "boom", assistant="hooked"))
+    assert (end.reason, end.error["message"]) == ("hook_error", "hook exceeded its memory limit of 16 MB")
+    await close(rt)
+
+
+async def test_hooks_cannot_reach_the_host(make: Make, fake: FakeProvider) -> None:
+    rt = make("""
+        function Create() {
+          const tried = {};
+          for (const [name, attempt] of Object.entries({
+            require: () => require("fs"), process: () => process.env, fetch: () => fetch("http://example.com"),
+            xhr: () => new XMLHttpRequest(), constructor: () => globalThis.constructor.constructor("return process")(),
+          })) { try { attempt(); tried[name] = "reached"; } catch (e) { tried[name] = e.name; } }
+          return {metadata: {tried}};
+        }
+        function Next(ctx) { return {data: ctx.metadata.tried} }
+    """)
+    fake.enqueue(Reply(text="ok"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert end.next == {"require": "ReferenceError", "process": "ReferenceError", "fetch": "ReferenceError",
+                        "xhr": "ReferenceError", "constructor": "ReferenceError"}  # fmt: skip
+    await close(rt)
+
+
+async def test_next_data_continue_and_the_payload(make: Make, fake: FakeProvider) -> None:
+    rt = make("""
+        async function Next(ctx, payload, options) {
+          const seen = (await ctx.memory.get("turns")) || 0;
+          await ctx.memory.set("turns", seen + 1);
+          if (seen === 0) return {continue: {messages: [{role: "user", content: "Now shorter."}]}};
+          return {data: {reply: payload.completion.content, turns: seen + 1, history: payload.messages.length}};
+        }
+    """)
+    fake.enqueue(Reply(text="A long first answer."), Reply(text="Short."))
+    end = end_of(await turn(rt, "question", assistant="hooked"))
+    assert end.status == "completed"
+    assert end.next == {"reply": "Short.", "turns": 2, "history": 3}
+    assert fake.requests[1].messages == [
+        {"role": "user", "content": "question"},
+        {"role": "assistant", "content": "A long first answer."},
+        {"role": "user", "content": "Now shorter."},
+    ]
+    assert await rt.store.memory_get(ALICE, "c1", "turns") == 2
+    await close(rt)
+
+
+async def test_ctx_send_and_log(make: Make, fake: FakeProvider, caplog: pytest.LogCaptureFixture) -> None:
+    rt = make("""
+        async function Create(ctx) {
+          await ctx.log("info", "hello from " + ctx.assistant_id + " for " + ctx.user_id);
+          await ctx.send("Looking that up...");
+          return null;
+        }
+    """)
+    fake.enqueue(Reply(text="Found it."))
+    with caplog.at_level("INFO", logger="yao_agent.hook"):
+        events = await turn(rt, "hi", assistant="hooked")
+    ends = [e.content for e in events if isinstance(e, MessageEnd)]
+    assert ends == ["Looking that up...", "Found it."]
+    assert "hooks/h.js (hooked): hello from hooked for alice" in caplog.text
+    assert [row[1] for row in await stored(rt)] == ["hi", "Looking that up...", "Found it."]
+    fake.enqueue(Reply(text="next"))
+    await turn(rt, "again", assistant="hooked")
+    assert {"role": "assistant", "content": "Looking that up..."} not in fake.requests[1].messages
+    await close(rt)
+
+
+DELEGATE_FILES = {
+    "hooks/front.js": "function Create() { return {delegate: {assistant_id: 'expert'}} }\n",
+    "assistants/front/assistant.yml": "name: Front\nhook: hooks/front.js\n",
+    "assistants/expert/assistant.yml": "name: Expert\nconnector: demo.echo\n",
+}
+
+
+async def test_delegation_hands_the_turn_to_the_child(make: Make, fake: FakeProvider) -> None:
+    rt = make("", more=DELEGATE_FILES)
+    events = await turn(rt, "need an expert", assistant="front")
+    assert sum(isinstance(e, StreamStart) for e in events) == 1 and sum(isinstance(e, StreamEnd) for e in events) == 1
+    starts = [e for e in events if isinstance(e, MessageStart)]
+    assert starts and all(s.thread_id is not None for s in starts)
+    end = end_of(events)
+    assert end.status == "completed"
+    rows = await rt.store.history(ALICE, "c1")
+    assert [(m.role, m.content, m.thread_id is not None) for m in rows] == [
+        ("user", "need an expert", False),
+        ("assistant", "echo: need an expert", True),
+    ]
+    assert fake.requests == []  # the front assistant's own model was never called
+    await close(rt)
+
+
+async def test_a_delegation_cycle_stops_at_the_depth_limit(make: Make, fake: FakeProvider) -> None:
+    rt = make("", more={
+        "hooks/a.js": "function Create() { return {delegate: {assistant_id: 'b'}} }\n",
+        "hooks/b.js": "function Create() { return {delegate: {assistant_id: 'a'}} }\n",
+        "assistants/a/assistant.yml": "name: A\nhook: hooks/a.js\n",
+        "assistants/b/assistant.yml": "name: B\nhook: hooks/b.js\n",
+        "app.yml": "roles:\n  default: fake.model\nlimits: {max_delegate_depth: 3}\n",
+    })  # fmt: skip
+    end = end_of(await turn(rt, "loop", assistant="a"))
+    assert (end.status, end.reason) == ("failed", "delegate_error")
+    assert end.error["message"] == "delegation deeper than 3 (limits.max_delegate_depth): a → b → a → b → a"
+    await close(rt)
+
+
+async def test_ctx_call_from_an_async_hook(make: Make, fake: FakeProvider) -> None:
+    rt = make(
+        """
+        async function Create(ctx, messages) {
+          const question = "ask: " + messages[messages.length - 1].content;
+          const answer = await ctx.call("expert", [{role: "user", content: question}]);
+          return {metadata: {expert: answer.content, thread: answer.thread_id}};
+        }
+        function Next(ctx) { return {data: ctx.metadata} }
+    """,
+        more={"assistants/expert/assistant.yml": "name: Expert\nconnector: demo.echo\n"},
+    )
+    fake.enqueue(Reply(text="main answer"))
+    end = end_of(await turn(rt, "topic", assistant="hooked"))
+    assert end.status == "completed"
+    assert end.next["expert"] == "echo: ask: topic" and end.next["thread"].startswith("thread_")
+    assert [row[1] for row in await stored(rt)] == ["topic", "echo: ask: topic", "main answer"]
+    fake.enqueue(Reply(text="second"))
+    await turn(rt, "follow-up", assistant="hooked")
+    assert all("ask: topic" not in str(m.get("content")) for m in fake.requests[-1].messages)  # hidden from models
+    await close(rt)
+
+
+async def test_a_failing_next_keeps_the_reply_and_resume_reruns_only_the_hook(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    hook_path = tmp_path / "app" / "hooks" / "h.js"
+    rt = make_runtime(
+        tmp_path / "app", store, hooked(fake, "function Next(ctx, payload) { throw new Error('not yet') }")
+    )
+    fake.enqueue(Reply(text="the reply"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.reason, end.error["message"]) == ("hook_error", "Error: not yet")
+    assert await stored(rt) == [("user", "hi", "completed"), ("assistant", "the reply", "completed")]
+    point = await rt.store.resume_point(ALICE, "c1")
+    assert point is not None and [(s.type, s.status) for s in point.steps] == [("hook_next", "failed")]
+
+    hook_path.write_text("function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }\n")
+    handle = await start_resume(rt, ALICE, "c1")
+    events = [e async for e in handle.events()]
+    end = end_of(events)
+    assert (end.status, end.next) == ("completed", {"saw": "the reply"})
+    assert len(fake.requests) == 1  # the model was not called again
+    assert await stored(rt) == [("user", "hi", "completed"), ("assistant", "the reply", "completed")]
+    await close(rt)
+
+
+async def test_next_can_delegate_after_the_model_replied(make: Make, fake: FakeProvider) -> None:
+    rt = make(
+        "function Next(ctx, payload) { return {delegate: {assistant_id: 'expert', "
+        "messages: [{role: 'user', content: 'check: ' + payload.completion.content}]}} }",
+        more={"assistants/expert/assistant.yml": "name: Expert\nconnector: demo.echo\n"},
+    )
+    fake.enqueue(Reply(text="draft answer"))
+    events = await turn(rt, "question", assistant="hooked")
+    assert end_of(events).status == "completed"
+    rows = await rt.store.history(ALICE, "c1")
+    assert [(m.content, m.thread_id is not None) for m in rows] == [
+        ("question", False),
+        ("draft answer", False),
+        ("echo: check: draft answer", True),
+    ]
+    await close(rt)

@@ -1,0 +1,99 @@
+"""Stage 6, the Create hook: before the model, the assistant's JS may rewrite the request or hand it over.
+
+It sees the conversation (history + clean input) and the run's options; it may return null, or
+new `messages`, a `connector`, a `prompt_preset`, `temperature`/`max_tokens`, `metadata` to merge, a
+`locale`, the `mcp_servers` to use, or a `delegate` that skips our model call. A value it may not
+return is a hook error naming the key, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from yao_agent.dsl.refs import known_list
+from yao_agent.errors import HookError, UsageError
+from yao_agent.jsonvalue import as_list, as_mapping
+from yao_agent.messages import parse_input
+from yao_agent.pipeline import connector
+from yao_agent.pipeline.hooking import call_hook
+from yao_agent.pipeline.runtime import Runtime
+from yao_agent.pipeline.state import RunState
+
+ALLOWED = ("messages", "connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens",
+           "top_p", "metadata", "locale", "mcp_servers", "disable_global_prompts", "delegate")  # fmt: skip
+
+
+def run_options(state: RunState) -> dict[str, Any]:
+    """The `options` a hook receives: what this run will use."""
+    return {
+        "connector": state.options.get("connector", state.assistant.connector),
+        "metadata": state.metadata,
+        "locale": state.locale,
+        **{k: v for k, v in state.options.items() if k != "connector"},
+    }
+
+
+async def run(rt: Runtime, state: RunState) -> Mapping[str, Any] | None:
+    """Call Create (if the assistant has one) and apply what it returned; returns a `delegate`, if any."""
+    given = [list(state.conversation), run_options(state)]
+    _, changes = await call_hook(rt, state, "hook_create", "Create", given, lambda value: check(state, value))
+    if not changes:
+        return None
+    apply(state, changes)
+    if changes.get("connector"):
+        await connector.resolve(rt, state)  # stage 4 again, for the connector the hook chose
+    return as_mapping(changes.get("delegate")) or None
+
+
+def check(state: RunState, value: Any) -> dict[str, Any] | None:
+    """The changes Create asked for, checked; a HookError for anything it may not return."""
+    if value is None:
+        return None
+    changes = dict(as_mapping(value))
+    if not isinstance(value, Mapping):
+        raise _bad(state, f"Create returned {type(value).__name__} (expected an object or null)")
+    for key in changes:
+        if key not in ALLOWED:
+            raise _bad(state, f"Create returned unknown key '{key}' (expected one of: {', '.join(ALLOWED)})")
+    preset = changes.get("prompt_preset")
+    if preset is not None and preset not in state.assistant.prompt_presets:
+        known = known_list(state.assistant.prompt_presets)
+        raise _bad(state, f"Create chose unknown prompt preset '{preset}' (known: {known})")
+    _check_types(state, changes)
+    if changes.get("messages") is not None:
+        try:
+            changes["messages"] = parse_input(changes["messages"], where="Create messages")
+        except UsageError as exc:
+            raise _bad(state, str(exc)) from None
+    return changes
+
+
+def _check_types(state: RunState, changes: Mapping[str, Any]) -> None:
+    expected = {"connector": str, "prompt_preset": str, "locale": str, "temperature": (int, float),
+                "top_p": (int, float), "max_tokens": int, "max_completion_tokens": int, "metadata": Mapping,
+                "mcp_servers": list, "disable_global_prompts": bool, "delegate": Mapping}  # fmt: skip
+    for key, kinds in expected.items():
+        if key in changes and changes[key] is not None and not isinstance(changes[key], kinds):
+            raise _bad(state, f"Create returned {key} of type {type(changes[key]).__name__}")
+    delegate = changes.get("delegate")
+    if delegate is not None and not isinstance(as_mapping(delegate).get("assistant_id"), str):
+        raise _bad(state, "Create returned a delegate without assistant_id (expected {assistant_id, messages?})")
+
+
+def apply(state: RunState, changes: Mapping[str, Any]) -> None:
+    if changes.get("messages") is not None:
+        state.conversation = list(changes["messages"])
+    state.metadata.update(as_mapping(changes.get("metadata")))
+    if changes.get("locale"):
+        state.locale = str(changes["locale"])
+    for key in ("connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens", "top_p",
+                "disable_global_prompts"):  # fmt: skip
+        if changes.get(key) is not None:
+            state.options[key] = changes[key]
+    if changes.get("mcp_servers") is not None:
+        state.options["mcp_servers"] = as_list(changes["mcp_servers"])
+
+
+def _bad(state: RunState, message: str) -> HookError:
+    return HookError(message, file=state.assistant.hook or "", function="Create")

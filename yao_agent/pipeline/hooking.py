@@ -1,0 +1,56 @@
+"""Calling an assistant's JS hook from a stage: recorded as a step, checked, and its policy applied.
+
+`on_error: fail` (the default) ends the run with `hook_error`, naming the hook's file and line;
+`on_error: ignore` logs the failure and goes on as if the hook had returned null. Either way the
+failure is never silent: it is logged and recorded in the step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from yao_agent.errors import HookError
+from yao_agent.pipeline.hostapi import hook_context
+from yao_agent.pipeline.runtime import Runtime
+from yao_agent.pipeline.state import RunState
+
+log = logging.getLogger("yao_agent.hook")
+T = TypeVar("T")
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+async def call_hook(
+    rt: Runtime,
+    state: RunState,
+    step_type: str,
+    function: str,
+    args: Sequence[Any],
+    check: Callable[[Any], Any] = _same,
+) -> tuple[bool, Any]:
+    """(whether `function` ran, the checked value it returned). It did not run when the assistant has
+    no hook or its file has no such function; a failure under `on_error: ignore` counts as null."""
+    spec = state.assistant
+    if spec.hook_path is None:
+        return False, None
+    step = state.buffer.begin(step_type, {"function": function, "args": list(args)}, state.thread_id)
+    try:
+        outcome = await rt.hooks.call(spec.hook_path, spec.hook or "", function, args, hook_context(rt, state),
+                                      spec.hook_policy)  # fmt: skip
+        if not outcome.defined:
+            state.buffer.drop(step)
+            return False, None
+        value = check(outcome.value)
+    except HookError as exc:
+        state.buffer.end(step, "failed", error=exc.detail())
+        if spec.hook_policy.on_error == "ignore":
+            log.warning("%s:%s %s failed and is ignored (on_error: ignore): %s", exc.file, exc.line or "?", function,
+                        exc.message)  # fmt: skip
+            return True, None
+        raise
+    state.buffer.end(step, "completed", output=value)
+    return True, value

@@ -1,0 +1,69 @@
+"""What a hook's `ctx` reaches: logging, sending messages, per-chat memory, calling another assistant.
+
+Each method acts on the run the hook belongs to, with the run's identity: a hook can never read or
+write another chat's memory or send into another run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from yao_agent.events import MessageDelta, MessageEnd, MessageStart
+from yao_agent.hooks import HookContext
+from yao_agent.jsonvalue import as_mapping
+from yao_agent.messages import ChatMessage, text_of
+from yao_agent.pipeline.runtime import Runtime
+from yao_agent.pipeline.state import RunState
+
+hook_log = logging.getLogger("yao_agent.hook")
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "warning": logging.WARNING,
+          "error": logging.ERROR}  # fmt: skip
+
+
+def snapshot(state: RunState) -> dict[str, Any]:
+    return {
+        "chat_id": state.chat_id,
+        "assistant_id": state.assistant.id,
+        "user_id": state.identity.user_id,
+        "team_id": state.identity.team_id,
+        "locale": state.locale,
+        "metadata": state.metadata,
+    }
+
+
+def hook_context(rt: Runtime, state: RunState) -> HookContext:
+    hook = state.assistant.hook or ""
+
+    async def log(level: str, message: str) -> None:
+        hook_log.log(LEVELS.get(level.lower(), logging.INFO), "%s (%s): %s", hook, state.assistant.id, message)
+
+    async def send(message: Any) -> str:
+        return await send_message(rt, state, message)
+
+    async def memory_get(key: str) -> Any:
+        return await rt.store.memory_get(state.identity, state.chat_id, str(key))
+
+    async def memory_set(key: str, value: Any) -> None:
+        await rt.store.memory_set(state.identity, state.chat_id, str(key), value)
+
+    async def call(assistant_id: str, messages: Any) -> Any:
+        from yao_agent.pipeline.delegate import call_child
+
+        return await call_child(rt, state, str(assistant_id), messages)
+
+    return HookContext(snapshot(state), log, send, memory_get, memory_set, call)
+
+
+async def send_message(rt: Runtime, state: RunState, message: Any) -> str:
+    """A hook's own message: streamed as one start/delta/end and stored as an assistant message."""
+    data = as_mapping(message)
+    text = message if isinstance(message, str) else text_of(data.get("content", data.get("text", "")))
+    kind = str(data.get("kind") or "text")
+    message_id = rt.ids.new("msg")
+    await state.emit(MessageStart(state.run_id, message_id, kind, state.thread_id))
+    await state.emit(MessageDelta(state.run_id, message_id, kind, text=text, thread_id=state.thread_id))
+    await state.emit(MessageEnd(state.run_id, message_id, kind, text, "completed", state.thread_id))
+    state.buffer.add(ChatMessage(id=message_id, role="assistant", content=text, run_id=state.run_id,
+                                 thread_id=state.thread_id, created_at=rt.clock(), hidden=True))  # fmt: skip
+    return message_id

@@ -1,0 +1,66 @@
+"""Stage 9: after the model (and its tools), who decides what happens next.
+
+With a `Next` hook, the hook decides: null keeps the reply, `{data}` attaches data to `stream_end`,
+`{delegate}` hands the conversation to another assistant, `{continue: {messages}}` runs one more model
+turn with those messages appended (bounded by `limits.max_turns`). Without one, the tool loop feeds
+tool results back to the model; otherwise the reply stands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from yao_agent.errors import HookError, UsageError
+from yao_agent.jsonvalue import as_mapping
+from yao_agent.messages import ChatMessage, parse_input
+from yao_agent.pipeline.hook_create import run_options
+from yao_agent.pipeline.hooking import call_hook
+from yao_agent.pipeline.runtime import Runtime
+from yao_agent.pipeline.state import RunState
+
+ALLOWED = ("data", "delegate", "continue", "metadata")
+
+
+def payload(state: RunState, reply: ChatMessage, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What Next sees: the conversation before the reply, the reply, and each tool call's outcome."""
+    completion = {
+        "message_id": reply.id,
+        "content": reply.content,
+        "reasoning": reply.reasoning,
+        "tool_calls": [c.to_dict() for c in reply.tool_calls],
+    }
+    return {"messages": state.conversation[:-1], "completion": completion, "tools": list(results)}
+
+
+async def decide(rt: Runtime, state: RunState, given: list[Any]) -> tuple[bool, Mapping[str, Any] | None]:
+    """Call Next with `given` ([payload, options]); (whether it ran, its checked answer)."""
+    return await call_hook(rt, state, "hook_next", "Next", given, lambda value: check(state, value))
+
+
+def arguments(state: RunState, reply: ChatMessage, results: Sequence[Mapping[str, Any]]) -> list[Any]:
+    return [payload(state, reply, results), run_options(state)]
+
+
+def check(state: RunState, value: Any) -> Mapping[str, Any] | None:
+    if value is None:
+        return None
+    answer = dict(as_mapping(value))
+    if not isinstance(value, Mapping):
+        raise _bad(state, f"Next returned {type(value).__name__} (expected an object or null)")
+    for key in answer:
+        if key not in ALLOWED:
+            raise _bad(state, f"Next returned unknown key '{key}' (expected one of: {', '.join(ALLOWED)})")
+    more = answer.get("continue")
+    if more is not None:
+        try:
+            answer["continue"] = parse_input(as_mapping(more).get("messages"), where="Next continue.messages")
+        except UsageError as exc:
+            raise _bad(state, str(exc)) from None
+    if answer.get("delegate") is not None and not isinstance(as_mapping(answer["delegate"]).get("assistant_id"), str):
+        raise _bad(state, "Next returned a delegate without assistant_id (expected {assistant_id, messages?})")
+    return answer
+
+
+def _bad(state: RunState, message: str) -> HookError:
+    return HookError(message, file=state.assistant.hook or "", function="Next")
