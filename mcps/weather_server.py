@@ -29,8 +29,9 @@ def forecast(city: str, days: int = 1) -> str:
     lines = []
     for day in range(days):
         seed = hashlib.sha256(f"{city.lower()}:{day}".encode()).digest()
-        sky = _SKIES[seed[0] % len(_SKIES)]
         temperature = seed[1] % 30 - 2
+        skies = _SKIES if temperature <= 2 else _SKIES[:-1]  # no snow on warm days
+        sky = skies[seed[0] % len(skies)]
         lines.append(f"{city} day {day + 1}: {sky}, {temperature}°C")
     return "\n".join(lines)
 

@@ -83,27 +83,32 @@ def text_of(content: object) -> str:
 
 
 def provider_messages(history: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """Stored messages → what a model may be sent: no incomplete replies, every call paired."""
+    """Stored messages → what a model may be sent: no incomplete replies, every call paired once.
+
+    A call's latest result wins (a resumed tool call's result supersedes the one synthesized when
+    its run stopped); a call without any gets a synthesized one; a result without its call is dropped.
+    """
     out: list[dict[str, Any]] = []
-    open_calls: list[str] = []
+    pending: dict[str, dict[str, Any] | None] = {}  # the calls of the last assistant turn → their result
     for message in history:
         if message.hidden or (message.status == "incomplete" and message.role == "assistant"):
             continue  # an incomplete reply was shown once; it is never presented to a model as an answer
         if message.role == "tool":
-            if message.tool_call_id not in open_calls:
-                continue  # its call fell out of the window (or never existed): providers reject orphans
-            open_calls.remove(message.tool_call_id)
-        else:
-            out += _close(open_calls)
+            if message.tool_call_id in pending:
+                pending[message.tool_call_id] = message.to_provider()
+            continue  # a result whose call fell out of the window (or never existed): providers reject it
+        out += _close(pending)
         out.append(message.to_provider())
         if message.role == "assistant":
-            open_calls = [c.id for c in message.tool_calls]
-    return out + _close(open_calls)
+            pending = {c.id: None for c in message.tool_calls}
+    return out + _close(pending)
 
 
-def _close(open_calls: list[str]) -> list[dict[str, Any]]:
-    closing = [{"role": "tool", "tool_call_id": call, "content": MISSING_RESULT} for call in open_calls]
-    open_calls.clear()
+def _close(pending: dict[str, dict[str, Any] | None]) -> list[dict[str, Any]]:
+    closing = [
+        result or {"role": "tool", "tool_call_id": call, "content": MISSING_RESULT} for call, result in pending.items()
+    ]
+    pending.clear()
     return closing
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from yao_agent.dsl.refs import known_list
+from yao_agent.dsl.specs import McpUse
 from yao_agent.errors import HookError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import parse_input
@@ -66,7 +67,22 @@ def check(state: RunState, value: Any) -> dict[str, Any] | None:
             changes["messages"] = parse_input(changes["messages"], where="Create messages")
         except UsageError as exc:
             raise _bad(state, str(exc)) from None
+    if changes.get("mcp_servers") is not None:
+        changes["mcp_servers"] = _servers(state, changes["mcp_servers"])
     return changes
+
+
+def _servers(state: RunState, entries: list[Any]) -> list[McpUse]:
+    """`mcp_servers` entries: a server id, or {server, tools}; only servers the app declares."""
+    out: list[McpUse] = []
+    for entry in entries:
+        data = as_mapping(entry)
+        server = entry if isinstance(entry, str) else data.get("server", data.get("server_id"))
+        tools = as_list(data.get("tools")) if data.get("tools") is not None else None
+        if not isinstance(server, str) or (tools is not None and not all(isinstance(t, str) for t in tools)):
+            raise _bad(state, "Create returned mcp_servers entries of the wrong shape (expected id or {server, tools})")
+        out.append(McpUse(server, tuple(tools) if tools is not None else None))
+    return out
 
 
 def _check_types(state: RunState, changes: Mapping[str, Any]) -> None:
@@ -92,7 +108,8 @@ def apply(state: RunState, changes: Mapping[str, Any]) -> None:
         if changes.get(key) is not None:
             state.options[key] = changes[key]
     if changes.get("mcp_servers") is not None:
-        state.options["mcp_servers"] = as_list(changes["mcp_servers"])
+        state.options["mcp_servers"] = changes["mcp_servers"]
+        state.tools = None  # list again, from the servers the hook chose
 
 
 def _bad(state: RunState, message: str) -> HookError:

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 
 from yao_agent.connectors import Engines, RetryPolicy, resolve_connectors
 from yao_agent.dsl import App, load_app
-from yao_agent.errors import ModelError
+from yao_agent.errors import ModelError, ToolError
 from yao_agent.hooks import HookRunner
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import IdSource, RandomIds
 from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.tools import ToolManager
 
 if TYPE_CHECKING:
     from yao_agent.pipeline.handle import RunHandle
@@ -65,6 +66,8 @@ class Runtime:
     store: SqlStore
     engines: Engines = field(default_factory=Engines)
     hooks: HookRunner = field(default_factory=HookRunner)
+    # The MCP tool manager; by default one for the app's `mcps/` servers (built in __post_init__).
+    tools: ToolManager = field(default=None)  # pyright: ignore[reportAssignmentType]
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
     sleep: Sleep = asyncio.sleep
@@ -74,6 +77,10 @@ class Runtime:
     owner: str = field(default_factory=process_owner)
     chat_locks: dict[str, asyncio.Lock] = field(default_factory=dict[str, asyncio.Lock])
     active: dict[str, RunHandle] = field(default_factory=dict[str, "RunHandle"])
+
+    def __post_init__(self) -> None:
+        if self.tools is None:  # pyright: ignore[reportUnnecessaryComparison]
+            self.tools = ToolManager(self.app.mcps, root=self.app.root, environ=self.environ)
 
     @classmethod
     async def open(cls, app_dir: str | Path, *, db: str | None = None, recover: bool = True) -> Runtime:
@@ -96,6 +103,8 @@ class Runtime:
             found = await resolve_connectors(assistant.connector, self.app, identity, self.store, self.environ)
             for connector in found.connectors:
                 self.engines.get(connector)
+        with contextlib.suppress(ToolError):  # and start its MCP servers
+            await self.tools.tools_for(assistant.mcp.servers)
 
     async def recover(self) -> list[str]:
         return await self.store.recover_interrupted(OPERATOR, owner_is_dead)
@@ -110,4 +119,5 @@ class Runtime:
                 await handle.wait()
         await self.engines.aclose()
         await self.hooks.aclose()
+        await self.tools.aclose()
         await self.store.aclose()

@@ -1,8 +1,9 @@
 """Stages 6–9 of one run (or child run): the Create hook, then model turns until nothing asks for more.
 
-    Create hook → [ LLM → tools → Next hook / tool loop / standard ] → ... → done
+    Create hook → [ LLM → tools (with retries) → Next hook | tool loop | standard ] → ... → done
 
-Every model call counts against `limits.max_turns`.
+Every model call counts against `limits.max_turns`; repeated identical tool calls stop the run
+(`loop_detected`).
 """
 
 from __future__ import annotations
@@ -10,18 +11,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from yao_agent.errors import ToolError
-from yao_agent.messages import ChatMessage
-from yao_agent.pipeline import delegate, guards, hook_create, llm, next_hook, prompts
+from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.pipeline import delegate, guards, hook_create, llm, next_hook, prompts, tool_round
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+
+LAST_WORD = (
+    "You have used the tools as many times as this assistant allows. Do not call tools now: answer the "
+    "user from the tool results gathered so far, and say what is still missing, if anything."
+)
 
 
 async def converse(rt: Runtime, state: RunState) -> None:
     point = state.request.resume if state.parent is None else None
-    if point is not None and point.steps and point.steps[0].type == "hook_next":
-        # resume a Next hook that failed after the model replied: only the hook runs again
-        if not await after_reply(rt, state, point.steps[0].input["args"]):
+    step = point.steps[0] if point is not None and point.steps else None
+    if step is not None and step.type in ("hook_next", "tool") and step.input is not None:
+        if not await _resume_step(rt, state, step.type, step.input):
             return
     else:
         handed_to = await hook_create.run(rt, state)  # 6. Create hook
@@ -30,30 +35,38 @@ async def converse(rt: Runtime, state: RunState) -> None:
             return
     while True:
         reply = await model_turn(rt, state)  # 7. LLM
-        results = await tool_round(rt, state, reply) if reply.tool_calls else []  # 8. tools
-        if not await after_reply(rt, state, next_hook.arguments(state, reply, results)):  # 9. Next / loop / standard
+        done = await tool_round.run(rt, state, reply, model_turn) if reply.tool_calls else None  # 8. tools
+        if done is not None and done.answered_in_text:
+            return  # asked to fix a tool call, the model answered instead: that answer ends the run
+        results = done.results if done is not None else []
+        if not await after_reply(rt, state, reply, results):  # 9. Next hook / tool loop / standard
             return
 
 
-async def model_turn(rt: Runtime, state: RunState) -> ChatMessage:
+async def model_turn(
+    rt: Runtime, state: RunState, extra: Sequence[dict[str, Any]] = (), *, with_tools: bool = True
+) -> ChatMessage:
     guards.before_model_call(state, rt.app.config.limits.max_turns)
-    messages = [*prompts.system_messages(rt, state), *state.conversation]
-    reply = await llm.call(rt, state, messages, options=prompts.call_options(state))
+    tools = [t.to_openai() for t in await tool_round.offered(rt, state)] if with_tools else []
+    messages = [*prompts.system_messages(rt, state), *state.conversation, *extra]
+    reply = await llm.call(rt, state, messages, tools, options=prompts.call_options(state))
     state.conversation.append(reply.to_provider())
     return reply
 
 
-async def tool_round(rt: Runtime, state: RunState, reply: ChatMessage) -> list[dict[str, Any]]:
-    names = ", ".join(call.name for call in reply.tool_calls)
-    raise ToolError(f"the model called {names}, but assistant '{state.assistant.id}' has no tools")
-
-
-async def after_reply(rt: Runtime, state: RunState, given: list[Any]) -> bool:
-    """Whether the model should speak again."""
-    ran, answer = await next_hook.decide(rt, state, given)
+async def after_reply(rt: Runtime, state: RunState, reply: ChatMessage, results: list[dict[str, Any]]) -> bool:
+    """Whether the model should speak again: the Next hook decides; without one, the tool loop."""
+    guards.check_loop(state)
+    ran, answer = await next_hook.decide(rt, state, next_hook.arguments(state, reply, results))
     if ran:
         return await _follow_next(rt, state, answer)
-    return False  # the tool loop joins here (tools issue)
+    if not results or not state.assistant.mcp.tool_loop:
+        return False
+    if state.tool_turns < state.assistant.mcp.max_turns:
+        state.tool_turns += 1
+        return True  # feed the results back: the model answers, or calls more tools
+    await model_turn(rt, state, [{"role": "system", "content": LAST_WORD}], with_tools=False)
+    return False
 
 
 async def _follow_next(rt: Runtime, state: RunState, answer: Mapping[str, Any] | None) -> bool:
@@ -70,3 +83,17 @@ async def _follow_next(rt: Runtime, state: RunState, answer: Mapping[str, Any] |
         state.conversation.extend(more)
         return True
     return False
+
+
+async def _resume_step(rt: Runtime, state: RunState, kind: str, given: Any) -> bool:
+    """Run the step a run stopped at again, with what it was given; whether the model speaks next."""
+    if kind == "hook_next":  # a Next hook failed after the model replied: only the hook runs again
+        ran, answer = await next_hook.decide(rt, state, given["args"])
+        return await _follow_next(rt, state, answer) if ran else False
+    # the tool calls run again; their results supersede the ones synthesized when the run stopped
+    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in given["calls"])
+    ids = {c.id for c in calls}
+    state.conversation = [m for m in state.conversation if not (m["role"] == "tool" and m.get("tool_call_id") in ids)]
+    reply = ChatMessage(rt.ids.new("msg"), "assistant", None, run_id=state.run_id, tool_calls=calls)
+    done = await tool_round.run(rt, state, reply, model_turn)
+    return not done.answered_in_text and await after_reply(rt, state, reply, done.results)

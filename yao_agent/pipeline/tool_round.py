@@ -1,0 +1,128 @@
+"""Stage 8, tools: run the model's tool calls, and let it correct the ones that failed.
+
+Calls of one reply run concurrently; each result is paired with its call id, streamed as a
+`tool_result` and stored as a `tool` message. Retryable failures (invalid JSON, arguments that break
+the tool's schema, an error the tool reported) go back to the model with a plain-words request to
+correct the call; at most `limits.max_tool_retries` executions. A non-retryable failure (unknown
+tool, unreachable server, protocol error, timeout) ends the run with `tool_error`. If the model
+answers in text instead of retrying, that answer ends the round normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from yao_agent.dsl.specs import McpUse
+from yao_agent.errors import ToolError
+from yao_agent.events import ToolResult
+from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.pipeline.runtime import Runtime
+from yao_agent.pipeline.state import RunState
+from yao_agent.tools import ToolOutcome, ToolSpec
+from yao_agent.tools.outcome import failure
+
+RETRY_PROMPT = (
+    "One or more of your tool calls failed; the error is in each tool result above. Correct the call "
+    "(its arguments must match the tool's JSON Schema) and call the tool again, or answer without it."
+)
+
+
+@dataclass
+class Round:
+    """What one reply's tool calls came to, across retries."""
+
+    results: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    answered_in_text: bool = False  # the model answered instead of retrying: the turn is over
+
+
+async def offered(rt: Runtime, state: RunState) -> list[ToolSpec]:
+    """The tools this run may use: the Create hook's `mcp_servers`, else the assistant's; listed once."""
+    if state.tools is None:
+        uses: Sequence[McpUse] = state.options.get("mcp_servers", state.assistant.mcp.servers)
+        state.tools = await rt.tools.tools_for(uses) if uses else []
+    return state.tools
+
+
+async def run(rt: Runtime, state: RunState, reply: ChatMessage, model_turn: Any) -> Round:
+    """Execute `reply`'s calls; on retryable failures, ask the model to fix them (bounded)."""
+    limit = rt.app.config.limits.max_tool_retries
+    done = Round()
+    for attempt in range(1, limit + 1):
+        outcomes = await execute(rt, state, reply.tool_calls, attempt)
+        done.results += [r for _, r in outcomes]
+        failed = [(call, o) for call, (o, _) in zip(reply.tool_calls, outcomes, strict=True) if not o.ok]
+        if not failed:
+            return done
+        if any(not outcome.retryable for _, outcome in failed):
+            raise ToolError(_summary("a tool call failed and cannot be retried", failed))
+        if attempt == limit:
+            raise ToolError(_summary(f"tool calls failed after {limit} attempts", failed))
+        reply = await model_turn(rt, state, [{"role": "system", "content": RETRY_PROMPT}])
+        if not reply.tool_calls:
+            done.answered_in_text = True
+            return done
+    return done
+
+
+def _summary(head: str, failed: Sequence[tuple[ToolCall, ToolOutcome]]) -> str:
+    return head + ": " + "; ".join(f"{call.name}: {outcome.error}" for call, outcome in failed)
+
+
+async def execute(
+    rt: Runtime, state: RunState, calls: Sequence[ToolCall], attempt: int
+) -> list[tuple[ToolOutcome, dict[str, Any]]]:
+    """Run calls concurrently (cancelling the task reaches each running call); results keep call order."""
+    tools = await offered(rt, state)
+    step = state.buffer.begin("tool", {"calls": [c.to_dict() for c in calls], "attempt": attempt}, state.thread_id)
+    try:
+        done = await asyncio.gather(*(_one(rt, state, call, tools, attempt) for call in calls))
+    except BaseException as exc:
+        error = None if isinstance(exc, asyncio.CancelledError) else {"message": type(exc).__name__}
+        state.buffer.end(step, "cancelled" if error is None else "failed", error=error)
+        raise
+    for _, _, message in done:  # stored and shown to the model in call order, whatever order they finished
+        state.buffer.add(message)
+        state.conversation.append(message.to_provider())
+    outcomes = [(outcome, result) for outcome, result, _ in done]
+    errors = [r["error"] for _, r in outcomes if r["error"]]
+    state.buffer.end(step, "failed" if errors else "completed", output={"errors": errors} if errors else None,
+                     error={"message": "; ".join(errors)} if errors else None)  # fmt: skip
+    state.signatures += [_signature(call, r) for call, (_, r) in zip(calls, outcomes, strict=True)]
+    return outcomes
+
+
+async def _one(
+    rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[ToolSpec], attempt: int
+) -> tuple[ToolOutcome, dict[str, Any], ChatMessage]:
+    spec = rt.tools.find(call.name, tools)
+    if spec is None:
+        names = ", ".join(t.name for t in tools) or "none"
+        outcome = failure(f"unknown tool '{call.name}' (offered: {names})", retryable=False)
+    else:
+        outcome = await rt.tools.call(spec, call.arguments)
+    server, tool = (spec.server, spec.tool) if spec is not None else ("", call.name)
+    result = {"tool_call_id": call.id, "server": server, "tool": tool, "arguments": call.arguments,
+              "result": outcome.result, "error": outcome.error}  # fmt: skip
+    await state.emit(ToolResult(state.run_id, call.id, server, tool, outcome.result, outcome.error, attempt,
+                                state.thread_id))  # fmt: skip
+    message = ChatMessage(
+        id=rt.ids.new("msg"),
+        role="tool",
+        content=outcome.text(),
+        run_id=state.run_id,
+        tool_call_id=call.id,
+        thread_id=state.thread_id,
+        created_at=rt.clock(),
+        hidden=state.hidden,
+    )
+    return outcome, result, message  # fmt: skip
+
+
+def _signature(call: ToolCall, result: dict[str, Any]) -> str:
+    """The same tool, input and output hash the same: what loop detection counts."""
+    text = f"{call.name}\x00{call.arguments}\x00{result['result']}\x00{result['error']}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -1,0 +1,127 @@
+"""The tools assistants use: MCP servers from `mcps/*.yml`, offered to the model as `<prefix>__<tool>`.
+
+One manager serves every run of a process. Servers start on first use and stay up; a call's arguments
+are checked here before any server sees them, and every failure comes back as a `ToolOutcome` that says
+whether the model may correct the call (`retryable`) or the run must end.
+
+Importing this module stays cheap: the MCP SDK is imported when the first server is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from yao_agent.dsl.specs import McpServerSpec, McpUse
+from yao_agent.errors import ToolError
+from yao_agent.tools import catalog
+from yao_agent.tools.catalog import ToolSpec
+from yao_agent.tools.outcome import DEFAULT_MAX_CHARS, ToolOutcome, failure
+from yao_agent.tools.validate import ArgumentChecker, ArgumentError, parse_arguments
+
+if TYPE_CHECKING:
+    from yao_agent.tools.connection import ServerLink
+
+IN_PROCESS_FILE = "<in-process>"
+
+
+class ToolManager:
+    """Lists, checks and runs MCP tools for every run of this process; `aclose` stops the servers."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServerSpec],
+        *,
+        root: Path,
+        environ: Mapping[str, str] | None = None,
+        in_process: Mapping[str, Any] | None = None,
+        max_result_chars: int = DEFAULT_MAX_CHARS,
+    ) -> None:
+        self._in_process = dict(in_process or {})
+        self._specs = dict(servers)
+        for server_id in self._in_process:
+            self._specs.setdefault(server_id, McpServerSpec(id=server_id, file=IN_PROCESS_FILE))
+        self._root = root
+        self._environ = environ
+        self._max_chars = max_result_chars
+        self._links: dict[str, ServerLink] = {}
+        self._checker = ArgumentChecker()
+        self._warned: set[tuple[str, str]] = set()
+        self._closed = False
+
+    async def __aenter__(self) -> ToolManager:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def tools_for(self, uses: Sequence[McpUse]) -> list[ToolSpec]:
+        """The tools an assistant offers the model, starting its servers (in parallel) if needed.
+
+        Raises `ToolError` naming the server when one cannot be started or reached: an assistant
+        without the tools it was written for must not run as if it had them.
+        """
+        links = [(use, self._link(use.server)) for use in uses]
+        cold = {link.spec.id: link for _, link in links if link.catalogue is None}
+        if cold:
+            results = await asyncio.gather(*(link.tools() for link in cold.values()), return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+        offered: dict[str, ToolSpec] = {}
+        for use, link in links:
+            assert link.catalogue is not None
+            for spec in catalog.select(link.spec, link.catalogue, use.tools, self._warned):
+                offered.setdefault(spec.name, spec)
+        return list(offered.values())
+
+    async def call(self, spec: ToolSpec, arguments: str) -> ToolOutcome:
+        """Run one tool call the model made; `arguments` is the JSON text it wrote. Never raises but
+        for cancellation, which reaches the server as a cancelled request."""
+        try:
+            link = self._link(spec.server)
+        except ToolError as exc:
+            return failure(exc.message, retryable=False)
+        try:
+            parsed = parse_arguments(arguments)
+            self._checker.check(spec, parsed)
+        except ArgumentError as exc:
+            return failure(str(exc), retryable=True)
+        return await link.call(spec.tool, parsed)
+
+    def find(self, name: str, offered: Sequence[ToolSpec]) -> ToolSpec | None:
+        """The offered tool the model named, or None: a model may only call what it was offered."""
+        return catalog.find(name, offered)
+
+    async def aclose(self) -> None:
+        """Close every session and stop every subprocess; the manager refuses new work afterwards."""
+        self._closed = True
+        links = list(self._links.values())
+        self._links.clear()
+        await asyncio.gather(*(link.aclose() for link in links))
+
+    def _link(self, server_id: str) -> ServerLink:
+        if self._closed:
+            raise ToolError("the tool manager is closed")
+        link = self._links.get(server_id)
+        if link is None:
+            spec = self._specs.get(server_id)
+            if spec is None:
+                known = ", ".join(sorted(self._specs)) or "none"
+                raise ToolError(f"unknown MCP server '{server_id}' (known: {known})")
+            from yao_agent.tools.connection import ServerLink
+
+            link = ServerLink(
+                spec,
+                root=self._root,
+                environ=self._environ,
+                in_process=self._in_process.get(server_id),
+                max_result_chars=self._max_chars,
+            )
+            self._links[server_id] = link
+        return link
