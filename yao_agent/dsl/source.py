@@ -90,9 +90,9 @@ def parse(file: str, text: str) -> Document:
     except yaml.YAMLError as exc:  # reader errors (control characters) carry no mark
         doc.problems.append(Problem(file, _reader_line(text, exc), "", f"malformed YAML: {_reader_reason(exc)}"))
         return doc
-    found = [n for n in nodes if n is not None]
+    found = [n for n in nodes if n is not None and not _empty(n)]
     if len(found) > 1:
-        line = _line(found[1])
+        line = clamp_line(text, _line(found[1]))
         doc.problems.append(Problem(file, line, "", "more than one YAML document (expected exactly one)"))
         return doc
     if found:
@@ -101,13 +101,22 @@ def parse(file: str, text: str) -> Document:
     return doc
 
 
+def _empty(node: Node) -> bool:
+    """A document with nothing in it, as a stray `---` at the end of a file makes."""
+    return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null" and node.value == ""
+
+
 def _error_line(text: str, exc: yaml.MarkedYAMLError) -> int:
     """The line to show for a YAML syntax error: where the author went wrong, within the file."""
     mark = exc.problem_mark or exc.context_mark
     # "could not find expected ':'" is noticed lines later; the key that lacks its colon is the context
     if exc.context_mark is not None and "simple key" in (exc.context or ""):
         mark = exc.context_mark
-    line = mark.line + 1 if mark is not None else 1
+    return clamp_line(text, mark.line + 1 if mark is not None else 1)
+
+
+def clamp_line(text: str, line: int) -> int:
+    """A line within the file: libyaml may point one past the end of a file without a final newline."""
     return max(1, min(line, text.count("\n") + (0 if text.endswith("\n") else 1)))
 
 
