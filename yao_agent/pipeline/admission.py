@@ -1,19 +1,174 @@
-"""Stage 2, admission: one active run per chat, the others wait their turn (in this process)."""
+"""Stage 2, admission: one active run per chat; the others queue, are rejected, or interrupt it.
+
+Every accepted request gets a sequence number. Whether it is already cancelled, must wait, or may run
+is decided without yielding to the event loop (so nothing can slip in between), and its cancel
+handle is registered in that same step. A cancel raises the chat's watermark to the newest sequence
+number: the active run and every request accepted at or below the mark end `cancelled` (each with
+its own `stream_end`); a request accepted after the cancel is untouched. The mark is forgotten when
+no accepted request remains.
+
+Across processes (PostgreSQL), a lease row in the database keeps one active run per chat, and a
+cancel is broadcast to the other processes (see `store/leases.py`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import contextlib
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from yao_agent.pipeline.runtime import Runtime
-from yao_agent.pipeline.state import RunState
+from yao_agent.errors import UsageError
+
+if TYPE_CHECKING:
+    from yao_agent.pipeline.state import RunState
+
+OnBusy = Literal["queue", "reject", "interrupt"]
 
 
-@asynccontextmanager
-async def enter(rt: Runtime, state: RunState) -> AsyncGenerator[None]:
-    lock = rt.chat_locks.setdefault(state.chat_id, asyncio.Lock())
-    async with lock:
-        yield
-    if not lock.locked():
-        rt.chat_locks.pop(state.chat_id, None)
+class ChatBusy(UsageError):
+    """A request with `on_busy: reject` found the chat busy (HTTP 409)."""
+
+
+class NoActiveRun(UsageError):
+    """Append found no active run for the chat (HTTP 409)."""
+
+
+class Lease(Protocol):
+    """Holds a chat for one run across processes; `None` where the store is single-process."""
+
+    async def acquire(self, chat_id: str, run_id: str) -> None: ...
+    async def release(self, chat_id: str, run_id: str) -> None: ...
+    async def held_elsewhere(self, chat_id: str) -> bool: ...
+    def busy_elsewhere(self, chat_id: str) -> bool: ...
+
+
+@dataclass(eq=False)
+class Ticket:
+    chat_id: str
+    seq: int
+    accepted_at: float
+    state: RunState
+    cancel: Callable[[], None] = lambda: None
+    cancelled: bool = False
+    turn: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class ChatGate:
+    """The requests accepted for one chat in this process, in order; the first one is active."""
+
+    seq: int = 0
+    mark: int = 0
+    tickets: list[Ticket] = field(default_factory=list[Ticket])
+
+    @property
+    def active(self) -> Ticket | None:
+        return self.tickets[0] if self.tickets else None
+
+
+class Admission:
+    def __init__(self, clock: Callable[[], float], lease: Lease | None = None) -> None:
+        self.gates: dict[str, ChatGate] = {}
+        self.clock = clock
+        self.lease = lease
+
+    def accept(self, state: RunState, on_busy: OnBusy) -> Ticket:
+        """Take a request in: reject it, or give it a place (after cancelling the active run if asked)."""
+        gate = self.gates.setdefault(state.chat_id, ChatGate())
+        busy = bool(gate.tickets) or (self.lease is not None and self.lease.busy_elsewhere(state.chat_id))
+        if busy and on_busy == "reject":
+            raise ChatBusy(f"chat '{state.chat_id}' is busy with another run (on_busy: reject)")
+        if busy and on_busy == "interrupt":
+            self.cancel(state.chat_id)
+        gate.seq += 1
+        ticket = Ticket(state.chat_id, gate.seq, self.clock(), state)
+        gate.tickets.append(ticket)
+        if len(gate.tickets) == 1:
+            ticket.turn.set()
+        return ticket
+
+    def cancel(self, chat_id: str, before: float | None = None) -> int:
+        """Cancel the active run and every request accepted so far (or accepted before `before`)."""
+        gate = self.gates.get(chat_id)
+        if gate is None:
+            return 0
+        doomed = [t for t in gate.tickets if before is None or t.accepted_at <= before]
+        if doomed:
+            gate.mark = max(gate.mark, max(t.seq for t in doomed))
+        for ticket in doomed:
+            ticket.cancelled = True
+            ticket.cancel()
+        return len(doomed)
+
+    def cancel_before(self, chat_id: str, at: float) -> None:
+        """Another process cancelled the chat at `at`: what was accepted here by then is cancelled."""
+        self.cancel(chat_id, before=at)
+
+    def is_cancelled(self, ticket: Ticket) -> bool:
+        gate = self.gates.get(ticket.chat_id)
+        return ticket.cancelled or (gate is not None and ticket.seq <= gate.mark)
+
+    def finish(self, ticket: Ticket) -> None:
+        gate = self.gates.get(ticket.chat_id)
+        if gate is None or ticket not in gate.tickets:
+            return
+        gate.tickets.remove(ticket)
+        if gate.tickets:
+            gate.tickets[0].turn.set()
+        else:
+            del self.gates[ticket.chat_id]  # the watermark goes with it: nothing is left to cancel
+
+    async def held_elsewhere(self, chat_id: str) -> bool:
+        return self.lease is not None and await self.lease.held_elsewhere(chat_id)
+
+    def active_state(self, chat_id: str) -> RunState | None:
+        gate = self.gates.get(chat_id)
+        return gate.active.state if gate is not None and gate.active is not None else None
+
+    @asynccontextmanager
+    async def enter(self, ticket: Ticket) -> AsyncGenerator[bool]:
+        """Hold the chat for this request: yields whether it was cancelled before its turn came.
+
+        A cancelled request still waits for its turn, so that what it stores (its input and its
+        cancelled run) lands in the chat's order, never inside another run's messages.
+        """
+        holds_lease = False
+        try:
+            cancelled = await _wait_despite_cancel(ticket.turn.wait())
+            if self.lease is not None and not (cancelled or self.is_cancelled(ticket)):
+                try:
+                    await self.lease.acquire(ticket.chat_id, ticket.state.run_id)
+                    holds_lease = True
+                except asyncio.CancelledError:
+                    _uncancel()
+                    cancelled = True
+            yield cancelled or self.is_cancelled(ticket)
+        finally:
+            if holds_lease and self.lease is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.lease.release(ticket.chat_id, ticket.state.run_id))
+            self.finish(ticket)
+
+
+async def _wait_despite_cancel(waiting: Any) -> bool:
+    """Wait to the end; whether a cancel arrived meanwhile (it is absorbed, and reported instead)."""
+    task = asyncio.ensure_future(waiting)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            _uncancel()
+            cancelled = True
+    return cancelled
+
+
+def _uncancel() -> None:
+    current = asyncio.current_task()
+    if current is not None:
+        current.uncancel()

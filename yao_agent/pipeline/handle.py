@@ -57,12 +57,13 @@ class RunHandle:
 
     def cancel(self) -> None:
         """Stop the run; it ends `cancelled`, stores what it had, and still sends `stream_end`."""
-        if not self.task.done():
+        self.state.cancel_requested = True  # seen at its start if it has not started yet
+        if self.state.begun and not self.task.done():
             self.task.cancel()
 
     async def wait(self) -> None:
         """Until the run (and its flush) is over; re-raises a bug the run hit."""
-        await finish_despite_cancel(self.task)
+        await finish_despite_cancel(asyncio.shield(self.task))
 
     async def events(self) -> AsyncGenerator[Event]:
         finished = False

@@ -16,7 +16,8 @@ from contextlib import aclosing
 
 from yao_agent.errors import RunError
 from yao_agent.events import Event, StreamStart
-from yao_agent.pipeline import admission, close, connector, history, permission, turns
+from yao_agent.pipeline import close, connector, history, permission, turns
+from yao_agent.pipeline.admission import ChatBusy, Ticket
 from yao_agent.pipeline.buffer import finish_despite_cancel, log
 from yao_agent.pipeline.guards import RunTimeout
 from yao_agent.pipeline.handle import RunHandle, RunResult
@@ -24,14 +25,17 @@ from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunRequest, RunState
 
 
-async def execute(rt: Runtime, state: RunState) -> None:
-    """The run's own task: the stages in order, then the flush, then `stream_end`."""
+async def execute(rt: Runtime, state: RunState, ticket: Ticket) -> None:
+    """The run's own task: wait for the chat, the stages in order, the flush, then `stream_end`."""
+    state.begun = True
     run = state.run
     await state.emit(StreamStart(run.id, run.chat_id, run.assistant_id, run.trace_id))
     outcome: BaseException | None = None
     try:
-        async with admission.enter(rt, state):  # 2. admission
-            try:  # 3. buffer: everything below is flushed in `finally`
+        async with rt.admission.enter(ticket) as cancelled_before_its_turn:  # 2. admission
+            try:  # 3. buffer: everything below is flushed in `finally`, while the chat is still held
+                if cancelled_before_its_turn or state.cancel_requested:
+                    raise asyncio.CancelledError
                 async with asyncio.timeout(rt.app.config.limits.timeout_s):
                     await work(rt, state)
             except TimeoutError:
@@ -45,7 +49,10 @@ async def execute(rt: Runtime, state: RunState) -> None:
                 outcome = exc
             finally:
                 close.settle(rt, state, outcome)
-                await finish_despite_cancel(flush(rt, state))
+                try:
+                    await finish_despite_cancel(flush(rt, state))
+                except asyncio.CancelledError:
+                    _uncancel()  # a cancel during the flush: the outcome was already settled and is now stored
     finally:
         await state.emit(close.stream_end(state))  # 10. close
         state.out.close()
@@ -78,7 +85,13 @@ def _uncancel() -> None:
 async def start(rt: Runtime, request: RunRequest) -> RunHandle:
     """Check the request (stage 1: errors are raised here, before anything exists) and start the run."""
     state = await permission.check(rt, request)
-    return RunHandle.start(rt, state, execute(rt, state))
+    on_busy = request.on_busy or state.assistant.on_busy
+    if on_busy == "reject" and await rt.admission.held_elsewhere(state.chat_id):
+        raise ChatBusy(f"chat '{state.chat_id}' is busy with a run in another process (on_busy: reject)")
+    ticket = rt.admission.accept(state, on_busy)  # 2. may refuse (busy)
+    handle = RunHandle.start(rt, state, execute(rt, state, ticket))
+    ticket.cancel = handle.cancel  # registered before anything else can run: no cancel is ever missed
+    return handle
 
 
 async def run_stream(rt: Runtime, request: RunRequest) -> AsyncGenerator[Event]:

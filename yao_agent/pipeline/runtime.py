@@ -14,15 +14,18 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from yao_agent.connectors import Engines, RetryPolicy, resolve_connectors
 from yao_agent.dsl import App, load_app
-from yao_agent.errors import ModelError, ToolError
+from yao_agent.errors import ModelError, NotFound, ToolError, UsageError
 from yao_agent.hooks import HookRunner
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import IdSource, RandomIds
+from yao_agent.messages import parse_input
+from yao_agent.pipeline.admission import Admission, NoActiveRun
 from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store.leases import TTL_S, PgLease
 from yao_agent.tools import ToolManager
 
 if TYPE_CHECKING:
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 
 Sleep = Callable[[float], Awaitable[None]]
 # A run whose process is on another host is presumed dead when its heartbeat is this old.
-STALE_AFTER_S = 600.0
+STALE_AFTER_S = 60.0
 _BOOT = secrets.token_hex(4)  # tells this process from an earlier one that had the same pid
 
 
@@ -75,10 +78,12 @@ class Runtime:
     environ: Mapping[str, str] | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     owner: str = field(default_factory=process_owner)
-    chat_locks: dict[str, asyncio.Lock] = field(default_factory=dict[str, asyncio.Lock])
+    admission: Admission = field(default=None)  # pyright: ignore[reportAssignmentType]
     active: dict[str, RunHandle] = field(default_factory=dict[str, "RunHandle"])
 
     def __post_init__(self) -> None:
+        if self.admission is None:  # pyright: ignore[reportUnnecessaryComparison]
+            self.admission = Admission(self.clock)
         if self.tools is None:  # pyright: ignore[reportUnnecessaryComparison]
             self.tools = ToolManager(self.app.mcps, root=self.app.root, environ=self.environ)
 
@@ -89,9 +94,42 @@ class Runtime:
         raw = db or os.environ.get("YAO_AGENT_DB") or app.config.store
         store = SqlStore(await open_engine(store_url(raw, app.root)))
         runtime = cls(app=app, store=store)
+        await runtime.share_chats()
         if recover:
             await runtime.recover()
         return runtime
+
+    async def share_chats(self) -> None:
+        """On PostgreSQL, hold chats with leases and hear other processes' cancels (several servers)."""
+        if self.store.engine.dialect.name != "postgresql" or self.admission.lease is not None:
+            return
+        ttl = float(os.environ.get("YAO_AGENT_LEASE_TTL_S") or TTL_S)  # how long a dead process holds a chat
+        lease = PgLease(self.store.engine, self.owner, self.admission.cancel_before, clock=self.clock, ttl_s=ttl)
+        await lease.start()
+        self.admission.lease = lease
+
+    def append(self, identity: Identity, chat_id: str, messages: Any) -> str:
+        """Add user messages to the chat's active run: its next model call sees them. Returns its run id."""
+        state = self.admission.active_state(chat_id)
+        if state is None or state.identity != identity:
+            raise NoActiveRun(f"chat '{chat_id}' has no active run in this process to append to")
+        given = parse_input(messages, where="messages")
+        if any(m["role"] != "user" for m in given):
+            raise UsageError("messages: only user messages can be appended to a run")
+        state.appended.extend(given)
+        return state.run_id
+
+    async def cancel(self, identity: Identity, chat_id: str) -> int:
+        """Cancel the chat's active run and every request accepted before now, in every process."""
+        if await self.store.check_chat(identity, chat_id) is None and self.admission.active_state(chat_id) is None:
+            raise NotFound(f"no chat '{chat_id}'")
+        state = self.admission.active_state(chat_id)
+        if state is not None and state.identity != identity:
+            raise NotFound(f"no chat '{chat_id}'")
+        cancelled = self.admission.cancel(chat_id)
+        if isinstance(self.admission.lease, PgLease):
+            await self.admission.lease.cancel_everywhere(chat_id)
+        return cancelled
 
     async def prepare(self, assistant_id: str, identity: Identity) -> None:
         """Load the engines an assistant's connectors need now, so the first run does not pay for it.
@@ -117,6 +155,8 @@ class Runtime:
         for handle in handles:
             with contextlib.suppress(Exception):
                 await handle.wait()
+        if isinstance(self.admission.lease, PgLease):
+            await self.admission.lease.aclose()
         await self.engines.aclose()
         await self.hooks.aclose()
         await self.tools.aclose()

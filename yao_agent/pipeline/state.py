@@ -48,6 +48,9 @@ class RunState:
     conversation: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # for the model
     usage: Usage = field(default_factory=Usage)
     stored: bool = False  # the run record and clean input are in the store (write-ahead done)
+    begun: bool = False  # its task has started (a cancel before that is only noted)
+    cancel_requested: bool = False
+    appended: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # folded into the next call
     turns: int = 0
     failure: RunError | None = None
     next: Any = None

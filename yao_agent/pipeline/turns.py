@@ -36,22 +36,40 @@ async def converse(rt: Runtime, state: RunState) -> None:
     while True:
         reply = await model_turn(rt, state)  # 7. LLM
         done = await tool_round.run(rt, state, reply, model_turn) if reply.tool_calls else None  # 8. tools
-        if done is not None and done.answered_in_text:
+        if done is not None and done.answered_in_text and not _appended(state):
             return  # asked to fix a tool call, the model answered instead: that answer ends the run
         results = done.results if done is not None else []
-        if not await after_reply(rt, state, reply, results):  # 9. Next hook / tool loop / standard
-            return
+        more = await after_reply(rt, state, reply, results)  # 9. Next hook / tool loop / standard
+        if not more and not _appended(state):
+            return  # (a message appended while the model spoke gets its answer before the run ends)
 
 
 async def model_turn(
     rt: Runtime, state: RunState, extra: Sequence[dict[str, Any]] = (), *, with_tools: bool = True
 ) -> ChatMessage:
     guards.before_model_call(state, rt.app.config.limits.max_turns)
+    fold_appended(rt, state)
     tools = [t.to_openai() for t in await tool_round.offered(rt, state)] if with_tools else []
     messages = [*prompts.system_messages(rt, state), *state.conversation, *extra]
     reply = await llm.call(rt, state, messages, tools, options=prompts.call_options(state))
     state.conversation.append(reply.to_provider())
     return reply
+
+
+def _appended(state: RunState) -> bool:
+    return state.parent is None and bool(state.appended)
+
+
+def fold_appended(rt: Runtime, state: RunState) -> None:
+    """Messages appended to the chat while this run was busy join its next model call, in order."""
+    if state.parent is not None or not state.appended:
+        return
+    waiting, state.appended = state.appended, []
+    for message in waiting:
+        stored = ChatMessage(id=rt.ids.new("msg"), role="user", content=message["content"], run_id=state.run_id,
+                             created_at=rt.clock())  # fmt: skip
+        state.buffer.add(stored)
+        state.conversation.append(stored.to_provider())
 
 
 async def after_reply(rt: Runtime, state: RunState, reply: ChatMessage, results: list[dict[str, Any]]) -> bool:

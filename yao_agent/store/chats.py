@@ -171,17 +171,21 @@ class ChatStore:
             rows = [_message(r) for r in await conn.execute(query)]
         return rows[::-1] if limit is not None else rows
 
-    async def latest_run(self, identity: Identity, chat_id: str) -> RunRecord | None:
+    async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]:
+        """The chat's runs, newest first."""
         identity = _require(identity)
         query = (
             select(runs)
             .where(runs.c.chat_id == chat_id, runs.c.user_id == identity.user_id, runs.c.team_id == _team(identity))
             .order_by(runs.c.started_at.desc(), runs.c.id.desc())
-            .limit(1)
+            .limit(limit)
         )
         async with self.engine.connect() as conn:
-            row = (await conn.execute(query)).first()
-        return _run(row) if row is not None else None
+            return [_run(row) for row in await conn.execute(query)]
+
+    async def latest_run(self, identity: Identity, chat_id: str) -> RunRecord | None:
+        found = await self.runs_of(identity, chat_id, limit=1)
+        return found[0] if found else None
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None:
         """The latest run's unfinished steps, if that run did not complete (a later completed run clears it)."""
@@ -208,19 +212,8 @@ class ChatStore:
         return [row.id for row in dead]
 
     async def _interrupt(self, row: Any) -> None:
-        now = self.clock()
-        error = {"message": "the process running this run stopped before it finished (killed or crashed)"}
-        step = StepRecord(id=f"{row.id}-interrupted", run_id=row.id, seq=1, type="llm", status="interrupted",
-                          started_at=row.started_at, error=error, ended_at=now)  # fmt: skip
         async with self.writer.begin() as conn:
-            changed = await conn.execute(update(runs).where(runs.c.id == row.id, runs.c.status == "running").values(
-                status="interrupted", reason="internal_error", error=error, ended_at=now,
-                duration_ms=int((now - row.started_at) * 1000)))  # fmt: skip
-            if not changed.rowcount:
-                return  # finished meanwhile
-            await conn.execute(insert(steps).values(**_step_row(step)))
-            await conn.execute(update(chats).where(chats.c.id == row.chat_id, chats.c.last_run_id == row.id).values(
-                last_status="interrupted", updated_at=now))  # fmt: skip
+            await mark_interrupted(conn, row.id, self.clock(), "killed or crashed")
 
     async def memory_get(self, identity: Identity, chat_id: str, key: str) -> Any:
         """A hook's per-chat memory (ctx.memory.get); None when unset."""
@@ -240,3 +233,20 @@ class ChatStore:
                 raise NotFound(f"no chat '{chat_id}'")
             await conn.execute(delete(memory).where(memory.c.chat_id == chat_id, memory.c.key == key))
             await conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=self.clock()))
+
+
+async def mark_interrupted(conn: AsyncConnection, run_id: str, now: float, why: str) -> bool:
+    """A `running` run whose process is gone becomes `interrupted`, resumable from its model call."""
+    row = (await conn.execute(select(runs).where(runs.c.id == run_id, runs.c.status == "running"))).first()
+    if row is None:
+        return False  # it finished meanwhile
+    error = {"message": f"the process running this run stopped before it finished ({why})"}
+    await conn.execute(update(runs).where(runs.c.id == run_id).values(
+        status="interrupted", reason="internal_error", error=error, ended_at=now,
+        duration_ms=int((now - row.started_at) * 1000)))  # fmt: skip
+    step = StepRecord(id=f"{run_id}-interrupted", run_id=run_id, seq=1, type="llm", status="interrupted",
+                      started_at=row.started_at, error=error, ended_at=now)  # fmt: skip
+    await conn.execute(insert(steps).values(**_step_row(step)))
+    await conn.execute(update(chats).where(chats.c.id == row.chat_id, chats.c.last_run_id == run_id).values(
+        last_status="interrupted", updated_at=now))  # fmt: skip
+    return True

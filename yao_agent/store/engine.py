@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from yao_agent.dsl.envvars import resolve_env
 from yao_agent.errors import UsageError
 
-HEAD = "0002"  # the newest migration; a test keeps it in step with migrations/versions
+HEAD = "0003"  # the newest migration; a test keeps it in step with migrations/versions
 WRITE = {"yao_write": True}  # execution option: this transaction writes (SQLite: BEGIN IMMEDIATE)
 _MIGRATION_LOCK = 728_469_001  # PostgreSQL advisory lock id serialising concurrent migrations
 

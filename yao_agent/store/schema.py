@@ -105,6 +105,15 @@ memory = Table(
     Column("updated_at", Float, nullable=False),
 )
 
+chat_leases = Table(
+    "chat_leases",
+    metadata,
+    Column("chat_id", String(64), primary_key=True),
+    Column("owner", String(128), nullable=False),  # the process holding the chat
+    Column("run_id", String(64), nullable=False),
+    Column("expires_at", Float, nullable=False),  # renewed by the holder's heartbeat
+)
+
 tokens = Table(
     "tokens",
     metadata,

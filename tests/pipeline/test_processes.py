@@ -1,0 +1,130 @@
+"""Two server processes on one PostgreSQL database: one active run per chat, and cancels that cross over."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.apps import make_app
+from tests.pipeline.conftest import app_files
+from tests.pipeline.helpers import stored
+from yao_agent.events import StreamEnd
+from yao_agent.identity import Identity
+from yao_agent.pipeline import RunRequest, Runtime, start
+from yao_agent.testing import FakeProvider, Reply
+
+pytestmark = pytest.mark.postgres
+REPO = Path(__file__).resolve().parents[2]
+LOCAL = Identity("local")
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> str:
+    from tests.conftest import _pg_admin_truncate
+
+    _pg_admin_truncate(pg_database)
+    return pg_database
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider() as provider:
+        yield provider
+
+
+async def other_process(app: Path, pg_url: str, text: str) -> asyncio.subprocess.Process:
+    """`yao-agent chat` in its own process, on chat k1, started once its reply is streaming."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "YAO_AGENT_LEASE_TTL_S": "2"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", pg_url, "chat", "chat", text, "--chat", "k1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen = b""
+    while b"zzzz" not in seen:
+        chunk = await asyncio.wait_for(process.stdout.read(64), 60)
+        assert chunk, (await process.stderr.read()).decode() if process.stderr else "no output"  # type: ignore[union-attr]
+        seen += chunk
+    return process
+
+
+async def our_runtime(app: Path, pg_url: str) -> Runtime:
+    os.environ["YAO_AGENT_LEASE_TTL_S"] = "2"
+    try:
+        return await Runtime.open(app, db=pg_url, recover=False)
+    finally:
+        del os.environ["YAO_AGENT_LEASE_TTL_S"]
+
+
+async def ending(handle_events: AsyncIterator[object]) -> StreamEnd:
+    last = None
+    async for event in handle_events:
+        last = event
+    assert isinstance(last, StreamEnd)
+    return last
+
+
+async def test_two_processes_take_turns_on_one_chat(tmp_path: Path, pg_url: str, fake: FakeProvider) -> None:
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 60, chunk_size=1, delay_s=0.02), Reply(text="second answer"))
+    process = await other_process(app, pg_url, "first")
+    rt = await our_runtime(app, pg_url)
+    try:
+        handle = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "second"}], chat_id="k1"))
+        end = await ending(handle.events())
+        assert await process.wait() == 0
+        assert end.status == "completed"
+        assert [r[1] for r in await stored(rt, "k1", LOCAL)] == ["first", "z" * 60, "second", "second answer"]
+        assert [r.messages[-1]["content"] for r in fake.requests] == ["first", "second"]
+    finally:
+        await rt.aclose()
+
+
+async def test_a_cancel_in_one_process_reaches_a_run_in_another(
+    tmp_path: Path, pg_url: str, fake: FakeProvider
+) -> None:
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="after"))
+    process = await other_process(app, pg_url, "long one")
+    rt = await our_runtime(app, pg_url)
+    try:
+        assert await rt.cancel(LOCAL, "k1") == 0  # nothing of this chat runs here; the other process hears it
+        out, _ = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 1 and b"cancelled" in out
+        handle = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "next"}], chat_id="k1"))
+        assert (await ending(handle.events())).status == "completed"  # accepted after the cancel: untouched
+        run = await rt.store.latest_run(LOCAL, "k1")
+        assert run is not None and run.status == "completed"
+        rows = await stored(rt, "k1", LOCAL)
+        assert [r[2] for r in rows] == ["completed", "incomplete", "completed", "completed"]
+        assert [r[0] for r in rows] == ["user", "assistant", "user", "assistant"]
+    finally:
+        await rt.aclose()
+
+
+async def test_a_process_killed_holding_a_chat_frees_it_when_its_lease_expires(
+    tmp_path: Path, pg_url: str, fake: FakeProvider
+) -> None:
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="taken over"))
+    process = await other_process(app, pg_url, "doomed")
+    process.send_signal(signal.SIGKILL)
+    await process.wait()
+    rt = await our_runtime(app, pg_url)
+    try:
+        started = asyncio.get_running_loop().time()
+        handle = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "anyone?"}], chat_id="k1"))
+        assert (await ending(handle.events())).status == "completed"
+        assert asyncio.get_running_loop().time() - started < 10  # the 2 s lease, not forever
+        runs = await rt.store.runs_of(LOCAL, "k1")
+        assert [r.status for r in runs] == ["completed", "interrupted"]  # the killed run no longer "running"
+        rows = await stored(rt, "k1", LOCAL)
+        assert [r[1] for r in rows] == ["doomed", "anyone?", "taken over"]
+    finally:
+        await rt.aclose()

@@ -1,0 +1,170 @@
+"""One active run per chat across server processes sharing a PostgreSQL database.
+
+A run holds its chat through a lease row (`chat_leases`) that its process renews every few seconds;
+a process that dies stops renewing, and once the lease expires any process may take the chat (the run
+it left is marked interrupted). Processes tell each other about cancels and released chats with
+PostgreSQL's LISTEN/NOTIFY on one channel. SQLite deployments are single-process and use no lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import delete, select, text, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from yao_agent.store.chats import mark_interrupted
+from yao_agent.store.engine import WRITE
+from yao_agent.store.schema import chat_leases, runs
+
+log = logging.getLogger("yao_agent.lease")
+CHANNEL = "yao_agent_chats"
+TTL_S = 15.0  # a dead process blocks a chat at most this long
+RENEW_S = 4.0
+POLL_S = 1.0  # re-check a held chat this often even if no release notice arrives
+
+
+class PgLease:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        owner: str,
+        on_cancel: Callable[[str, float], None],
+        *,
+        clock: Callable[[], float],
+        ttl_s: float = TTL_S,
+    ) -> None:
+        self.engine = engine
+        self.writer = engine.execution_options(**WRITE)
+        self.owner = owner
+        self.on_cancel = on_cancel
+        self.clock = clock
+        self.ttl_s = ttl_s
+        self.renew_s = min(RENEW_S, ttl_s / 3)
+        self._released = asyncio.Event()
+        self._renewals: dict[str, asyncio.Task[None]] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._held_elsewhere: set[str] = set()
+
+    async def start(self) -> None:
+        """Listen for the other processes' notices (cancels, released chats)."""
+        ready = asyncio.Event()
+        self._listener = asyncio.create_task(self._listen(ready), name="chat lease listener")
+        await asyncio.wait_for(ready.wait(), 10)
+
+    async def aclose(self) -> None:
+        for task in [*self._renewals.values(), *([self._listener] if self._listener else [])]:
+            task.cancel()
+        for task in [*self._renewals.values(), *([self._listener] if self._listener else [])]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._renewals.clear()
+
+    def busy_elsewhere(self, chat_id: str) -> bool:
+        return chat_id in self._held_elsewhere
+
+    async def held_elsewhere(self, chat_id: str) -> bool:
+        """Whether another process holds the chat now (for `on_busy: reject`)."""
+        query = select(chat_leases.c.owner).where(
+            chat_leases.c.chat_id == chat_id, chat_leases.c.expires_at > self.clock()
+        )
+        async with self.engine.connect() as conn:
+            owner = (await conn.execute(query)).scalar_one_or_none()
+        return owner is not None and owner != self.owner
+
+    async def acquire(self, chat_id: str, run_id: str) -> None:
+        """Wait until this process holds the chat for `run_id`; cancellable while waiting."""
+        while not await self._claim(chat_id, run_id):
+            self._held_elsewhere.add(chat_id)
+            self._released.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._released.wait(), POLL_S)
+        self._held_elsewhere.discard(chat_id)
+        self._renewals[chat_id] = asyncio.create_task(self._renew(chat_id, run_id), name=f"lease {chat_id}")
+
+    async def release(self, chat_id: str, run_id: str) -> None:
+        renewal = self._renewals.pop(chat_id, None)
+        if renewal is not None:
+            renewal.cancel()
+        statement = delete(chat_leases).where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
+        async with self.writer.begin() as conn:
+            await conn.execute(statement)
+            await self._notify(conn, {"op": "release", "chat_id": chat_id})
+
+    async def cancel_everywhere(self, chat_id: str) -> None:
+        """Tell every process to cancel what it accepted for the chat up to now."""
+        async with self.writer.begin() as conn:
+            await self._notify(conn, {"op": "cancel", "chat_id": chat_id, "at": self.clock()})
+
+    async def _claim(self, chat_id: str, run_id: str) -> bool:
+        now = self.clock()
+        insert = postgresql.insert(chat_leases).values(
+            chat_id=chat_id, owner=self.owner, run_id=run_id, expires_at=now + self.ttl_s
+        )
+        claim = insert.on_conflict_do_update(
+            index_elements=["chat_id"],
+            set_={"owner": self.owner, "run_id": run_id, "expires_at": now + self.ttl_s},
+            where=chat_leases.c.expires_at <= now,  # only a lease its holder stopped renewing
+        ).returning(chat_leases.c.run_id)
+        async with self.writer.begin() as conn:
+            previous = (
+                await conn.execute(select(chat_leases.c.run_id).where(chat_leases.c.chat_id == chat_id))
+            ).first()
+            taken = (await conn.execute(claim)).first()
+            if taken is not None and previous is not None and previous[0] != run_id:
+                await mark_interrupted(conn, previous[0], now, "its lease expired")  # it died holding the chat
+        return taken is not None
+
+    async def _renew(self, chat_id: str, run_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.renew_s)
+            now = self.clock()
+            try:
+                async with self.writer.begin() as conn:
+                    await conn.execute(
+                        update(chat_leases)
+                        .where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
+                        .values(expires_at=now + self.ttl_s)
+                    )
+                    await conn.execute(update(runs).where(runs.c.id == run_id).values(heartbeat_at=now))
+            except Exception:
+                log.exception("could not renew the lease of chat %s", chat_id)
+
+    async def _notify(self, conn: Any, message: dict[str, Any]) -> None:
+        await conn.execute(
+            text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": json.dumps(message)}
+        )
+
+    async def _listen(self, ready: asyncio.Event) -> None:
+        import psycopg
+
+        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    ready.set()
+                    async for notice in conn.notifies():
+                        self._handle(notice.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lost the connection listening for chat notices; reconnecting")
+                await asyncio.sleep(1)
+
+    def _handle(self, payload: str) -> None:
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            return
+        if message.get("op") == "release":
+            self._held_elsewhere.discard(str(message.get("chat_id")))
+            self._released.set()
+        elif message.get("op") == "cancel":
+            self.on_cancel(str(message.get("chat_id")), float(message.get("at", self.clock())))
