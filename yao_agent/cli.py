@@ -184,6 +184,81 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     return asyncio.run(resume(args, out))
 
 
+def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
+    from .identity import OPERATOR, Identity
+
+    who = Identity(args.user, args.team or None)
+
+    async def work() -> str:
+        store = await _open_store(args, _load(args))
+        try:
+            return await store.create_token(OPERATOR, who, args.label or "")
+        finally:
+            await store.aclose()
+
+    token = asyncio.run(work())
+    print(token, file=out)
+    print(f"token for {who} (shown once; only its hash is stored)", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
+    from .identity import OPERATOR
+
+    async def work() -> int:
+        store = await _open_store(args, _load(args))
+        try:
+            return await store.revoke_token(OPERATOR, args.token)
+        finally:
+            await store.aclose()
+
+    if not asyncio.run(work()):
+        raise NotFound("no active token with that value or prefix")
+    print("revoked", file=out)
+    return EXIT_OK
+
+
+def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
+    from .identity import OPERATOR
+
+    async def work() -> list[str]:
+        store = await _open_store(args, _load(args))
+        try:
+            found = await store.list_tokens(OPERATOR)
+        finally:
+            await store.aclose()
+        return [f"{t.prefix}…  {t.user_id}{'@' + t.team_id if t.team_id else ''}  {t.label}"
+                f"{'  (revoked)' if t.revoked_at else ''}" for t in found]  # fmt: skip
+
+    for line in asyncio.run(work()):
+        print(line, file=out)
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    from .pipeline import Runtime
+    from .server.serve import server
+
+    async def work() -> None:
+        rt = await Runtime.open(_app_dir(args), db=args.db)
+        settings = rt.app.config.server
+        host, port = args.host or settings.host, args.port or settings.port
+        print(f"yao-agent serving {rt.app.root.resolve()} on http://{host}:{port}/", file=out, flush=True)
+        try:
+            await server(rt, host, port).serve()
+        finally:
+            await rt.aclose()
+
+    asyncio.run(work())
+    return EXIT_OK
+
+
+def _load(args: argparse.Namespace) -> App:
+    from .dsl import load_app
+
+    return load_app(_app_dir(args))
+
+
 def _identity_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user", metavar="U", help="act as this user (default: local)")
     p.add_argument("--team", metavar="T", help="act as a member of this team")
@@ -224,7 +299,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("chat_id", metavar="CHAT_ID")
     _identity_options(p)
     _roles_parser(sub)
+    _tokens_parser(sub)
+    p = command("serve", cmd_serve, "serve the HTTP API and the web page")
+    p.add_argument("--host", metavar="H", help="address to listen on (default: app.yml server.host, 127.0.0.1)")
+    p.add_argument("--port", metavar="P", type=int, help="port (default: app.yml server.port, 8765)")
     return parser
+
+
+def _tokens_parser(sub: Any) -> None:
+    tokens = sub.add_parser("tokens", help="API tokens for the HTTP server", description="API tokens.")
+    tokens_sub = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
+
+    def action(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
+        p = tokens_sub.add_parser(name, help=help_text, description=help_text)
+        _global_options(p, suppress=True)
+        p.set_defaults(func=func)
+        return p
+
+    p = action("create", cmd_tokens_create, "make a token for a user (and team); it is printed once")
+    p.add_argument("--user", metavar="U", required=True)
+    p.add_argument("--team", metavar="T")
+    p.add_argument("--label", metavar="TEXT", help="a note to tell tokens apart")
+    p = action("revoke", cmd_tokens_revoke, "revoke a token (give the token or its first 12 characters)")
+    p.add_argument("token", metavar="TOKEN")
+    action("list", cmd_tokens_list, "list tokens (prefix, identity, label)")
 
 
 def _roles_parser(sub: Any) -> None:

@@ -42,5 +42,5 @@ async def check(rt: Runtime, request: RunRequest) -> RunState:
     return RunState(
         request=request, identity=identity, assistant=assistant, run=run, out=EventChannel(),
         buffer=Buffer(run_id, rt.ids.new, rt.clock), started_mono=rt.monotonic(), input=given,
-        metadata=dict(request.metadata), locale=request.locale,
+        metadata=dict(request.metadata), locale=request.locale, options=dict(request.options),
     )  # fmt: skip

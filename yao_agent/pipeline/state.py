@@ -30,6 +30,7 @@ class RunRequest:
     locale: str = "en"
     on_busy: OnBusy | None = None
     resume: ResumePoint | None = None
+    options: Mapping[str, Any] = field(default_factory=dict[str, Any])  # call options (temperature, ...)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from yao_agent.identity import Operator
 from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import WRITE
 from yao_agent.store.schema import role_settings
+from yao_agent.store.tokens import TokenStore
 
 SCOPE_KINDS = ("team", "user")
 
@@ -39,7 +40,7 @@ def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
     return scope
 
 
-class SqlStore(ChatStore):
+class SqlStore(ChatStore, TokenStore):
     def __init__(self, engine: AsyncEngine, *, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
         self.writer = engine.execution_options(**WRITE)

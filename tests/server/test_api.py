@@ -1,0 +1,253 @@
+"""The HTTP API over a real uvicorn: the official openai client, the native SSE stream, cancel, append, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.server.conftest import Live
+from yao_agent.identity import Identity
+from yao_agent.testing import FakeProvider, Reply
+
+ALICE = Identity("alice")
+
+
+def openai_client(live: Live, **extra: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=live.tokens["alice"], max_retries=0, **extra)
+
+
+async def sse(response: httpx.Response) -> list[dict[str, Any]]:
+    events = []
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            events.append(json.loads(line[6:]))
+    return events
+
+
+async def test_openai_client_non_streaming(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="Hi from the assistant"))
+    async with openai_client(live) as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="chat", messages=[{"role": "user", "content": "hello"}]
+        )
+        completion = raw.parse()
+    assert completion.choices[0].message.content == "Hi from the assistant"
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage is not None and completion.usage.total_tokens == 18
+    chat_id = raw.headers["x-chat-id"]
+    assert [m.content for m in await live.rt.store.history(ALICE, chat_id)] == ["hello", "Hi from the assistant"]
+
+
+async def test_openai_client_streaming_with_usage(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(reasoning="thinking", text="streamed reply", chunk_size=3))
+    async with openai_client(live) as client:
+        stream = await client.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi"}], stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasoning = "".join(
+        (c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices
+    )
+    assert (text, reasoning) == ("streamed reply", "thinking")
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 18
+
+
+async def test_a_two_turn_chat_through_x_chat_id(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="first answer"), Reply(text="second answer"))
+    async with openai_client(live) as client:
+        first = await client.chat.completions.with_raw_response.create(
+            model="chat", messages=[{"role": "user", "content": "one"}]
+        )
+        chat_id = first.headers["x-chat-id"]
+        history = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "first answer"},
+                   {"role": "user", "content": "two"}]  # fmt: skip
+        second = await client.chat.completions.create(
+            model="chat",
+            messages=history,
+            extra_headers={"X-Chat-Id": chat_id},  # type: ignore[arg-type]
+        )
+    assert second.choices[0].message.content == "second answer"
+    stored = [m.content for m in await live.rt.store.history(ALICE, chat_id)]
+    assert stored == ["one", "first answer", "two", "second answer"]  # the resent history is not stored twice
+    assert fake.requests[1].messages[1:] == [*history]
+
+
+async def test_openai_errors_use_openai_shape(live: Live, fake: FakeProvider) -> None:
+    async with openai_client(live) as client:
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.chat.completions.create(model="nobody", messages=[{"role": "user", "content": "x"}])
+        assert "unknown assistant 'nobody'" in missing.value.message
+        with pytest.raises(openai.BadRequestError) as tools:
+            await client.chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "x"}],
+                tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            )  # fmt: skip
+        assert "client-side tools are not supported" in tools.value.message
+        fake.enqueue(*[Reply(status=500, error_message="upstream down")] * 3)
+        with pytest.raises(openai.APIStatusError) as failed:
+            await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "x"}])
+        assert failed.value.status_code == 502 and "upstream down" in failed.value.message
+    async with openai.AsyncOpenAI(base_url=live.url + "/v1", api_key="ya_wrong", max_retries=0) as client:
+        with pytest.raises(openai.AuthenticationError):
+            await client.models.list()
+
+
+async def test_models_lists_visible_assistants(live: Live) -> None:
+    async with openai_client(live) as client:
+        models = [m.id async for m in client.models.list()]
+    assert models == ["chat"]  # `private` is for team acme only
+
+
+async def test_native_run_streams_the_contract_events(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="native reply", chunk_size=4))
+    async with (
+        live.client() as client,
+        client.stream(
+            "POST", "/api/assistants/chat/runs", json={"messages": [{"role": "user", "content": "hi"}], "chat_id": "n1"}
+        ) as response,
+    ):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-chat-id"] == "n1"
+        events = await sse(response)
+    types = [e["type"] for e in events]
+    assert types[0] == "stream_start" and types[-1] == "stream_end" and types.count("stream_end") == 1
+    assert {e["run_id"] for e in events} == {events[0]["run_id"]}
+    assert "".join(e.get("text", "") for e in events if e["type"] == "message_delta") == "native reply"
+    assert events[-1]["status"] == "completed" and events[-1]["usage"]["total_tokens"] == 18
+
+
+async def test_native_run_as_json(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="json reply"))
+    async with live.client() as client:
+        response = await client.post("/api/assistants/chat/runs?stream=false",
+                                     json={"messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    body = response.json()
+    assert response.status_code == 200
+    assert (body["status"], body["reason"]) == ("completed", "completed")
+    assert [(m["role"], m["content"], m["status"]) for m in body["messages"]] == [
+        ("user", "hi", "completed"), ("assistant", "json reply", "completed")]  # fmt: skip
+    assert set(body) == {"run_id", "chat_id", "status", "reason", "messages", "usage"}
+
+
+async def test_cancel_and_append_over_http(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="s" * 300, chunk_size=2, delay_s=0.02), Reply(text="after append"))
+    body = {"messages": [{"role": "user", "content": "long"}], "chat_id": "n2"}
+    async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
+        events: list[dict[str, Any]] = []
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(json.loads(line[6:]))
+            if events[-1]["type"] == "message_delta" and len(events) == 4:
+                appended = await client.post("/api/chats/n2/append",
+                                             json={"messages": [{"role": "user", "content": "and more"}]})  # fmt: skip
+                assert appended.status_code == 200 and appended.json()["run_id"] == events[0]["run_id"]
+    assert events[-1]["status"] == "completed"
+    assert fake.requests[1].messages[-1] == {"role": "user", "content": "and more"}
+    fake.enqueue(Reply(text="z" * 300, chunk_size=1, delay_s=0.02))
+    body = {"messages": [{"role": "user", "content": "stop me"}], "chat_id": "n2"}
+    async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
+        events = []
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if events[-1]["type"] == "message_delta" and len(events) == 3:
+                    assert (await client.post("/api/chats/n2/cancel")).json() == {"cancelled": 1}
+    assert (events[-1]["status"], events[-1]["reason"]) == ("cancelled", "cancelled")
+    async with live.client() as client:
+        point = (await client.get("/api/chats/n2/resume")).json()
+        assert point["status"] == "cancelled" and point["steps"][0]["type"] == "llm"
+        fake.enqueue(Reply(text="resumed"))
+        async with client.stream("POST", "/api/chats/n2/resume") as response:
+            resumed = await sse(response)
+        assert resumed[-1]["status"] == "completed"
+        assert (await client.get("/api/chats/n2/resume")).status_code == 404
+
+
+async def test_a_client_that_disconnects_cancels_its_run(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02))
+    body = {"messages": [{"role": "user", "content": "bye"}], "chat_id": "n3"}
+    async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
+        async for line in response.aiter_lines():
+            if '"message_delta"' in line:
+                break  # and hang up
+    for _ in range(100):
+        run = await live.rt.store.latest_run(ALICE, "n3")
+        if run is not None and run.status != "running":
+            break
+        await asyncio.sleep(0.05)
+    assert run is not None and (run.status, run.reason) == ("cancelled", "cancelled")
+    async with live.client() as client:
+        messages = (await client.get("/api/chats/n3/messages")).json()["messages"]
+    assert [(m["role"], m["status"]) for m in messages] == [("user", "completed"), ("assistant", "incomplete")]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "kind"),
+    [
+        ("POST", "/api/assistants/nobody/runs", {"messages": [{"role": "user", "content": "x"}]}, 404, "not_found"),
+        ("POST", "/api/assistants/chat/runs", {"messages": "not a list"}, 400, "invalid_request"),
+        (
+            "POST",
+            "/api/assistants/chat/runs",
+            {"messages": [{"role": "robot", "content": "x"}]},
+            400,
+            "invalid_request",
+        ),
+        ("POST", "/api/assistants/chat/runs", {"messages": [], "extra": 1}, 400, "invalid_request"),
+        (
+            "POST",
+            "/api/assistants/chat/runs",
+            {"messages": [{"role": "user", "content": "x"}], "chat_id": "bad id!"},
+            400,
+            "invalid_request",
+        ),
+        ("POST", "/api/chats/nothing/append", {"messages": [{"role": "user", "content": "x"}]}, 404, "not_found"),
+        ("GET", "/api/chats/nothing/messages", None, 404, "not_found"),
+        ("GET", "/api/nowhere", None, 404, "not_found"),
+        ("DELETE", "/api/chats", None, 405, "method_not_allowed"),
+        ("PUT", "/api/roles/light", {"connector": "nope"}, 400, "invalid_request"),
+    ],
+)
+async def test_bad_input_gets_a_clear_json_error(
+    live: Live, method: str, path: str, body: object, status: int, kind: str
+) -> None:
+    async with live.client() as client:
+        response = await client.request(method, path, json=body)
+    assert response.status_code == status
+    assert response.json()["error"]["type"] == kind and response.json()["error"]["message"]
+
+
+async def test_malformed_json_and_huge_bodies(live: Live) -> None:
+    async with live.client() as client:
+        broken = await client.post("/api/assistants/chat/runs", content=b"{not json",
+                                   headers={"Content-Type": "application/json"})  # fmt: skip
+        huge = await client.post("/api/assistants/chat/runs",
+                                 json={"messages": [{"role": "user", "content": "x" * 100_000}]})  # fmt: skip
+    assert (broken.status_code, broken.json()["error"]["type"]) == (400, "invalid_request")
+    assert (huge.status_code, huge.json()["error"]["type"]) == (413, "request_too_large")
+
+
+async def test_append_to_an_idle_chat_is_a_conflict(live: Live, fake: FakeProvider) -> None:
+    async with live.client() as client:
+        await client.post("/api/assistants/chat/runs?stream=false",
+                          json={"messages": [{"role": "user", "content": "hi"}], "chat_id": "idle"})  # fmt: skip
+        response = await client.post("/api/chats/idle/append", json={"messages": [{"role": "user", "content": "x"}]})
+    assert (response.status_code, response.json()["error"]["type"]) == (409, "no_active_run")
+
+
+async def test_openapi_document_lists_every_route(live: Live) -> None:
+    async with live.client() as client:
+        paths = set((await client.get("/openapi.json")).json()["paths"])
+    assert {"/v1/chat/completions", "/v1/models", "/api/assistants/{assistant_id}/runs", "/api/chats",
+            "/api/chats/{chat_id}/cancel", "/api/chats/{chat_id}/append", "/api/chats/{chat_id}/messages",
+            "/api/chats/{chat_id}/resume", "/api/assistants", "/api/roles/{role}", "/healthz"} <= paths  # fmt: skip

@@ -1,0 +1,51 @@
+"""The README's OpenAI-client example works as written, against the example app, offline."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def readme_block(marker: str) -> str:
+    text = (REPO / "README.md").read_text()
+    found = re.search(rf"<!-- readme-test: {marker} -->\n```python\n(.*?)```", text, re.S)
+    assert found, f"README block {marker} not found"
+    return found.group(1)
+
+
+def test_the_readme_openai_example_runs_against_the_example_app(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "YAO_AGENT_DB": f"sqlite:///{tmp_path / 'agent.db'}"}
+    run = [sys.executable, "-m", "yao_agent.cli", "--app", str(REPO)]
+    token = subprocess.run([*run, "tokens", "create", "--user", "alice"], env=env, capture_output=True, text=True,
+                           check=True).stdout.strip()  # fmt: skip
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([*run, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz")
+                break
+            except httpx.ConnectError:
+                time.sleep(0.2)
+        code = readme_block("openai-client").replace("http://127.0.0.1:8765", f"http://127.0.0.1:{port}")
+        code = code.replace("ya_...your token...", token)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Hello! I'm the offline demo model. Everything I say comes from connectors/demo/echo.yml."
+    assert lines[1].startswith("Here is what the weather service says: Paris day 1: ")

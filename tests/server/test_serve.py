@@ -1,0 +1,91 @@
+"""`yao-agent serve` and `yao-agent tokens` as an operator runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.apps import make_app
+from tests.pipeline.conftest import app_files
+from yao_agent.cli import main
+from yao_agent.identity import Identity
+from yao_agent.pipeline import Runtime
+from yao_agent.testing import FakeProvider, Reply
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(app: Path, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(["--app", str(app), *args], out=out), out.getvalue()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_tokens_are_printed_once_listed_by_prefix_and_revocable(tmp_path: Path) -> None:
+    app = make_app(tmp_path, {})
+    code, token = cli(app, "tokens", "create", "--user", "alice", "--team", "acme", "--label", "laptop")
+    token = token.strip()
+    assert code == 0 and token.startswith("ya_") and len(token) > 40
+    code, listing = cli(app, "tokens", "list")
+    assert listing.splitlines() == [f"{token[:12]}…  alice@acme  laptop"]
+    assert token not in listing and token not in (app / ".yao" / "agent.db").read_bytes().decode("latin-1")
+    assert cli(app, "tokens", "revoke", token[:12]) == (0, "revoked\n")
+    assert cli(app, "tokens", "list")[1].strip().endswith("(revoked)")
+    assert cli(app, "tokens", "revoke", token[:12])[0] == 2
+
+
+async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: Path) -> None:
+    async with FakeProvider() as fake:
+        app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        made = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "tokens", "create", "--user", "alice",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        token = (await made.communicate())[0].decode().strip()
+        port = free_port()
+        server = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert server.stdout is not None
+        banner = await asyncio.wait_for(server.stdout.readline(), 60)
+        assert f"on http://127.0.0.1:{port}/" in banner.decode()
+        fake.enqueue(Reply(text="w" * 400, chunk_size=1, delay_s=0.02))
+        events = []
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for _ in range(100):  # the banner comes just before uvicorn listens
+                try:
+                    await client.get("/healthz")
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.1)
+            body = {"messages": [{"role": "user", "content": "long"}], "chat_id": "g1"}
+            headers = {"Authorization": f"Bearer {token}"}
+            async with client.stream("POST", "/api/assistants/chat/runs", json=body, headers=headers) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        events.append(json.loads(line[6:]))
+                        if len(events) == 5:
+                            server.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.wait(), 30) == 0
+    assert (events[-1]["type"], events[-1]["status"]) == ("stream_end", "cancelled")
+    rt = await Runtime.open(app, recover=False)
+    try:
+        run = await rt.store.latest_run(Identity("alice"), "g1")
+        assert run is not None and run.status == "cancelled"
+    finally:
+        await rt.aclose()

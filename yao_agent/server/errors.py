@@ -1,0 +1,117 @@
+"""Every failure as JSON `{"error": {"type", "message"}}` with a fitting status — never a traceback.
+
+Bad input is always a 4xx: malformed JSON, wrong types, unknown ids, a body too large. Only a bug
+is a 500, and it says no more than that it is one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from yao_agent.errors import EnvVarMissing, NotFound, PermissionDenied, RunError, UsageError, YaoAgentError
+from yao_agent.pipeline.admission import ChatBusy, NoActiveRun
+
+log = logging.getLogger("yao_agent.server")
+
+
+class Unauthorized(YaoAgentError):
+    """No valid bearer token."""
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message}}
+
+
+def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(kind, message), status_code=status, headers=headers)
+
+
+def classify(exc: BaseException) -> tuple[int, str]:
+    """(HTTP status, error type) for one of our errors."""
+    table: list[tuple[type[BaseException], int, str]] = [
+        (Unauthorized, 401, "unauthorized"),
+        (ChatBusy, 409, "chat_busy"),
+        (NoActiveRun, 409, "no_active_run"),
+        (NotFound, 404, "not_found"),
+        (PermissionDenied, 403, "permission_denied"),
+        (UsageError, 400, "invalid_request"),
+        (EnvVarMissing, 500, "configuration_error"),
+        (RunError, 500, "run_failed"),
+    ]
+    for kind, status, name in table:
+        if isinstance(exc, kind):
+            return status, name
+    return 500, "internal_error"
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts: list[str] = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+        if error.get("type") == "json_invalid":
+            return "the request body is not valid JSON"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(YaoAgentError)
+    async def ours(request: Request, exc: YaoAgentError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        status, kind = classify(exc)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return error_response(status, kind, str(exc).splitlines()[0], headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        return error_response(400, "invalid_request", _validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        kind = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
+            exc.status_code, "http_error"
+        )
+        return error_response(exc.status_code, kind, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, exc: Exception) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "internal error (the server log has the details)")
+
+
+class BodyLimit:
+    """Refuse request bodies over `limit` bytes with a 413, before they are read into memory."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def counting() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise StarletteHTTPException(413, f"the request body is larger than {self.limit} bytes")
+            return message
+
+        await self.app(scope, counting, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, "request_too_large", f"the request body is larger than {self.limit} bytes")
+        await response(scope, receive, send)

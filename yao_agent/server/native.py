@@ -1,0 +1,167 @@
+"""The native API: runs as SSE of the contract's events (or JSON), cancel, append, chats, resume, roles."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette.sse import EventSourceResponse
+
+from yao_agent.dsl.refs import unknown
+from yao_agent.errors import NotFound, UsageError
+from yao_agent.events import to_json
+from yao_agent.identity import Identity
+from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start, start_resume
+from yao_agent.pipeline.permission import CHAT_ID
+from yao_agent.server.auth import Caller
+
+router = APIRouter()
+Streamed = Annotated[bool, Query(description="false: wait for the run and answer with JSON")]
+ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # app.yml's role names, within the store's 128
+
+
+class RunBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    chat_id: str | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    metadata: dict[str, Any] | None = None
+    on_busy: Literal["queue", "reject", "interrupt"] | None = None
+
+
+class AppendBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[dict[str, Any]] = Field(min_length=1)
+
+
+class RoleBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    connector: str | None = None
+    connectors: list[str] | None = None
+
+
+def runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def chat_id_shape(chat_id: str) -> str:
+    """A chat id no chat can have (the store would choke on it) is an unknown chat: 404."""
+    if not CHAT_ID.match(chat_id):
+        raise NotFound(f"no chat '{chat_id}'")
+    return chat_id
+
+
+def visible(rt: Runtime, who: Identity) -> list[dict[str, str]]:
+    return [
+        {"id": a.id, "name": a.name, "description": a.description}
+        for a in rt.app.assistants.values()
+        if a.access.allows(who.user_id, who.team_id)
+    ]
+
+
+async def sse(handle: RunHandle) -> AsyncIterator[dict[str, str]]:
+    """The run's events as SSE frames; the reader leaving (a closed connection) cancels the run."""
+    async with aclosing(handle.events()) as events:
+        async for event in events:
+            yield {"data": to_json(event)}
+
+
+def streamed(handle: RunHandle) -> EventSourceResponse:
+    headers = {"X-Chat-Id": handle.state.chat_id, "Cache-Control": "no-cache"}
+    return EventSourceResponse(sse(handle), headers=headers, sep="\n", ping=15)
+
+
+async def drained(handle: RunHandle) -> JSONResponse:
+    async with aclosing(handle.events()) as events:
+        async for _ in events:
+            pass
+    return JSONResponse(handle.result().to_api(), headers={"X-Chat-Id": handle.state.chat_id})
+
+
+@router.post("/api/assistants/{assistant_id}/runs", tags=["runs"])
+async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
+    """Run an assistant: SSE of the run's events, or its result as JSON with `?stream=false`."""
+    rt = runtime(request)
+    ask = RunRequest(assistant_id, who, body.messages, chat_id=body.chat_id, metadata=body.metadata or {},
+                     on_busy=body.on_busy)  # fmt: skip
+    handle = await start(rt, ask)
+    return streamed(handle) if stream else await drained(handle)
+
+
+@router.post("/api/chats/{chat_id}/cancel", tags=["chats"])
+async def cancel(chat_id: str, request: Request, who: Caller) -> dict[str, int]:
+    """Cancel the chat's active run and every request accepted before this one."""
+    chat_id_shape(chat_id)
+    return {"cancelled": await runtime(request).cancel(who, chat_id)}
+
+
+@router.post("/api/chats/{chat_id}/append", tags=["chats"])
+async def append(chat_id: str, body: AppendBody, request: Request, who: Caller) -> dict[str, str]:
+    """Add user messages to the chat's active run; its next model call sees them (409 if none runs)."""
+    rt = runtime(request)
+    if await rt.store.check_chat(who, chat_id_shape(chat_id)) is None:
+        raise NotFound(f"no chat '{chat_id}'")
+    return {"run_id": rt.append(who, chat_id, body.messages)}
+
+
+@router.get("/api/chats", tags=["chats"])
+async def chats(request: Request, who: Caller) -> dict[str, Any]:
+    found = await runtime(request).store.list_chats(who)
+    return {"chats": [c.to_api() for c in found]}
+
+
+@router.get("/api/chats/{chat_id}/messages", tags=["chats"])
+async def messages(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
+    store = runtime(request).store
+    if await store.check_chat(who, chat_id_shape(chat_id)) is None:
+        raise NotFound(f"no chat '{chat_id}'")
+    return {"chat_id": chat_id, "messages": [m.to_api() for m in await store.history(who, chat_id)]}
+
+
+@router.get("/api/chats/{chat_id}/resume", tags=["chats"])
+async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
+    store = runtime(request).store
+    if await store.check_chat(who, chat_id_shape(chat_id)) is None:
+        raise NotFound(f"no chat '{chat_id}'")
+    point = await store.resume_point(who, chat_id)
+    if point is None:
+        raise NotFound(f"chat '{chat_id}' has no resume point")
+    return point.to_api()
+
+
+@router.post("/api/chats/{chat_id}/resume", tags=["chats"])
+async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
+    """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
+    handle = await start_resume(runtime(request), who, chat_id_shape(chat_id))
+    return streamed(handle) if stream else await drained(handle)
+
+
+@router.get("/api/assistants", tags=["assistants"])
+async def assistants(request: Request, who: Caller) -> dict[str, Any]:
+    return {"assistants": visible(runtime(request), who)}
+
+
+@router.put("/api/roles/{role}", tags=["roles"])
+async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> dict[str, Any]:
+    """Map a role for the caller's team (or, for a caller without a team, the caller)."""
+    rt = runtime(request)
+    if not ROLE.match(role):
+        raise UsageError(f"invalid role name {role!r} (expected 1-128 letters, digits, _.-)")
+    chain = body.connectors if body.connectors is not None else ([body.connector] if body.connector else [])
+    if not chain or (body.connector and body.connectors):
+        raise UsageError("give either connector (an id) or connectors (a non-empty list of ids)")
+    for connector in chain:
+        if connector not in rt.app.connectors:
+            raise UsageError(unknown("connector", connector, rt.app.connectors))
+    scope = who.settings_scope
+    await rt.store.set_role(scope, role, chain)
+    return {"role": role, "scope": f"{scope[0]}:{scope[1]}", "connectors": chain}
+
+
+@router.get("/healthz", tags=["health"])
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}

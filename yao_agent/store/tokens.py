@@ -1,0 +1,76 @@
+"""API tokens: only a hash is kept; the token itself is shown once, when it is made."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from yao_agent.errors import PermissionDenied
+from yao_agent.identity import Identity, Operator
+from yao_agent.store.schema import tokens
+
+TOKEN_PREFIX = "ya_"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    prefix: str
+    user_id: str
+    team_id: str | None
+    label: str
+    created_at: float
+    revoked_at: float | None
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _operator(operator: Operator, what: str) -> None:
+    if not isinstance(operator, Operator):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise PermissionDenied(f"{what} tokens is an operator action")
+
+
+class TokenStore:
+    """The token half of `SqlStore`."""
+
+    engine: AsyncEngine
+    writer: AsyncEngine
+    clock: Callable[[], float]
+
+    async def create_token(self, operator: Operator, identity: Identity, label: str = "") -> str:
+        _operator(operator, "making")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        values = {"hash": token_hash(token), "prefix": token[:12], "user_id": identity.user_id,
+                  "team_id": identity.team_id or "", "label": label, "created_at": self.clock()}  # fmt: skip
+        async with self.writer.begin() as conn:
+            await conn.execute(insert(tokens).values(**values))
+        return token
+
+    async def identity_for(self, token: str) -> Identity | None:
+        """The identity a token stands for; None if unknown or revoked."""
+        query = select(tokens.c.user_id, tokens.c.team_id).where(
+            tokens.c.hash == token_hash(token), tokens.c.revoked_at.is_(None)
+        )
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return Identity(row.user_id, row.team_id or None) if row is not None else None
+
+    async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int:
+        _operator(operator, "revoking")
+        which = (tokens.c.hash == token_hash(token_or_prefix)) | (tokens.c.prefix == token_or_prefix[:12])
+        statement = update(tokens).where(which, tokens.c.revoked_at.is_(None)).values(revoked_at=self.clock())
+        async with self.writer.begin() as conn:
+            return (await conn.execute(statement)).rowcount
+
+    async def list_tokens(self, operator: Operator) -> list[TokenRecord]:
+        _operator(operator, "listing")
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(tokens).order_by(tokens.c.created_at))
+            return [TokenRecord(r.prefix, r.user_id, r.team_id or None, r.label, r.created_at, r.revoked_at)
+                    for r in rows]  # fmt: skip
