@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from yao_agent.errors import UsageError
@@ -62,7 +63,7 @@ class ChatMessage:
         out["status"] = self.status
         if self.thread_id is not None:
             out["thread_id"] = self.thread_id
-        out["created_at"] = self.created_at
+        out["created_at"] = iso_time(self.created_at)
         return out
 
     def to_provider(self) -> dict[str, Any]:
@@ -72,6 +73,11 @@ class ChatMessage:
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out
+
+
+def iso_time(ts: float) -> str:
+    """A stored epoch time as the API shows times: ISO 8601, UTC."""
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
 def text_of(content: object) -> str:

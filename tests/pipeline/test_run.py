@@ -172,11 +172,11 @@ async def test_an_unexpected_exception_is_flushed_then_propagates(tmp_path: Path
 
 
 async def test_run_timeout(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
-    rt = make_runtime(tmp_path / "app", store, app_files(fake.base_url, limits="{timeout_s: 0.5}"))
-    fake.enqueue(Reply(text="slow " * 50, chunk_size=5, delay_s=0.1))
+    rt = make_runtime(tmp_path / "app", store, app_files(fake.base_url, limits="{timeout_s: 2}"))
+    fake.enqueue(Reply(text="slow " * 50, chunk_size=5, stall_after=3, stall_s=30))  # two pieces, then silence
     end = end_of(await turn(rt, "hi"))
     assert (end.status, end.reason) == ("failed", "timeout")
-    assert end.error == {"message": "the run took longer than 0.5 s (limits.timeout_s)"}
+    assert end.error == {"message": "the run took longer than 2 s (limits.timeout_s)"}
     assert [row[2] for row in await stored(rt)] == ["completed", "incomplete"]
     await rt.engines.aclose()
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
+
+from yao_agent.messages import iso_time
 
 RUN_STATUSES = ("running", "completed", "failed", "cancelled", "interrupted")
 
 
 def iso(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z") if ts is not None else None
+    return iso_time(ts) if ts is not None else None
 
 
 @dataclass(frozen=True, slots=True)

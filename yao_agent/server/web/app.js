@@ -604,6 +604,7 @@
     ui.resume.disabled = on;
     for (const button of ui.chats.querySelectorAll("button")) button.disabled = on;
     ui.composer.setAttribute("aria-busy", on ? "true" : "false");
+    ui.transcript.setAttribute("aria-busy", on ? "true" : "false");
   }
 
   function endStatus(e) {

@@ -1,0 +1,230 @@
+"""The web chat page in a real headless Chromium against a live server: sign in, stream, stop, chats, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from tests.pipeline.conftest import make_runtime
+from tests.server.conftest import TENANTS, Live, serve, server_files
+from tests.tools.servers import server as testing_server
+from yao_agent.identity import OPERATOR, Identity
+from yao_agent.store import SqlStore
+from yao_agent.testing import FakeProvider, Reply, ToolCall
+from yao_agent.tools import ToolManager
+
+pytestmark = [
+    pytest.mark.browser,
+    # The store does not matter to the page: run once, on SQLite.
+    pytest.mark.parametrize("store_raw_url", ["sqlite"], indirect=True),
+]
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM = os.environ.get("YAO_AGENT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+HAVE_CHROMIUM = Path(CHROMIUM).is_file()
+REQUIRE_SERVICES = os.environ.get("YAO_AGENT_REQUIRE_SERVICES") == "1"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
+WAIT = 20_000  # ms: the longest any wait or expectation takes (a loaded CI machine is slow)
+expect.set_options(timeout=WAIT)
+
+HOOK = """\
+    function Create(ctx, messages) {
+      const last = messages[messages.length - 1];
+      if (last.content === "boom") throw new TypeError("cannot handle " + last.content);
+      return null;
+    }
+    function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }
+"""
+
+
+@pytest.fixture
+async def rich(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+    """A live server with an assistant that has a tool (in-process MCP server) and one with a JS hook."""
+    files = server_files(fake.base_url)
+    files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.tools.servers]\n"
+    files["assistants/tooled/assistant.yml"] = "name: Tooled\nmcp:\n  servers: [testing]\n"
+    files["hooks/h.js"] = textwrap.dedent(HOOK)
+    files["assistants/hooked/assistant.yml"] = "name: Hooked\nhook: hooks/h.js\n"
+    rt = make_runtime(tmp_path / "app", store, files)
+    rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
+    tokens = {name: await store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
+    server, task, url = await serve(rt)
+    try:
+        yield Live(url, rt, tokens)
+    finally:
+        server.should_exit = True
+        await task
+        await rt.engines.aclose()
+        await rt.tools.aclose()
+        await rt.hooks.aclose()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if not HAVE_CHROMIUM:
+        message = f"no Chromium at {CHROMIUM} (install Debian's chromium or set YAO_AGENT_CHROMIUM)"
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
+    async with async_playwright() as p:
+        launched = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    context = await browser.new_context(viewport={"width": 1200, "height": 800})
+    opened = await context.new_page()
+    opened.set_default_timeout(WAIT)
+    problems: list[str] = []  # script errors; an HTTP error status (the resume check's 404) is no script error
+    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    opened.on(
+        "console", lambda m: problems.append(m.text) if m.type == "error" and "Failed to load" not in m.text else None
+    )
+    try:
+        yield opened
+    finally:
+        await context.close()
+    assert not problems, problems
+
+
+async def sign_in(page: Page, live: Live, token: str) -> None:
+    await page.goto(live.url + "/")
+    await page.fill("#token", token)
+    await page.click("#save-token")
+
+
+async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvider, page: Page) -> None:
+    await sign_in(page, live, live.tokens["alice"])
+    await expect(page.locator("#sign-out")).to_be_visible()
+    await expect(page.locator("#assistant")).to_be_enabled()
+    await page.select_option("#assistant", "chat")
+
+    # A reply streamed in several chunks shows up whole, with the run's end.
+    answer = "Hello Alice! <b>Markup</b> stays text; this answer arrives in several small pieces."
+    fake.enqueue(Reply(text=answer, chunk_size=5, delay_s=0.01))
+    await page.fill("#message", "Who are you?")
+    await page.click("#send")
+    first = page.locator("#transcript .turn").nth(0)
+    await expect(page.locator("#transcript .msg.user .bubble").nth(0)).to_have_text("Who are you?")
+    await expect(first.locator(".kind-text .bubble")).to_have_text(answer)
+    await expect(page.locator("#transcript b")).to_have_count(0)  # model output is never parsed as HTML
+    await expect(first.locator(".run-end")).to_have_attribute("data-status", "completed")
+    await expect(page.locator("#status")).to_contain_text("Completed")
+    chat = page.locator("#chats .chat-item")
+    await expect(chat).to_have_count(1)
+    await expect(chat.locator(".chat-title")).to_have_text("Who are you?")
+
+    # A slow reply: stop it while it streams; the run ends cancelled, part of the text shown.
+    slow = "tick " * 400
+    fake.enqueue(Reply(text=slow, chunk_size=1, delay_s=0.03))
+    await page.fill("#message", "Count for a long time")
+    await page.click("#send")
+    second = page.locator("#transcript .turn").nth(1)
+    await expect(second.locator(".kind-text .bubble")).to_contain_text("tick tick")
+    await expect(page.locator("#send")).to_be_disabled()
+    await page.click("#stop")
+    await expect(second.locator(".run-end")).to_have_attribute("data-status", "cancelled")
+    await expect(page.locator("#status")).to_contain_text("cancelled")
+    shown = await second.locator(".kind-text .bubble").inner_text()
+    assert 0 < len(shown) < len(slow.strip())
+    await expect(page.locator("#stop")).to_be_disabled()
+    await expect(page.locator("#send")).to_be_enabled()
+
+    # Both sends went to one chat, listed with its title and the cancelled run; resume is offered.
+    await expect(chat).to_have_count(1)
+    await expect(chat.locator(".chat-title")).to_have_text("Who are you?")
+    await expect(chat.locator(".badge")).to_have_text("cancelled")
+    await expect(page.locator("#resume")).to_be_visible()
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "web-chat.png"), full_page=True)
+
+    chat_id = await chat.get_attribute("data-chat-id")
+    assert chat_id
+    run = await live.rt.store.latest_run(Identity("alice"), chat_id)
+    assert run is not None and (run.status, run.reason) == ("cancelled", "cancelled")
+    async with live.client("alice") as client:
+        listed = (await client.get("/api/chats")).json()["chats"]
+    assert [(c["chat_id"], c["title"], c["last_status"]) for c in listed] == [(chat_id, "Who are you?", "cancelled")]
+
+    # A new chat empties the page; clicking the listed chat loads its history back.
+    await page.click("#new-chat")
+    await expect(page.locator("#transcript .msg")).to_have_count(0)
+    await expect(page.locator("#resume")).to_be_hidden()
+    await chat.click()
+    await expect(page.locator("#transcript .msg.user .bubble")).to_have_text(["Who are you?", "Count for a long time"])
+    await expect(page.locator("#transcript .kind-text .bubble").first).to_have_text(answer)
+
+    # Resume continues the cancelled run in the same chat.
+    fake.enqueue(Reply(text="Picking up where I stopped.", chunk_size=4))
+    await page.click("#resume")
+    resumed = page.locator("#transcript .turn").last
+    await expect(resumed.locator(".kind-text .bubble")).to_have_text("Picking up where I stopped.")
+    await expect(resumed.locator(".run-end")).to_have_attribute("data-status", "completed")
+    await expect(page.locator("#resume")).to_be_hidden()
+    await expect(chat.locator(".badge")).to_have_text("completed")
+
+
+async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, fake: FakeProvider, page: Page) -> None:
+    await sign_in(page, rich, rich.tokens["alice"])
+    await page.select_option("#assistant", "tooled")
+    add = ToolCall("testing__add", json.dumps({"a": 2, "b": 3}), id="c1")
+    fake.enqueue(Reply(reasoning="I should add them.", tool_calls=(add,)), Reply(text="It is 5."))
+    await page.fill("#message", "what is 2+3?")
+    await page.click("#send")
+    turn = page.locator("#transcript .turn").last
+    await expect(turn.locator(".kind-text .bubble")).to_have_text("It is 5.")
+    reasoning = turn.locator("details.reasoning")
+    await expect(reasoning.locator(".reasoning-text")).to_have_text("I should add them.", use_inner_text=False)
+    await expect(reasoning).to_have_js_property("open", False)  # folded away once the answer came
+    card = turn.locator(".tool-card")
+    await expect(card.locator(".tool-name")).to_have_text("testing__add")
+    await expect(card.locator(".tool-args")).to_contain_text('"a": 2')
+    await expect(card.locator(".tool-result pre")).to_have_text("5")
+    await expect(turn.locator(".run-end")).to_have_attribute("data-status", "completed")
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "web-tools.png"), full_page=True)
+
+    # A hook that throws: the run fails and the page names the hook file and line.
+    await page.click("#new-chat")
+    await page.select_option("#assistant", "hooked")
+    await page.fill("#message", "boom")
+    await page.click("#send")
+    failed = page.locator("#transcript .turn").last
+    await expect(failed.locator(".run-end")).to_have_attribute("data-status", "failed")
+    await expect(failed.locator(".run-error")).to_have_text("hooks/h.js:3: TypeError: cannot handle boom")
+    await expect(page.locator("#status")).to_contain_text("hook_error")
+    await expect(page.locator("#resume")).to_be_visible()
+
+    # A Next hook's data is shown under the run.
+    await page.click("#new-chat")
+    fake.enqueue(Reply(text="hello there"))
+    await page.fill("#message", "hi")
+    await page.click("#send")
+    done = page.locator("#transcript .turn").last
+    await expect(done.locator(".run-end")).to_have_attribute("data-status", "completed")
+    await expect(done.locator(".run-next pre")).to_contain_text('"saw": "hello there"')
+    await expect(page.locator("#chats .chat-item")).to_have_count(3)
+    await page.screenshot(path=str(ARTIFACTS / "web-next.png"), full_page=True)
+
+
+async def test_a_wrong_token_shows_unauthorized(live: Live, page: Page) -> None:
+    await sign_in(page, live, "not-a-real-token")
+    await expect(page.locator("#auth-message")).to_contain_text("Unauthorized")
+    await expect(page.locator("#auth-message")).to_contain_text("invalid or revoked token")
+    await expect(page.locator("#token")).to_be_visible()
+    await expect(page.locator("#assistant")).to_be_disabled()
+    assert await page.evaluate("localStorage.getItem('yao-agent.token')") is None
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "web-unauthorized.png"))
