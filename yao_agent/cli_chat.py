@@ -35,6 +35,7 @@ class Renderer:
         self.out = out
         self.console = Console(file=out, highlight=False, soft_wrap=True)
         self.midline = False
+        self.streaming: str | None = None  # the message whose text is being printed
         self.end: StreamEnd | None = None
 
     def show(self, event: Event) -> None:
@@ -44,6 +45,9 @@ class Renderer:
             print(to_json(event), file=self.out, flush=True)
             return
         if isinstance(event, MessageDelta) and event.text:
+            if self.streaming != event.message_id:
+                self._newline()  # reasoning, then the answer: each on its own lines
+                self.streaming = event.message_id
             style = "dim italic" if event.kind == "reasoning" else None
             self.console.print(event.text, end="", style=style, markup=False)
             self.midline = True
