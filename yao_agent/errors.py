@@ -8,6 +8,7 @@
     │   ├── NotFound         no such chat / assistant / resume point in the caller's scope
     │   └── PermissionDenied the caller may not do this (fail closed)
     ├── EnvVarMissing        a `$ENV.NAME` value was used while NAME is unset
+    ├── HistoryUnavailable   a chat's history could not be read (the run goes on without it)
     └── RunError             a run ended badly; `reason` is its terminal reason
         ├── ModelError       the model call failed; `kind` says how and `retryable` whether to try again
         ├── ToolError        a tool could not be run (server unreachable, unknown tool, retries exhausted)
@@ -74,6 +75,10 @@ class EnvVarMissing(YaoAgentError):
         self.name = name
         self.origin = origin
         super().__init__(f"environment variable {name} is not set (needed by {origin})")
+
+
+class HistoryUnavailable(YaoAgentError):
+    """Reading a chat's history failed; nothing was written. The run may go on without history."""
 
 
 class RunError(YaoAgentError):

@@ -176,7 +176,7 @@ class SlowFlush(SqlStore):
 async def test_a_cancel_during_the_flush_changes_nothing(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
     from tests.pipeline.conftest import app_files
 
-    rt = make_runtime(tmp_path / "app", SlowFlush(store.engine), app_files(fake.base_url))
+    rt = make_runtime(tmp_path / "app", SlowFlush(store.db), app_files(fake.base_url))
     SlowFlush.flushing = asyncio.Event()
     fake.enqueue(Reply(text="done"))
     handle = await begin(rt, "hi")

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from tests.pipeline.helpers import stored, turn
-from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, ToolCall, provider_messages
 from yao_agent.pipeline import Runtime
 from yao_agent.pipeline.history import overlap
@@ -104,7 +103,7 @@ def test_history_pairs_calls_and_results_and_drops_incomplete_replies() -> None:
 class BrokenHistory(SqlStore):
     """A store whose history cannot be read (the disk it is on has failed)."""
 
-    async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
+    def read_history(self, *args: object, **kwargs: object) -> list[ChatMessage]:
         raise OSError("disk on fire")
 
 
@@ -113,7 +112,7 @@ async def test_a_history_load_failure_warns_and_continues_without_history(
 ) -> None:
     fake.enqueue(Reply(text="first"), Reply(text="second"))
     await turn(rt, "one")
-    rt.store = BrokenHistory(rt.store.engine)
+    rt.store = BrokenHistory(rt.store.db)
     events = await turn(rt, "two")
     assert events[-1].type == "stream_end" and events[-1].status == "completed"  # type: ignore[union-attr]
     assert fake.requests[1].messages[1:] == [{"role": "user", "content": "two"}]

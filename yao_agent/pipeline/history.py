@@ -7,12 +7,12 @@ clean input is stored — before any model is called (write-ahead), so a crash n
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from yao_agent.messages import canonical, from_provider, provider_messages
+from yao_agent.errors import HistoryUnavailable
+from yao_agent.messages import ChatMessage, canonical, from_provider, provider_messages
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
@@ -30,18 +30,24 @@ def overlap(history: Sequence[Mapping[str, Any]], given: Sequence[Mapping[str, A
 
 
 async def load(rt: Runtime, state: RunState) -> None:
-    """Load history (a failure only costs the history), dedupe the input, write the clean input ahead."""
-    try:
-        state.history = await rt.store.history(state.identity, state.chat_id, rt.app.config.history_size)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        log.warning("history of chat %s could not be loaded, continuing without it: %s", state.chat_id, exc)
-        state.history = []
-    past = provider_messages(state.history)
-    clean = state.input[overlap(past, state.input) :]
+    """Load history, dedupe the input against it and write the clean input ahead — in one transaction.
+
+    If the history cannot be read, the run goes on without it (a warning is logged) and the input is
+    written ahead alone.
+    """
     now = rt.clock()
-    state.written = [from_provider(m, rt.ids.new("msg"), state.run_id, now) for m in clean]
-    state.conversation = [*past, *clean]
-    await rt.store.start_run(state.identity, state.run, state.written)
+
+    def clean(past: list[ChatMessage]) -> list[ChatMessage]:
+        state.history = past
+        known = provider_messages(past)
+        fresh = state.input[overlap(known, state.input) :]
+        state.written = [from_provider(m, rt.ids.new("msg"), state.run_id, now) for m in fresh]
+        state.conversation = [*known, *fresh]
+        return state.written
+
+    try:
+        await rt.store.load_and_start(state.identity, state.run, rt.app.config.history_size, clean)
+    except HistoryUnavailable as exc:  # only the read failed, and nothing was written
+        log.warning("history of chat %s could not be loaded, continuing without it: %s", state.chat_id, exc)
+        await rt.store.start_run(state.identity, state.run, clean([]))
     state.stored = True

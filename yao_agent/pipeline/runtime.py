@@ -101,10 +101,10 @@ class Runtime:
 
     async def share_chats(self) -> None:
         """On PostgreSQL, hold chats with leases and hear other processes' cancels (several servers)."""
-        if self.store.engine.dialect.name != "postgresql" or self.admission.lease is not None:
+        if self.store.db.dialect != "postgresql" or self.admission.lease is not None:
             return
         ttl = float(os.environ.get("YAO_AGENT_LEASE_TTL_S") or TTL_S)  # how long a dead process holds a chat
-        lease = PgLease(self.store.engine, self.owner, self.admission.cancel_before, clock=self.clock, ttl_s=ttl)
+        lease = PgLease(self.store.db, self.owner, self.admission.cancel_before, clock=self.clock, ttl_s=ttl)
         await lease.start()
         self.admission.lease = lease
 

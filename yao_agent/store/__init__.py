@@ -1,7 +1,7 @@
 """Durable state: chats, messages, runs, steps, role settings, memory, tokens."""
 
 from yao_agent.identity import OPERATOR, Operator
-from yao_agent.store.engine import HEAD, open_engine, store_url
+from yao_agent.store.engine import HEAD, Database, open_engine, store_url
 from yao_agent.store.sql import RoleSetting, SqlStore
 
-__all__ = ["HEAD", "OPERATOR", "Operator", "RoleSetting", "SqlStore", "open_engine", "store_url"]
+__all__ = ["HEAD", "OPERATOR", "Database", "Operator", "RoleSetting", "SqlStore", "open_engine", "store_url"]

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import Connection, delete, insert, select, update
 
-from yao_agent.errors import NotFound, PermissionDenied
+from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.store.engine import Database
 from yao_agent.store.records import ChatRecord, ResumePoint, RunRecord, StepRecord
 from yao_agent.store.schema import chats, memory, messages, runs, steps
 
@@ -80,96 +80,88 @@ def _step(row: Any) -> StepRecord:
 class ChatStore:
     """The chat half of `SqlStore` (see store/sql.py for how it is opened)."""
 
-    engine: AsyncEngine
-    writer: AsyncEngine
+    db: Database
     clock: Callable[[], float]
-
-    async def _owned_chat(self, conn: AsyncConnection, identity: Identity, chat_id: str, *, lock: bool) -> Any:
-        query = select(chats).where(chats.c.id == chat_id)
-        if lock and conn.dialect.name == "postgresql":
-            query = query.with_for_update()
-        row = (await conn.execute(query)).first()
-        if row is not None and (row.user_id != identity.user_id or row.team_id != _team(identity)):
-            raise NotFound(f"no chat '{chat_id}'")  # another tenant's: the same answer as a missing one
-        return row
-
-    async def _append(self, conn: AsyncConnection, chat_id: str, start: int, new: Sequence[ChatMessage]) -> int:
-        for offset, message in enumerate(new):
-            message.seq = start + offset + 1
-        if new:
-            await conn.execute(insert(messages), [_message_row(m, chat_id) for m in new])
-        return start + len(new)
 
     async def start_run(self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage]) -> None:
         """Write-ahead: the clean input and a `running` run are durable before any model is called."""
         identity = _require(identity)
         now = self.clock()
-        async with self.writer.begin() as conn:
-            chat = await self._owned_chat(conn, identity, run.chat_id, lock=True)
-            if chat is None:
-                title = next((m.content for m in new if m.role == "user" and isinstance(m.content, str)), "") or ""
-                await conn.execute(insert(chats).values(
-                    id=run.chat_id, user_id=identity.user_id, team_id=_team(identity), assistant_id=run.assistant_id,
-                    title=title[:TITLE_CHARS], created_at=now, updated_at=now, message_count=0))  # fmt: skip
-            count = await self._append(conn, run.chat_id, chat.message_count if chat is not None else 0, new)
-            await conn.execute(insert(runs).values(
-                id=run.id, chat_id=run.chat_id, user_id=identity.user_id, team_id=_team(identity),
-                assistant_id=run.assistant_id, trace_id=run.trace_id, status="running", owner=run.owner,
-                resumed_from=run.resumed_from, started_at=run.started_at, heartbeat_at=now))  # fmt: skip
-            await conn.execute(update(chats).where(chats.c.id == run.chat_id).values(
-                message_count=count, updated_at=now, last_status="running", last_run_id=run.id))  # fmt: skip
+        await self.db.write(lambda conn: _start_run(conn, identity, run, new, now))
+
+    async def load_and_start(
+        self,
+        identity: Identity,
+        run: RunRecord,
+        limit: int,
+        clean: Callable[[list[ChatMessage]], Sequence[ChatMessage]],
+    ) -> list[ChatMessage]:
+        """History and write-ahead in one trip: the last `limit` messages, then `clean(history)` stored.
+
+        Returns the history. Being one transaction, no other run's messages can land in between.
+        A history that cannot be read raises `HistoryUnavailable` with nothing written; a failed
+        write raises as it is.
+        """
+        identity = _require(identity)
+        now = self.clock()
+
+        def work(conn: Connection) -> list[ChatMessage]:
+            try:
+                past = self.read_history(conn, identity, run.chat_id, limit)
+            except Exception as exc:
+                raise HistoryUnavailable(str(exc) or type(exc).__name__) from exc
+            _start_run(conn, identity, run, clean(past), now)
+            return past
+
+        return await self.db.write(work)
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
     ) -> None:
         """The deferred flush: the run's messages, steps and outcome, in one transaction."""
         identity = _require(identity)
-        async with self.writer.begin() as conn:
-            chat = await self._owned_chat(conn, identity, run.chat_id, lock=True)
+        fallback = self.clock()
+
+        def work(conn: Connection) -> None:
+            chat = _owned_chat(conn, identity, run.chat_id, lock=True)
             if chat is None:
                 raise NotFound(f"no chat '{run.chat_id}'")
-            count = await self._append(conn, run.chat_id, chat.message_count, new)
+            count = _append(conn, run.chat_id, chat.message_count, new)
             if done:
-                await conn.execute(insert(steps), [_step_row(s) for s in done])
-            await conn.execute(update(runs).where(runs.c.id == run.id).values(
+                conn.execute(insert(steps), [_step_row(s) for s in done])
+            conn.execute(update(runs).where(runs.c.id == run.id).values(
                 status=run.status, reason=run.reason, error=run.error, usage=run.usage, next=run.next,
                 ended_at=run.ended_at, duration_ms=run.duration_ms))  # fmt: skip
-            await conn.execute(update(chats).where(chats.c.id == run.chat_id).values(
-                message_count=count, updated_at=run.ended_at or self.clock(), last_status=run.status))  # fmt: skip
+            conn.execute(update(chats).where(chats.c.id == run.chat_id).values(
+                message_count=count, updated_at=run.ended_at or fallback, last_status=run.status))  # fmt: skip
+
+        await self.db.write(work)
 
     async def check_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
         """The caller's chat, None if there is none by that id, NotFound if it is somebody else's."""
         identity = _require(identity)
-        async with self.engine.connect() as conn:
-            row = await self._owned_chat(conn, identity, chat_id, lock=False)
+        row = await self.db.read(lambda conn: _owned_chat(conn, identity, chat_id, lock=False))
         return _chat(row) if row is not None else None
 
     async def get_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
         identity = _require(identity)
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(select(chats).where(chats.c.id == chat_id, _owned(identity)))).first()
+        query = select(chats).where(chats.c.id == chat_id, _owned(identity))
+        row = await self.db.read(lambda conn: conn.execute(query).first())
         return _chat(row) if row is not None else None
 
     async def list_chats(self, identity: Identity, limit: int = 100) -> list[ChatRecord]:
         identity = _require(identity)
         query = select(chats).where(_owned(identity)).order_by(chats.c.updated_at.desc()).limit(limit)
-        async with self.engine.connect() as conn:
-            return [_chat(r) for r in await conn.execute(query)]
+        return [_chat(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
 
     async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
         """The chat's messages in order; with `limit`, only the last `limit` of them."""
         identity = _require(identity)
-        query = (
-            select(messages)
-            .join(chats, chats.c.id == messages.c.chat_id)
-            .where(messages.c.chat_id == chat_id, _owned(identity))
-            .order_by(messages.c.seq.desc() if limit is not None else messages.c.seq)
-        )
-        if limit is not None:
-            query = query.limit(limit)
-        async with self.engine.connect() as conn:
-            rows = [_message(r) for r in await conn.execute(query)]
-        return rows[::-1] if limit is not None else rows
+        return await self.db.read(lambda conn: self.read_history(conn, identity, chat_id, limit))
+
+    def read_history(self, conn: Connection, identity: Identity, chat_id: str, limit: int | None) -> list[ChatMessage]:
+        """The messages of the caller's chat, oldest first (the last `limit` of them, with a limit)."""
+        return _history(conn, identity, chat_id, limit)
 
     async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]:
         """The chat's runs, newest first."""
@@ -180,8 +172,7 @@ class ChatStore:
             .order_by(runs.c.started_at.desc(), runs.c.id.desc())
             .limit(limit)
         )
-        async with self.engine.connect() as conn:
-            return [_run(row) for row in await conn.execute(query)]
+        return [_run(row) for row in await self.db.read(lambda conn: conn.execute(query).all())]
 
     async def latest_run(self, identity: Identity, chat_id: str) -> RunRecord | None:
         found = await self.runs_of(identity, chat_id, limit=1)
@@ -193,9 +184,8 @@ class ChatStore:
         if run is None or run.status in ("completed", "running"):
             return None
         query = select(steps).where(steps.c.run_id == run.id, steps.c.status != "completed").order_by(steps.c.seq)
-        async with self.engine.connect() as conn:
-            found = tuple(_step(r) for r in await conn.execute(query))
-        return ResumePoint(run, found)
+        found = await self.db.read(lambda conn: conn.execute(query).all())
+        return ResumePoint(run, tuple(_step(r) for r in found))
 
     async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]:
         """Runs left `running` by a process that is gone become `interrupted`, with a resume point at `llm`.
@@ -204,16 +194,12 @@ class ChatStore:
         """
         if not isinstance(operator, Operator):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise PermissionDenied("recovering interrupted runs is an operator action")
-        async with self.engine.connect() as conn:
-            found = (await conn.execute(select(runs).where(runs.c.status == "running"))).all()
-        dead = [row for row in found if is_dead(row.owner, row.heartbeat_at)]
-        for row in dead:
-            await self._interrupt(row)
-        return [row.id for row in dead]
-
-    async def _interrupt(self, row: Any) -> None:
-        async with self.writer.begin() as conn:
-            await mark_interrupted(conn, row.id, self.clock(), "killed or crashed")
+        found = await self.db.read(lambda conn: conn.execute(select(runs).where(runs.c.status == "running")).all())
+        dead = [row.id for row in found if is_dead(row.owner, row.heartbeat_at)]
+        now = self.clock()
+        for run_id in dead:
+            await self.db.write(lambda conn, run_id=run_id: mark_interrupted(conn, run_id, now, "killed or crashed"))
+        return dead
 
     async def memory_get(self, identity: Identity, chat_id: str, key: str) -> Any:
         """A hook's per-chat memory (ctx.memory.get); None when unset."""
@@ -223,30 +209,80 @@ class ChatStore:
             .join(chats, chats.c.id == memory.c.chat_id)
             .where(memory.c.chat_id == chat_id, memory.c.key == key, _owned(identity))
         )
-        async with self.engine.connect() as conn:
-            return (await conn.execute(query)).scalar_one_or_none()
+        return await self.db.read(lambda conn: conn.execute(query).scalar_one_or_none())
 
     async def memory_set(self, identity: Identity, chat_id: str, key: str, value: Any) -> None:
         identity = _require(identity)
-        async with self.writer.begin() as conn:
-            if await self._owned_chat(conn, identity, chat_id, lock=False) is None:
+        now = self.clock()
+
+        def work(conn: Connection) -> None:
+            if _owned_chat(conn, identity, chat_id, lock=False) is None:
                 raise NotFound(f"no chat '{chat_id}'")
-            await conn.execute(delete(memory).where(memory.c.chat_id == chat_id, memory.c.key == key))
-            await conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=self.clock()))
+            conn.execute(delete(memory).where(memory.c.chat_id == chat_id, memory.c.key == key))
+            conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=now))
+
+        await self.db.write(work)
 
 
-async def mark_interrupted(conn: AsyncConnection, run_id: str, now: float, why: str) -> bool:
+def _owned_chat(conn: Connection, identity: Identity, chat_id: str, *, lock: bool) -> Any:
+    query = select(chats).where(chats.c.id == chat_id)
+    if lock and conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    if row is not None and (row.user_id != identity.user_id or row.team_id != _team(identity)):
+        raise NotFound(f"no chat '{chat_id}'")  # another tenant's: the same answer as a missing one
+    return row
+
+
+def _append(conn: Connection, chat_id: str, start: int, new: Sequence[ChatMessage]) -> int:
+    for offset, message in enumerate(new):
+        message.seq = start + offset + 1
+    if new:
+        conn.execute(insert(messages), [_message_row(m, chat_id) for m in new])
+    return start + len(new)
+
+
+def _history(conn: Connection, identity: Identity, chat_id: str, limit: int | None) -> list[ChatMessage]:
+    query = (
+        select(messages)
+        .join(chats, chats.c.id == messages.c.chat_id)
+        .where(messages.c.chat_id == chat_id, _owned(identity))
+        .order_by(messages.c.seq.desc() if limit is not None else messages.c.seq)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    rows = [_message(r) for r in conn.execute(query)]
+    return rows[::-1] if limit is not None else rows
+
+
+def _start_run(conn: Connection, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], now: float) -> None:
+    chat = _owned_chat(conn, identity, run.chat_id, lock=True)
+    if chat is None:
+        title = next((m.content for m in new if m.role == "user" and isinstance(m.content, str)), "") or ""
+        conn.execute(insert(chats).values(
+            id=run.chat_id, user_id=identity.user_id, team_id=_team(identity), assistant_id=run.assistant_id,
+            title=title[:TITLE_CHARS], created_at=now, updated_at=now, message_count=0))  # fmt: skip
+    count = _append(conn, run.chat_id, chat.message_count if chat is not None else 0, new)
+    conn.execute(insert(runs).values(
+        id=run.id, chat_id=run.chat_id, user_id=identity.user_id, team_id=_team(identity),
+        assistant_id=run.assistant_id, trace_id=run.trace_id, status="running", owner=run.owner,
+        resumed_from=run.resumed_from, started_at=run.started_at, heartbeat_at=now))  # fmt: skip
+    conn.execute(update(chats).where(chats.c.id == run.chat_id).values(
+        message_count=count, updated_at=now, last_status="running", last_run_id=run.id))  # fmt: skip
+
+
+def mark_interrupted(conn: Connection, run_id: str, now: float, why: str) -> bool:
     """A `running` run whose process is gone becomes `interrupted`, resumable from its model call."""
-    row = (await conn.execute(select(runs).where(runs.c.id == run_id, runs.c.status == "running"))).first()
+    row = conn.execute(select(runs).where(runs.c.id == run_id, runs.c.status == "running")).first()
     if row is None:
         return False  # it finished meanwhile
     error = {"message": f"the process running this run stopped before it finished ({why})"}
-    await conn.execute(update(runs).where(runs.c.id == run_id).values(
+    conn.execute(update(runs).where(runs.c.id == run_id).values(
         status="interrupted", reason="internal_error", error=error, ended_at=now,
         duration_ms=int((now - row.started_at) * 1000)))  # fmt: skip
     step = StepRecord(id=f"{run_id}-interrupted", run_id=run_id, seq=1, type="llm", status="interrupted",
                       started_at=row.started_at, error=error, ended_at=now)  # fmt: skip
-    await conn.execute(insert(steps).values(**_step_row(step)))
-    await conn.execute(update(chats).where(chats.c.id == row.chat_id, chats.c.last_run_id == run_id).values(
+    conn.execute(insert(steps).values(**_step_row(step)))
+    conn.execute(update(chats).where(chats.c.id == row.chat_id, chats.c.last_run_id == run_id).values(
         last_status="interrupted", updated_at=now))  # fmt: skip
     return True

@@ -1,32 +1,37 @@
-"""Open the store: the URL the operator gave → an async engine tuned for its database, schema migrated.
+"""Open the store: the URL the operator gave → a database tuned for it, its schema migrated.
+
+The store talks to the database with SQLAlchemy's synchronous engine, one trip to a worker thread
+per store operation (a whole transaction): measured here, the asyncio engine costs six times the CPU
+for the same statements, since every statement of it is several thread hand-offs.
 
 SQLite runs in WAL mode and takes its write lock at the start of a write transaction
 (`BEGIN IMMEDIATE`): with Python's default sqlite3 handling a read-modify-write silently loses
-updates under concurrency. PostgreSQL uses psycopg 3 for both the async engine and migrations.
+updates under concurrency. PostgreSQL uses psycopg 3.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from yao_agent.dsl.envvars import resolve_env
 from yao_agent.errors import UsageError
 
 HEAD = "0003"  # the newest migration; a test keeps it in step with migrations/versions
+T = TypeVar("T")
 WRITE = {"yao_write": True}  # execution option: this transaction writes (SQLite: BEGIN IMMEDIATE)
 _MIGRATION_LOCK = 728_469_001  # PostgreSQL advisory lock id serialising concurrent migrations
 
 
 def store_url(raw: str, app_root: Path, environ: Mapping[str, str] | None = None) -> URL:
-    """The async SQLAlchemy URL for what the operator wrote; relative SQLite paths are under the app."""
+    """The SQLAlchemy URL for what the operator wrote; relative SQLite paths are under the app."""
     text_url = resolve_env(raw, "store URL (app.yml store, --db or YAO_AGENT_DB)", environ)
     try:
         url = make_url(text_url)
@@ -39,7 +44,7 @@ def store_url(raw: str, app_root: Path, environ: Mapping[str, str] | None = None
             raise UsageError("the store needs a file (expected sqlite:///path/to/agent.db, not an in-memory database)")
         path = Path(database)
         path = path if path.is_absolute() else app_root / path
-        return url.set(drivername="sqlite+aiosqlite", database=str(path))
+        return url.set(drivername="sqlite+pysqlite", database=str(path))
     if backend in ("postgresql", "postgres"):
         return url.set(drivername="postgresql+psycopg")
     raise UsageError(f"unsupported store database '{backend}' (expected sqlite or postgresql)")
@@ -50,17 +55,50 @@ def shown(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-def create_engine(url: URL) -> AsyncEngine:
+class Database:
+    """A database driven from asyncio: each `read`/`write` runs one transaction on a worker thread."""
+
+    def __init__(self, engine: Engine, workers: int) -> None:
+        self.engine = engine
+        self.writer = engine.execution_options(**WRITE)
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="yao-store")
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    async def read(self, work: Callable[[Connection], T]) -> T:
+        def run() -> T:
+            with self.engine.connect() as conn:
+                return work(conn)
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, run)
+
+    async def write(self, work: Callable[[Connection], T]) -> T:
+        """One write transaction; it completes even if the awaiting task is cancelled meanwhile."""
+
+        def run() -> T:
+            with self.writer.begin() as conn:
+                return work(conn)
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, run)
+
+    async def dispose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self.executor, self.engine.dispose)
+        self.executor.shutdown(wait=False)
+
+
+def connect(url: URL) -> Database:
     if url.get_backend_name() == "sqlite":
         Path(url.database or "").parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8)
         _tune_sqlite(engine)
-        return engine
-    return create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+        return Database(engine, workers=4)
+    return Database(create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True), workers=10)
 
 
-def _tune_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def _tune_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:  # pyright: ignore[reportUnusedFunction]
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (see _begin)
         cursor = dbapi_connection.cursor()
@@ -68,29 +106,27 @@ def _tune_sqlite(engine: AsyncEngine) -> None:
             cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:  # pyright: ignore[reportUnusedFunction]
         writes = connection.get_execution_options().get("yao_write", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
 
 
-async def current_revision(engine: AsyncEngine) -> str | None:
+def _current_revision(conn: Connection) -> str | None:
     try:
-        async with engine.connect() as conn:
-            row = (await conn.execute(text("SELECT version_num FROM alembic_version"))).first()
+        row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
     except DBAPIError:
         return None  # no alembic_version table yet: a new database
     return str(row[0]) if row else None
 
 
-async def migrate(engine: AsyncEngine) -> None:
+def _migrate(engine: Engine) -> None:
     """Bring the schema to HEAD. A database already there costs one query (no alembic import)."""
-    if await current_revision(engine) == HEAD:
-        return
-    async with engine.connect() as conn:
-        conn = await conn.execution_options(**WRITE)
-        await conn.run_sync(_upgrade)
-        await conn.commit()
+    with engine.connect() as conn:
+        if _current_revision(conn) == HEAD:
+            return
+    with engine.execution_options(**WRITE).begin() as conn:
+        _upgrade(conn)
 
 
 def _upgrade(connection: Any) -> None:
@@ -105,15 +141,16 @@ def _upgrade(connection: Any) -> None:
     command.upgrade(config, "head")
 
 
-async def open_engine(url: URL) -> AsyncEngine:
-    engine = create_engine(url)
+async def open_engine(url: URL) -> Database:
+    """Connect and migrate; a database that cannot be opened is a usage error naming it (no password)."""
+    db = connect(url)
     try:
-        await migrate(engine)
+        await asyncio.get_running_loop().run_in_executor(db.executor, _migrate, db.engine)
     except (DBAPIError, OSError) as exc:
-        await engine.dispose()
+        await db.dispose()
         reason = str(getattr(exc, "orig", exc)).splitlines()[0]
         raise UsageError(f"cannot open the store at {shown(url)}: {reason}") from None
     except asyncio.CancelledError:
-        await engine.dispose()
+        await db.dispose()
         raise
-    return engine
+    return db

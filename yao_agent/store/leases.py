@@ -15,12 +15,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from yao_agent.store.chats import mark_interrupted
-from yao_agent.store.engine import WRITE
+from yao_agent.store.engine import Database
 from yao_agent.store.schema import chat_leases, runs
 
 log = logging.getLogger("yao_agent.lease")
@@ -33,15 +32,14 @@ POLL_S = 1.0  # re-check a held chat this often even if no release notice arrive
 class PgLease:
     def __init__(
         self,
-        engine: AsyncEngine,
+        db: Database,
         owner: str,
         on_cancel: Callable[[str, float], None],
         *,
         clock: Callable[[], float],
         ttl_s: float = TTL_S,
     ) -> None:
-        self.engine = engine
-        self.writer = engine.execution_options(**WRITE)
+        self.db = db
         self.owner = owner
         self.on_cancel = on_cancel
         self.clock = clock
@@ -59,9 +57,10 @@ class PgLease:
         await asyncio.wait_for(ready.wait(), 10)
 
     async def aclose(self) -> None:
-        for task in [*self._renewals.values(), *([self._listener] if self._listener else [])]:
+        tasks = [*self._renewals.values(), *([self._listener] if self._listener else [])]
+        for task in tasks:
             task.cancel()
-        for task in [*self._renewals.values(), *([self._listener] if self._listener else [])]:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._renewals.clear()
@@ -74,8 +73,7 @@ class PgLease:
         query = select(chat_leases.c.owner).where(
             chat_leases.c.chat_id == chat_id, chat_leases.c.expires_at > self.clock()
         )
-        async with self.engine.connect() as conn:
-            owner = (await conn.execute(query)).scalar_one_or_none()
+        owner = await self.db.read(lambda conn: conn.execute(query).scalar_one_or_none())
         return owner is not None and owner != self.owner
 
     async def acquire(self, chat_id: str, run_id: str) -> None:
@@ -93,14 +91,17 @@ class PgLease:
         if renewal is not None:
             renewal.cancel()
         statement = delete(chat_leases).where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
-        async with self.writer.begin() as conn:
-            await conn.execute(statement)
-            await self._notify(conn, {"op": "release", "chat_id": chat_id})
+
+        def work(conn: Connection) -> None:
+            conn.execute(statement)
+            _notify(conn, {"op": "release", "chat_id": chat_id})
+
+        await self.db.write(work)
 
     async def cancel_everywhere(self, chat_id: str) -> None:
         """Tell every process to cancel what it accepted for the chat up to now."""
-        async with self.writer.begin() as conn:
-            await self._notify(conn, {"op": "cancel", "chat_id": chat_id, "at": self.clock()})
+        message = {"op": "cancel", "chat_id": chat_id, "at": self.clock()}
+        await self.db.write(lambda conn: _notify(conn, message))
 
     async def _claim(self, chat_id: str, run_id: str) -> bool:
         now = self.clock()
@@ -112,39 +113,33 @@ class PgLease:
             set_={"owner": self.owner, "run_id": run_id, "expires_at": now + self.ttl_s},
             where=chat_leases.c.expires_at <= now,  # only a lease its holder stopped renewing
         ).returning(chat_leases.c.run_id)
-        async with self.writer.begin() as conn:
-            previous = (
-                await conn.execute(select(chat_leases.c.run_id).where(chat_leases.c.chat_id == chat_id))
-            ).first()
-            taken = (await conn.execute(claim)).first()
+        holder = select(chat_leases.c.run_id).where(chat_leases.c.chat_id == chat_id)
+
+        def work(conn: Connection) -> bool:
+            previous = conn.execute(holder).first()
+            taken = conn.execute(claim).first()
             if taken is not None and previous is not None and previous[0] != run_id:
-                await mark_interrupted(conn, previous[0], now, "its lease expired")  # it died holding the chat
-        return taken is not None
+                mark_interrupted(conn, previous[0], now, "its lease expired")  # it died holding the chat
+            return taken is not None
+
+        return await self.db.write(work)
 
     async def _renew(self, chat_id: str, run_id: str) -> None:
         while True:
             await asyncio.sleep(self.renew_s)
             now = self.clock()
+            lease = update(chat_leases).where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
+            renewed = lease.values(expires_at=now + self.ttl_s)
+            beat = update(runs).where(runs.c.id == run_id).values(heartbeat_at=now)
             try:
-                async with self.writer.begin() as conn:
-                    await conn.execute(
-                        update(chat_leases)
-                        .where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
-                        .values(expires_at=now + self.ttl_s)
-                    )
-                    await conn.execute(update(runs).where(runs.c.id == run_id).values(heartbeat_at=now))
+                await self.db.write(lambda conn, renewed=renewed, beat=beat: _run_all(conn, renewed, beat))
             except Exception:
                 log.exception("could not renew the lease of chat %s", chat_id)
-
-    async def _notify(self, conn: Any, message: dict[str, Any]) -> None:
-        await conn.execute(
-            text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": json.dumps(message)}
-        )
 
     async def _listen(self, ready: asyncio.Event) -> None:
         import psycopg
 
-        dsn = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        dsn = self.db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -168,3 +163,13 @@ class PgLease:
             self._released.set()
         elif message.get("op") == "cancel":
             self.on_cancel(str(message.get("chat_id")), float(message.get("at", self.clock())))
+
+
+def _run_all(conn: Connection, *statements: Any) -> None:
+    for statement in statements:
+        conn.execute(statement)
+
+
+def _notify(conn: Connection, message: dict[str, Any]) -> None:
+    """Tell every listening process (delivered when the transaction commits)."""
+    conn.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": json.dumps(message)})

@@ -1,4 +1,4 @@
-"""The SQL store (SQLite or PostgreSQL through SQLAlchemy's async engine).
+"""The SQL store (SQLite or PostgreSQL through SQLAlchemy; see engine.py for how it is driven).
 
 Every method takes the caller's scope and refuses to run without one: tenant data is reachable only
 through an `Identity`, operator-wide views only through the `OPERATOR` token the CLI holds.
@@ -11,14 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Operator
 from yao_agent.store.chats import ChatStore
-from yao_agent.store.engine import WRITE
+from yao_agent.store.engine import Database
 from yao_agent.store.schema import role_settings
 from yao_agent.store.tokens import TokenStore
 
@@ -41,16 +40,19 @@ def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
 
 
 class SqlStore(ChatStore, TokenStore):
-    def __init__(self, engine: AsyncEngine, *, clock: Callable[[], float] = time.time) -> None:
-        self.engine = engine
-        self.writer = engine.execution_options(**WRITE)
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
+        self.db = db
         self.clock = clock
 
+    @property
+    def engine(self) -> Engine:
+        return self.db.engine
+
     async def aclose(self) -> None:
-        await self.engine.dispose()
+        await self.db.dispose()
 
     def _upsert(self, table: Any) -> Any:
-        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        dialect = postgresql if self.db.dialect == "postgresql" else sqlite
         return dialect.insert(table)
 
     # --- role settings -------------------------------------------------------------------------
@@ -60,8 +62,7 @@ class SqlStore(ChatStore, TokenStore):
         query = select(role_settings.c.connectors).where(
             role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner, role_settings.c.role == role
         )
-        async with self.engine.connect() as conn:
-            value = (await conn.execute(query)).scalar_one_or_none()
+        value = await self.db.read(lambda conn: conn.execute(query).scalar_one_or_none())
         return tuple(value) if value else None
 
     async def set_role(self, scope: tuple[str, str], role: str, connectors: Sequence[str]) -> None:
@@ -73,17 +74,14 @@ class SqlStore(ChatStore, TokenStore):
             index_elements=["scope_kind", "scope_id", "role"],
             set_={"connectors": values["connectors"], "updated_at": values["updated_at"]},
         )
-        async with self.writer.begin() as conn:
-            await conn.execute(statement)
+        await self.db.write(lambda conn: conn.execute(statement))
 
     async def delete_role(self, scope: tuple[str, str], role: str) -> bool:
         kind, owner = check_scope(scope)
         statement = delete(role_settings).where(
             role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner, role_settings.c.role == role
         )
-        async with self.writer.begin() as conn:
-            result = await conn.execute(statement)
-        return bool(result.rowcount)
+        return bool(await self.db.write(lambda conn: conn.execute(statement).rowcount))
 
     async def list_roles(self, scope: tuple[str, str] | Operator) -> list[RoleSetting]:
         """Settings of one scope, or of every scope for the operator."""
@@ -93,8 +91,7 @@ class SqlStore(ChatStore, TokenStore):
         if not isinstance(scope, Operator):
             kind, owner = check_scope(scope)
             query = query.where(role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner)
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(query)).mappings().all()
+        rows = await self.db.read(lambda conn: conn.execute(query).mappings().all())
         return [
             RoleSetting(r["scope_kind"], r["scope_id"], r["role"], tuple(r["connectors"]), r["updated_at"])
             for r in rows

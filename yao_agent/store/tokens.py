@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import insert, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Identity, Operator
+from yao_agent.store.engine import Database
 from yao_agent.store.schema import tokens
 
 TOKEN_PREFIX = "ya_"
@@ -39,8 +39,7 @@ def _operator(operator: Operator, what: str) -> None:
 class TokenStore:
     """The token half of `SqlStore`."""
 
-    engine: AsyncEngine
-    writer: AsyncEngine
+    db: Database
     clock: Callable[[], float]
 
     async def create_token(self, operator: Operator, identity: Identity, label: str = "") -> str:
@@ -48,8 +47,7 @@ class TokenStore:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         values = {"hash": token_hash(token), "prefix": token[:12], "user_id": identity.user_id,
                   "team_id": identity.team_id or "", "label": label, "created_at": self.clock()}  # fmt: skip
-        async with self.writer.begin() as conn:
-            await conn.execute(insert(tokens).values(**values))
+        await self.db.write(lambda conn: conn.execute(insert(tokens).values(**values)))
         return token
 
     async def identity_for(self, token: str) -> Identity | None:
@@ -57,20 +55,17 @@ class TokenStore:
         query = select(tokens.c.user_id, tokens.c.team_id).where(
             tokens.c.hash == token_hash(token), tokens.c.revoked_at.is_(None)
         )
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(query)).first()
+        row = await self.db.read(lambda conn: conn.execute(query).first())
         return Identity(row.user_id, row.team_id or None) if row is not None else None
 
     async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int:
         _operator(operator, "revoking")
         which = (tokens.c.hash == token_hash(token_or_prefix)) | (tokens.c.prefix == token_or_prefix[:12])
         statement = update(tokens).where(which, tokens.c.revoked_at.is_(None)).values(revoked_at=self.clock())
-        async with self.writer.begin() as conn:
-            return (await conn.execute(statement)).rowcount
+        return await self.db.write(lambda conn: conn.execute(statement).rowcount)
 
     async def list_tokens(self, operator: Operator) -> list[TokenRecord]:
         _operator(operator, "listing")
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(select(tokens).order_by(tokens.c.created_at))
-            return [TokenRecord(r.prefix, r.user_id, r.team_id or None, r.label, r.created_at, r.revoked_at)
-                    for r in rows]  # fmt: skip
+        rows = await self.db.read(lambda conn: conn.execute(select(tokens).order_by(tokens.c.created_at)).all())
+        return [TokenRecord(r.prefix, r.user_id, r.team_id or None, r.label, r.created_at, r.revoked_at)
+                for r in rows]  # fmt: skip

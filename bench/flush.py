@@ -1,0 +1,103 @@
+"""The deferred flush of a run with 10 messages and 4 steps, on SQLite and on PostgreSQL.
+
+    .venv/bin/python bench/flush.py [--runs 300] [--pg postgresql://postgres@127.0.0.1:5432/postgres]
+
+Each sample is one `finish_run` (one transaction: messages, steps, the run's outcome, the chat) for a
+run whose write-ahead was done before the clock started. Median wall time is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from yao_agent.identity import Identity  # noqa: E402
+from yao_agent.messages import ChatMessage, ToolCall  # noqa: E402
+from yao_agent.store import SqlStore, open_engine, store_url  # noqa: E402
+from yao_agent.store.records import RunRecord, StepRecord  # noqa: E402
+
+WHO = Identity("bench")
+
+
+def run_of(n: int) -> tuple[RunRecord, list[ChatMessage], list[StepRecord]]:
+    run = RunRecord(id=f"run{n}", chat_id=f"chat{n}", user_id="bench", team_id=None, assistant_id="a",
+                    trace_id="t", owner="bench", started_at=time.time())  # fmt: skip
+    call = ToolCall("c1", "weather__forecast", '{"city": "Paris"}')
+    produced = []
+    for i in range(10):
+        role = ("assistant", "tool")[i % 2]
+        produced.append(ChatMessage(f"m{n}-{i}", role, f"message {i} " * 20, run_id=run.id,
+                                    tool_calls=(call,) if role == "assistant" else (),
+                                    tool_call_id="c1" if role == "tool" else None, created_at=time.time()))  # fmt: skip
+    steps = [StepRecord(f"s{n}-{i}", run.id, i + 1, kind, "completed", time.time(), ended_at=time.time())
+             for i, kind in enumerate(("hook_create", "llm", "tool", "llm"))]  # fmt: skip
+    run.status, run.reason, run.ended_at, run.duration_ms = "completed", "completed", time.time(), 10
+    return run, produced, steps
+
+
+async def flush_ms(url: str, runs: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqlStore(await open_engine(store_url(url, Path(tmp))))
+        samples = []
+        try:
+            for n in range(runs):
+                run, produced, steps = run_of(n)
+                await store.start_run(WHO, run, [ChatMessage(f"u{n}", "user", "hello", run_id=run.id)])
+                start = time.perf_counter()
+                await store.finish_run(WHO, run, produced, steps)
+                samples.append(time.perf_counter() - start)
+        finally:
+            await store.aclose()
+    return statistics.median(samples[runs // 10 :]) * 1000
+
+
+def pg_database(base: str) -> tuple[str, str]:
+    import psycopg
+
+    name = f"yao_bench_{secrets.token_hex(3)}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')  # pyright: ignore[reportArgumentType]
+    return base.rsplit("/", 1)[0] + "/" + name, name
+
+
+def drop(base: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # pyright: ignore[reportArgumentType]
+
+
+async def measure(runs: int, pg: str | None) -> dict[str, float]:
+    out = {"sqlite": await flush_ms("sqlite:///flush.db", runs)}
+    if pg:
+        url, name = pg_database(pg)
+        try:
+            out["postgresql"] = await flush_ms(url, runs)
+        finally:
+            drop(pg, name)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument(
+        "--pg", default=os.environ.get("YAO_AGENT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+    )
+    args = parser.parse_args()
+    for backend, ms in asyncio.run(measure(args.runs, args.pg or None)).items():
+        print(f"flush of 10 messages + 4 steps, {backend:<10} median {ms:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
