@@ -63,6 +63,14 @@ def visible(rt: Runtime, who: Identity) -> list[dict[str, str]]:
     ]
 
 
+def usable(rt: Runtime, who: Identity, assistant_id: str) -> str:
+    """An assistant the caller may not use does not exist for them: 404, naming only the ones they can see."""
+    known = [a["id"] for a in visible(rt, who)]
+    if assistant_id not in known:
+        raise NotFound(unknown("assistant", assistant_id, known))
+    return assistant_id
+
+
 async def sse(handle: RunHandle) -> AsyncIterator[dict[str, str]]:
     """The run's events as SSE frames; the reader leaving (a closed connection) cancels the run."""
     async with aclosing(handle.events()) as events:
@@ -86,6 +94,7 @@ async def drained(handle: RunHandle) -> JSONResponse:
 async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Run an assistant: SSE of the run's events, or its result as JSON with `?stream=false`."""
     rt = runtime(request)
+    usable(rt, who, assistant_id)
     ask = RunRequest(assistant_id, who, body.messages, chat_id=body.chat_id, metadata=body.metadata or {},
                      on_busy=body.on_busy)  # fmt: skip
     handle = await start(rt, ask)

@@ -25,7 +25,7 @@ from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import text_of
 from yao_agent.pipeline import RunHandle, RunRequest, start
 from yao_agent.server.auth import Caller
-from yao_agent.server.native import runtime, visible
+from yao_agent.server.native import runtime, usable, visible
 
 router = APIRouter()
 PASSED_ON = ("temperature", "max_tokens", "max_completion_tokens", "top_p")
@@ -60,6 +60,7 @@ async def completions(body: CompletionBody, request: Request, who: Caller) -> An
         raise UsageError("tools: client-side tools are not supported (the assistant's own tools run on the server)")
     chat_id = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
     options = {k: getattr(body, k) for k in PASSED_ON if getattr(body, k) is not None}
+    usable(runtime(request), who, body.model)
     ask = RunRequest(body.model, who, body.messages, chat_id=str(chat_id) if chat_id else None,
                      metadata=body.metadata or {}, options=options)  # fmt: skip
     handle = await start(runtime(request), ask)

@@ -1,0 +1,408 @@
+"""Tenants over real HTTP: no read or write crosses from one identity to another, on any route of CONTRACT §6.
+
+Three tenants (tests/server/conftest.py): alice (no team), bob and carol (both in team acme). A chat
+belongs to one (user, team) pair: anybody else gets the 404 a chat that never existed gets, never a
+403 that would confirm the id. Role settings belong to the caller's team, or to the user without one.
+The identity comes from the bearer token only; a body that names a user or a team never changes it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.server.conftest import TENANTS, Live
+from yao_agent.identity import OPERATOR, Identity
+from yao_agent.testing import FakeProvider, Reply
+
+ALICE, BOB, CAROL = TENANTS["alice"], TENANTS["bob"], TENANTS["carol"]
+
+
+def says(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def assert_error(response: httpx.Response, status: int, kind: str | None = None) -> dict[str, str]:
+    """The contract's error: the status, JSON `{"error": {"type", "message"}}`, a message a person can read."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body = response.json()
+    assert set(body) == {"error"} and isinstance(body["error"], dict), body
+    error = body["error"]
+    assert isinstance(error.get("type"), str) and isinstance(error.get("message"), str) and error["message"], body
+    if kind is not None:
+        assert error["type"] == kind, body
+    return error
+
+
+def client_for(live: Live, token: str, **headers: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=live.url, headers={"Authorization": f"Bearer {token}", **headers}, timeout=30)
+
+
+async def native_run(client: httpx.AsyncClient, text: str, **body: Any) -> dict[str, Any]:
+    response = await client.post("/api/assistants/chat/runs?stream=false", json={"messages": says(text), **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def completion(client: httpx.AsyncClient, text: str, **extra: Any) -> tuple[str, str]:
+    """An OpenAI-compatible completion: (its chat id, its reply)."""
+    response = await client.post("/v1/chat/completions", json={"model": "chat", "messages": says(text), **extra})
+    assert response.status_code == 200, response.text
+    return response.headers["x-chat-id"], response.json()["choices"][0]["message"]["content"]
+
+
+async def chat_ids(client: httpx.AsyncClient) -> list[str]:
+    response = await client.get("/api/chats")
+    assert response.status_code == 200, response.text
+    return [c["chat_id"] for c in response.json()["chats"]]
+
+
+async def snapshot(live: Live, who: Identity, client: httpx.AsyncClient, chat_id: str) -> dict[str, Any]:
+    """Everything the owner can observe of one chat: listing, messages, resume point, runs."""
+    listed = [c for c in (await client.get("/api/chats")).json()["chats"] if c["chat_id"] == chat_id]
+    resume = await client.get(f"/api/chats/{chat_id}/resume")
+    return {
+        "listed": listed,
+        "messages": (await client.get(f"/api/chats/{chat_id}/messages")).json(),
+        "resume": (resume.status_code, resume.json()),
+        "runs": [(r.id, r.status, r.reason) for r in await live.rt.store.runs_of(who, chat_id)],
+    }
+
+
+def chat_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every request that names an existing chat: (method, path, httpx keyword arguments)."""
+    return [
+        ("GET", f"/api/chats/{chat_id}/messages", {}),
+        ("GET", f"/api/chats/{chat_id}/resume", {}),
+        ("POST", f"/api/chats/{chat_id}/resume", {}),
+        ("POST", f"/api/chats/{chat_id}/resume?stream=false", {}),
+        ("POST", f"/api/chats/{chat_id}/cancel", {}),
+        ("POST", f"/api/chats/{chat_id}/append", {"json": {"messages": says("intruder append")}}),
+    ]
+
+
+def run_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every way to run on an existing chat: native (SSE and JSON) and OpenAI (header, metadata, streamed)."""
+    native = {"messages": says("intruder run"), "chat_id": chat_id}
+    openai = {"model": "chat", "messages": says("intruder completion")}
+    return [
+        ("POST", "/api/assistants/chat/runs?stream=false", {"json": native}),
+        ("POST", "/api/assistants/chat/runs", {"json": native}),
+        ("POST", "/v1/chat/completions", {"json": openai, "headers": {"X-Chat-Id": chat_id}}),
+        ("POST", "/v1/chat/completions", {"json": {**openai, "metadata": {"chat_id": chat_id}}}),
+        ("POST", "/v1/chat/completions", {"json": {**openai, "stream": True}, "headers": {"X-Chat-Id": chat_id}}),
+    ]
+
+
+# --- another tenant's chat ---------------------------------------------------------------------------
+
+
+async def test_another_tenants_chat_is_a_404_on_every_route_and_stays_untouched(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="native answer"), Reply(status=500, error_message="upstream down"))
+    fake.enqueue(Reply(text="openai answer"))
+    async with live.client("alice") as alice, live.client("bob") as bob:
+        first = await native_run(alice, "hello natively")
+        native_chat = first["chat_id"]
+        failed = await native_run(alice, "and again", chat_id=native_chat)  # leaves a resume point
+        assert (failed["status"], failed["reason"]) == ("failed", "model_error")
+        openai_chat, reply = await completion(alice, "hello openai")
+        assert reply == "openai answer" and openai_chat != native_chat
+        assert (await alice.get(f"/api/chats/{native_chat}/resume")).status_code == 200
+
+        before = {c: await snapshot(live, ALICE, alice, c) for c in (native_chat, openai_chat)}
+        model_calls = len(fake.requests)
+        for chat_id in (native_chat, openai_chat):
+            for method, path, kwargs in chat_requests(chat_id):
+                response = await bob.request(method, path, **kwargs)
+                error = assert_error(response, 404, "not_found")
+                # Exactly what a chat that never existed gets: the id reveals nothing.
+                ghost = await bob.request(method, path.replace(chat_id, "never-existed"), **kwargs)
+                assert error["message"].replace(chat_id, "ID") == ghost.json()["error"]["message"].replace(
+                    "never-existed", "ID"
+                ), (method, path)
+            for method, path, kwargs in run_requests(chat_id):
+                assert_error(await bob.request(method, path, **kwargs), 404, "not_found")
+
+        assert await chat_ids(bob) == []  # bob's attempts created nothing, and alice's chats are not listed
+        assert len(fake.requests) == model_calls  # none of bob's requests reached the model
+        after = {c: await snapshot(live, ALICE, alice, c) for c in (native_chat, openai_chat)}
+        assert after == before
+        assert sorted(await chat_ids(alice)) == sorted([native_chat, openai_chat])
+
+
+async def test_another_tenant_cannot_cancel_or_append_to_a_running_chat(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="w" * 90, chunk_size=3, delay_s=0.02))
+    body = {"messages": says("a long answer please")}
+    events: list[dict[str, Any]] = []
+    async with live.client("alice") as alice, live.client("bob") as bob:
+        async with alice.stream("POST", "/api/assistants/chat/runs", json=body) as response:
+            chat_id = response.headers["x-chat-id"]
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(json.loads(line[6:]))
+                if events[-1]["type"] == "message_delta" and sum(e["type"] == "message_delta" for e in events) == 1:
+                    assert_error(await bob.post(f"/api/chats/{chat_id}/cancel"), 404, "not_found")
+                    appended = await bob.post(f"/api/chats/{chat_id}/append", json={"messages": says("injected")})
+                    assert_error(appended, 404, "not_found")
+                    assert_error(await bob.get(f"/api/chats/{chat_id}/messages"), 404, "not_found")
+                    assert chat_id in {h.state.chat_id for h in live.rt.active.values()}  # it was running all along
+        stored = (await alice.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
+    assert (events[-1]["status"], events[-1]["reason"]) == ("completed", "completed")  # not cancelled by bob
+    assert [(m["role"], m["content"]) for m in stored] == [("user", "a long answer please"), ("assistant", "w" * 90)]
+    assert all("injected" not in json.dumps(r.messages) for r in fake.requests)
+
+
+@pytest.mark.parametrize(
+    "intruder",
+    [Identity("carol", "acme"), Identity("bob"), Identity("bob", "beta")],
+    ids=["same-team-other-user", "same-user-no-team", "same-user-other-team"],
+)
+async def test_a_chat_belongs_to_one_user_and_team_pair(live: Live, fake: FakeProvider, intruder: Identity) -> None:
+    """The current rule (store/chats.py): a chat is owned by (user_id, team_id); a team does not share chats."""
+    token = await live.rt.store.create_token(OPERATOR, intruder)
+    fake.enqueue(Reply(text="for bob only"))
+    async with live.client("bob") as bob, client_for(live, token) as other:
+        chat_id = (await native_run(bob, "bob's secret"))["chat_id"]
+        for method, path, kwargs in chat_requests(chat_id) + run_requests(chat_id):
+            assert_error(await other.request(method, path, **kwargs), 404, "not_found")
+        assert chat_id not in await chat_ids(other)
+        messages = (await bob.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
+    assert [m["content"] for m in messages] == ["bob's secret", "for bob only"]  # the owner still reads it, intact
+    assert len(fake.requests) == 1
+
+
+# --- assistants with access rules ---------------------------------------------------------------------
+
+
+async def test_a_team_assistant_is_invisible_and_refused_outside_the_team(live: Live, fake: FakeProvider) -> None:
+    async with live.client("alice") as alice, live.client("bob") as bob:
+        assert [a["id"] for a in (await alice.get("/api/assistants")).json()["assistants"]] == ["chat"]
+        assert [m["id"] for m in (await alice.get("/v1/models")).json()["data"]] == ["chat"]
+        refused = [
+            await alice.post("/api/assistants/private/runs?stream=false", json={"messages": says("let me in")}),
+            await alice.post("/api/assistants/private/runs", json={"messages": says("let me in")}),
+            await alice.post("/v1/chat/completions", json={"model": "private", "messages": says("let me in")}),
+            await alice.post(
+                "/v1/chat/completions", json={"model": "private", "messages": says("let me in"), "stream": True}
+            ),
+        ]
+        for response in refused:  # refused as if it did not exist, naming only what alice may use
+            assert assert_error(response, 404, "not_found")["message"] == "unknown assistant 'private' (known: chat)"
+        for model in ("nobody", "privat"):  # a typo or a guess must not reveal it either
+            guessed = await alice.post("/v1/chat/completions", json={"model": model, "messages": says("x")})
+            assert "private" not in assert_error(guessed, 404, "not_found")["message"]
+        assert await chat_ids(alice) == [] and fake.requests == []  # refused before anything existed
+
+        assert sorted(a["id"] for a in (await bob.get("/api/assistants")).json()["assistants"]) == ["chat", "private"]
+        assert sorted(m["id"] for m in (await bob.get("/v1/models")).json()["data"]) == ["chat", "private"]
+        fake.enqueue(Reply(text="private native"), Reply(text="private openai"))
+        ran = await bob.post("/api/assistants/private/runs?stream=false", json={"messages": says("hi")})
+        assert ran.status_code == 200 and ran.json()["messages"][-1]["content"] == "private native"
+        done = await bob.post("/v1/chat/completions", json={"model": "private", "messages": says("hi")})
+        assert done.status_code == 200 and done.json()["choices"][0]["message"]["content"] == "private openai"
+
+
+# --- role settings ------------------------------------------------------------------------------------
+
+
+async def reply_to(client: httpx.AsyncClient, text: str) -> str:
+    return (await native_run(client, text))["messages"][-1]["content"]
+
+
+async def roles_stored(live: Live) -> dict[str, tuple[str, ...]]:
+    return {f"{s.scope_kind}:{s.scope_id}/{s.role}": s.connectors for s in await live.rt.store.list_roles(OPERATOR)}
+
+
+async def test_role_settings_land_on_the_callers_team_or_user_scope(live: Live, fake: FakeProvider) -> None:
+    """`chat` uses role `default` (app.yml: fake.model, which says "Hello world"); demo.echo echoes."""
+    async with live.client("alice") as alice, live.client("bob") as bob, live.client("carol") as carol:
+        set_by_bob = await bob.put("/api/roles/default", json={"connector": "demo.echo"})
+        assert set_by_bob.status_code == 200, set_by_bob.text
+        assert set_by_bob.json() == {"role": "default", "scope": "team:acme", "connectors": ["demo.echo"]}
+        assert await roles_stored(live) == {"team:acme/default": ("demo.echo",)}
+        assert await reply_to(carol, "hi from carol") == "echo: hi from carol"  # bob's team setting is carol's too
+        assert await reply_to(alice, "hi from alice") == "Hello world"  # and not alice's
+
+        set_by_alice = await alice.put("/api/roles/default", json={"connectors": ["demo.echo", "fake.model"]})
+        assert set_by_alice.json() == {
+            "role": "default",
+            "scope": "user:alice",
+            "connectors": ["demo.echo", "fake.model"],
+        }
+        assert await reply_to(alice, "alice again") == "echo: alice again"
+
+        reset_by_bob = await bob.put("/api/roles/default", json={"connectors": ["fake.model"]})
+        assert reset_by_bob.json()["scope"] == "team:acme"
+        assert await reply_to(carol, "carol again") == "Hello world"
+        assert await reply_to(alice, "alice once more") == "echo: alice once more"  # bob never touched alice's scope
+    assert await roles_stored(live) == {
+        "team:acme/default": ("fake.model",),
+        "user:alice/default": ("demo.echo", "fake.model"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "mentions"),
+    [
+        ("/api/roles/light", {"connector": "nope"}, ["'nope'", "fake.model", "demo.echo"]),
+        ("/api/roles/light", {"connectors": ["demo.echo", "nope"]}, ["'nope'", "fake.model", "demo.echo"]),
+        ("/api/roles/light", {"connector": "demo.echo", "connectors": ["fake.model"]}, []),
+        ("/api/roles/light", {"connectors": []}, []),
+        ("/api/roles/light", {"connector": ""}, []),
+        ("/api/roles/light", {}, []),
+        ("/api/roles/light", {"connector": None}, []),
+        ("/api/roles/light", {"connector": 7}, ["connector"]),
+        ("/api/roles/light", {"connector": ["demo.echo"]}, ["connector"]),
+        ("/api/roles/light", {"connectors": "demo.echo"}, ["connectors"]),
+        ("/api/roles/light", {"connectors": [1, 2]}, ["connectors"]),
+        ("/api/roles/light", {"connectors": [{"id": "demo.echo"}]}, ["connectors"]),
+        ("/api/roles/light", {"connector": "demo.echo", "scope": "team:acme"}, ["scope"]),
+        ("/api/roles/light", [{"connector": "demo.echo"}], []),
+        ("/api/roles/light", "demo.echo", []),
+        ("/api/roles/has%20space", {"connector": "demo.echo"}, ["role"]),
+        ("/api/roles/" + "r" * 129, {"connector": "demo.echo"}, ["role"]),
+        ("/api/roles/nul%00", {"connector": "demo.echo"}, ["role"]),
+    ],
+)
+async def test_bad_role_settings_are_a_400_and_store_nothing(
+    live: Live, path: str, body: object, mentions: list[str]
+) -> None:
+    async with live.client("bob") as bob, live.client("alice") as alice:
+        for client in (bob, alice):
+            error = assert_error(await client.put(path, json=body), 400, "invalid_request")
+            for word in mentions:
+                assert word in error["message"], error
+    assert await roles_stored(live) == {}
+
+
+# --- authentication -------------------------------------------------------------------------------------
+
+CHAT = "c-1"  # alice's chat, created by the test below before anything is tried on it
+ROUTES: list[tuple[str, str, Any]] = [
+    ("POST", "/v1/chat/completions", {"model": "chat", "messages": says("hi")}),
+    ("GET", "/v1/models", None),
+    ("POST", "/api/assistants/chat/runs", {"messages": says("hi")}),
+    ("POST", "/api/assistants/chat/runs?stream=false", {"messages": says("hi"), "chat_id": CHAT}),
+    ("POST", f"/api/chats/{CHAT}/cancel", None),
+    ("POST", f"/api/chats/{CHAT}/append", {"messages": says("more")}),
+    ("GET", "/api/chats", None),
+    ("GET", f"/api/chats/{CHAT}/messages", None),
+    ("GET", f"/api/chats/{CHAT}/resume", None),
+    ("POST", f"/api/chats/{CHAT}/resume", None),
+    ("GET", "/api/assistants", None),
+    ("PUT", "/api/roles/default", {"connector": "demo.echo"}),
+]
+PUBLIC = {("GET", "/healthz"), ("GET", "/")}
+
+
+def bad_authorizations(valid: str, revoked: str) -> dict[str, str | None]:
+    return {
+        "missing": None,
+        "empty": "",
+        "scheme only": "Bearer",
+        "two tokens": f"Bearer {valid} {valid}",
+        "basic auth": "Basic YWxpY2U6c2VjcmV0",
+        "valid token, other scheme": f"Token {valid}",
+        "valid token, no scheme": valid,
+        "unknown token": "Bearer ya_not-a-token-anybody-was-given",
+        "valid token plus a byte": f"Bearer {valid}x",
+        "revoked token": f"Bearer {revoked}",
+    }
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+async def test_every_route_needs_a_valid_token(
+    live: Live, fake: FakeProvider, method: str, path: str, body: Any
+) -> None:
+    async with live.client("alice") as alice:
+        await native_run(alice, "alice's first words", chat_id=CHAT)
+        revoked = await live.rt.store.create_token(OPERATOR, ALICE, label="soon revoked")
+        probe = await alice.get("/api/chats", headers={"Authorization": f"Bearer {revoked}"})
+        assert probe.status_code == 200  # it worked until it was revoked
+        assert await live.rt.store.revoke_token(OPERATOR, revoked) == 1
+        before = await snapshot(live, ALICE, alice, CHAT)
+    calls = len(fake.requests)
+    async with httpx.AsyncClient(base_url=live.url, timeout=30) as anonymous:
+        for name, header in bad_authorizations(live.tokens["alice"], revoked).items():
+            headers = {} if header is None else {"Authorization": header}
+            response = await anonymous.request(method, path, json=body, headers=headers)
+            assert "authorization" not in anonymous.headers
+            error = assert_error(response, 401, "unauthorized")
+            assert response.headers.get("www-authenticate") == "Bearer", name
+            assert live.tokens["alice"] not in error["message"] and revoked not in error["message"]
+    async with live.client("alice") as alice:
+        assert await snapshot(live, ALICE, alice, CHAT) == before
+        assert await chat_ids(alice) == [CHAT]
+    assert len(fake.requests) == calls and await roles_stored(live) == {}
+
+
+async def test_the_route_list_above_is_every_route_of_the_api(live: Live) -> None:
+    """A new route must join ROUTES (and so the 401 test), or be deliberately public."""
+    async with live.client("") as anonymous:
+        document = (await anonymous.get("/openapi.json")).json()
+        health, page = await anonymous.get("/healthz"), await anonymous.get("/")
+    declared = {(m.upper(), p) for p, ops in document["paths"].items() for m in ops}
+    tested = {(m, p.split("?")[0].replace(CHAT, "{chat_id}")) for m, p, _ in ROUTES}
+    tested = {(m, p.replace("/chat/runs", "/{assistant_id}/runs").replace("/default", "/{role}")) for m, p in tested}
+    assert declared - PUBLIC == tested
+    assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+
+
+# --- the identity is the token's, whatever the body says ----------------------------------------------
+
+POSING = {"user_id": "bob", "team_id": "acme"}
+POSING_HEADERS = {"X-User-Id": "bob", "X-Team-Id": "acme"}
+
+
+async def test_native_bodies_naming_an_identity_are_refused(live: Live, fake: FakeProvider) -> None:
+    async with client_for(live, live.tokens["alice"], **POSING_HEADERS) as alice:
+        attempts = [
+            await alice.post("/api/assistants/private/runs?stream=false", json={"messages": says("x"), **POSING}),
+            await alice.post("/api/assistants/chat/runs?stream=false", json={"messages": says("x"), **POSING}),
+            await alice.post("/api/assistants/chat/runs", json={"messages": says("x"), "user_id": "bob"}),
+            await alice.put("/api/roles/default", json={"connector": "demo.echo", **POSING}),
+        ]
+        for response in attempts:
+            error = assert_error(response, 400, "invalid_request")
+            assert "user_id" in error["message"] or "team_id" in error["message"], error
+        # metadata is free-form and is only metadata: the run is still alice's, and `private` still refused
+        denied = await alice.post(
+            "/api/assistants/private/runs?stream=false", json={"messages": says("x"), "metadata": POSING}
+        )
+        assert_error(denied, 404, "not_found")
+        chat_id = (await native_run(alice, "mine", metadata=POSING))["chat_id"]
+        assert await chat_ids(alice) == [chat_id]
+    assert await roles_stored(live) == {}
+    async with live.client("bob") as bob:
+        assert await chat_ids(bob) == []
+        assert_error(await bob.get(f"/api/chats/{chat_id}/messages"), 404, "not_found")
+    assert len(fake.requests) == 1
+
+
+async def test_openai_bodies_naming_an_identity_are_ignored(live: Live, fake: FakeProvider) -> None:
+    """OpenAI clients send extra fields (`user` among them), so the route accepts and ignores them."""
+    posing = {**POSING, "user": "bob", "metadata": POSING}
+    async with client_for(live, live.tokens["alice"], **POSING_HEADERS) as alice:
+        denied = await alice.post("/v1/chat/completions", json={"model": "private", "messages": says("x"), **posing})
+        assert_error(denied, 404, "not_found")
+        fake.enqueue(Reply(text="for alice"))
+        chat_id, reply = await completion(alice, "who am i", **posing)
+        assert reply == "for alice"
+        assert await chat_ids(alice) == [chat_id]
+    assert [m.content for m in await live.rt.store.history(ALICE, chat_id)] == ["who am i", "for alice"]
+    async with live.client("bob") as bob:
+        assert await chat_ids(bob) == []
+        assert_error(await bob.get(f"/api/chats/{chat_id}/messages"), 404, "not_found")
+        continued = await bob.post(
+            "/v1/chat/completions",
+            json={"model": "chat", "messages": says("let me continue"), **posing},
+            headers={"X-Chat-Id": chat_id},
+        )
+        assert_error(continued, 404, "not_found")
+    assert len(fake.requests) == 1
