@@ -137,25 +137,43 @@ class LiteLLMEngine:
 
 def chunk_deltas(chunk: Any) -> list[Delta]:
     out: list[Delta] = []
-    reasoning = getattr(chunk, "reasoning_content", None)  # custom providers put it on the chunk
+    reasoning = _field(chunk, "reasoning_content")  # custom providers put it on the chunk
     if isinstance(reasoning, str) and reasoning:
         out.append(ReasoningDelta(reasoning))
     for choice in chunk.choices:
         delta = choice.delta
-        reasoning = getattr(delta, "reasoning_content", None)
+        reasoning = _field(delta, "reasoning_content")
         if isinstance(reasoning, str) and reasoning:
             out.append(ReasoningDelta(reasoning))
-        if delta.content:
-            out.append(TextDelta(delta.content))
-        for call in delta.tool_calls or ():
+        content = _field(delta, "content")
+        if content:
+            out.append(TextDelta(content))
+        for call in _field(delta, "tool_calls") or ():
             function = call.function
             out.append(ToolCallDelta(call.index, call.id, function.name, function.arguments or ""))
         if choice.finish_reason:
             out.append(Finish(choice.finish_reason))
-    usage = getattr(chunk, "usage", None)
+    usage = _field(chunk, "usage")
     if usage is not None:
         out.append(Usage.of(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens))
     return out
+
+
+_ABSENT = object()
+
+
+def _field(model: Any, name: str) -> Any:
+    """A pydantic model's field or extra, None if it has neither.
+
+    litellm's chunks keep most of a delta in pydantic's extras and delete fields that are None; plain
+    `getattr` finds neither without pydantic's slow path (an exception inside for every absent one),
+    which cost more per streamed call than the rest of our engine.
+    """
+    value = model.__dict__.get(name, _ABSENT)
+    if value is _ABSENT:
+        extra = getattr(model, "__pydantic_extra__", None)
+        value = extra.get(name) if extra else None
+    return value
 
 
 def _classify(exc: openai.APIError, connector: ConnectorSpec, endpoint: Endpoint, *, started: bool) -> ModelError:

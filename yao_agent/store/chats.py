@@ -13,16 +13,12 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied
 from yao_agent.identity import Identity, Operator
-from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.messages import ChatMessage
+from yao_agent.store import runlog
 from yao_agent.store.engine import Database
 from yao_agent.store.records import ChatRecord, ResumePoint, RunRecord, StepRecord
-from yao_agent.store.schema import chats, memory, messages, runs, steps
-
-TITLE_CHARS = 80
-
-
-def _team(identity: Identity) -> str:
-    return identity.team_id or ""
+from yao_agent.store.runlog import team_of
+from yao_agent.store.schema import chats, memory, runs, steps
 
 
 def _require(identity: Identity | None) -> Identity:
@@ -32,24 +28,7 @@ def _require(identity: Identity | None) -> Identity:
 
 
 def _owned(identity: Identity) -> Any:
-    return (chats.c.user_id == identity.user_id) & (chats.c.team_id == _team(identity))
-
-
-def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
-    calls = [c.to_dict() for c in message.tool_calls] or None
-    return {"id": message.id, "chat_id": chat_id, "seq": message.seq, "run_id": message.run_id,
-            "role": message.role, "content": message.content, "tool_calls": calls,
-            "tool_call_id": message.tool_call_id, "reasoning": message.reasoning, "status": message.status,
-            "thread_id": message.thread_id, "created_at": message.created_at, "hidden": message.hidden}  # fmt: skip
-
-
-def _message(row: Any) -> ChatMessage:
-    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in row.tool_calls or ())
-    return ChatMessage(
-        id=row.id, role=row.role, content=row.content, run_id=row.run_id, tool_calls=calls,
-        tool_call_id=row.tool_call_id, reasoning=row.reasoning, status=row.status, thread_id=row.thread_id,
-        created_at=row.created_at, seq=row.seq, hidden=bool(row.hidden),
-    )  # fmt: skip
+    return (chats.c.user_id == identity.user_id) & (chats.c.team_id == team_of(identity))
 
 
 def _chat(row: Any) -> ChatRecord:
@@ -64,12 +43,6 @@ def _run(row: Any) -> RunRecord:
         status=row.status, reason=row.reason, error=row.error, usage=row.usage or {}, next=row.next,
         resumed_from=row.resumed_from, ended_at=row.ended_at, duration_ms=row.duration_ms,
     )  # fmt: skip
-
-
-def _step_row(step: StepRecord) -> dict[str, Any]:
-    return {"id": step.id, "run_id": step.run_id, "seq": step.seq, "type": step.type, "status": step.status,
-            "thread_id": step.thread_id, "input": step.input, "output": step.output, "error": step.error,
-            "started_at": step.started_at, "ended_at": step.ended_at}  # fmt: skip
 
 
 def _step(row: Any) -> StepRecord:
@@ -87,7 +60,7 @@ class ChatStore:
         """Write-ahead: the clean input and a `running` run are durable before any model is called."""
         identity = _require(identity)
         now = self.clock()
-        await self.db.write(lambda conn: _start_run(conn, identity, run, new, now))
+        await self.db.write(lambda conn: runlog.start(conn, identity, run, _locked(conn, identity, run), new, now))
 
     async def load_and_start(
         self,
@@ -106,11 +79,12 @@ class ChatStore:
         now = self.clock()
 
         def work(conn: Connection) -> list[ChatMessage]:
+            chat = _locked(conn, identity, run)
             try:
-                past = self.read_history(conn, identity, run.chat_id, limit)
+                past = self.read_history(conn, identity, run.chat_id, limit) if chat is not None else []
             except Exception as exc:
                 raise HistoryUnavailable(str(exc) or type(exc).__name__) from exc
-            _start_run(conn, identity, run, clean(past), now)
+            runlog.start(conn, identity, run, chat, clean(past), now)
             return past
 
         return await self.db.write(work)
@@ -123,25 +97,17 @@ class ChatStore:
         fallback = self.clock()
 
         def work(conn: Connection) -> None:
-            chat = _owned_chat(conn, identity, run.chat_id, lock=True)
+            chat = _locked(conn, identity, run)
             if chat is None:
                 raise NotFound(f"no chat '{run.chat_id}'")
-            count = _append(conn, run.chat_id, chat.message_count, new)
-            if done:
-                conn.execute(insert(steps), [_step_row(s) for s in done])
-            conn.execute(update(runs).where(runs.c.id == run.id).values(
-                status=run.status, reason=run.reason, error=run.error, usage=run.usage, next=run.next,
-                ended_at=run.ended_at, duration_ms=run.duration_ms))  # fmt: skip
-            conn.execute(update(chats).where(chats.c.id == run.chat_id).values(
-                message_count=count, updated_at=run.ended_at or fallback, last_status=run.status))  # fmt: skip
+            runlog.finish(conn, run, chat, new, done, fallback)
 
         await self.db.write(work)
 
     async def check_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
         """The caller's chat, None if there is none by that id, NotFound if it is somebody else's."""
         identity = _require(identity)
-        row = await self.db.read(lambda conn: _owned_chat(conn, identity, chat_id, lock=False))
-        return _chat(row) if row is not None else None
+        return await self.db.read(lambda conn: runlog.owned_chat(conn, identity, chat_id, lock=False))
 
     async def get_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
         identity = _require(identity)
@@ -161,14 +127,16 @@ class ChatStore:
 
     def read_history(self, conn: Connection, identity: Identity, chat_id: str, limit: int | None) -> list[ChatMessage]:
         """The messages of the caller's chat, oldest first (the last `limit` of them, with a limit)."""
-        return _history(conn, identity, chat_id, limit)
+        if runlog.owned_chat(conn, identity, chat_id, lock=False) is None:
+            return []
+        return runlog.messages_of(conn, chat_id, limit)
 
     async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]:
         """The chat's runs, newest first."""
         identity = _require(identity)
         query = (
             select(runs)
-            .where(runs.c.chat_id == chat_id, runs.c.user_id == identity.user_id, runs.c.team_id == _team(identity))
+            .where(runs.c.chat_id == chat_id, runs.c.user_id == identity.user_id, runs.c.team_id == team_of(identity))
             .order_by(runs.c.started_at.desc(), runs.c.id.desc())
             .limit(limit)
         )
@@ -216,7 +184,7 @@ class ChatStore:
         now = self.clock()
 
         def work(conn: Connection) -> None:
-            if _owned_chat(conn, identity, chat_id, lock=False) is None:
+            if runlog.owned_chat(conn, identity, chat_id, lock=False) is None:
                 raise NotFound(f"no chat '{chat_id}'")
             conn.execute(delete(memory).where(memory.c.chat_id == chat_id, memory.c.key == key))
             conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=now))
@@ -224,51 +192,9 @@ class ChatStore:
         await self.db.write(work)
 
 
-def _owned_chat(conn: Connection, identity: Identity, chat_id: str, *, lock: bool) -> Any:
-    query = select(chats).where(chats.c.id == chat_id)
-    if lock and conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    row = conn.execute(query).first()
-    if row is not None and (row.user_id != identity.user_id or row.team_id != _team(identity)):
-        raise NotFound(f"no chat '{chat_id}'")  # another tenant's: the same answer as a missing one
-    return row
-
-
-def _append(conn: Connection, chat_id: str, start: int, new: Sequence[ChatMessage]) -> int:
-    for offset, message in enumerate(new):
-        message.seq = start + offset + 1
-    if new:
-        conn.execute(insert(messages), [_message_row(m, chat_id) for m in new])
-    return start + len(new)
-
-
-def _history(conn: Connection, identity: Identity, chat_id: str, limit: int | None) -> list[ChatMessage]:
-    query = (
-        select(messages)
-        .join(chats, chats.c.id == messages.c.chat_id)
-        .where(messages.c.chat_id == chat_id, _owned(identity))
-        .order_by(messages.c.seq.desc() if limit is not None else messages.c.seq)
-    )
-    if limit is not None:
-        query = query.limit(limit)
-    rows = [_message(r) for r in conn.execute(query)]
-    return rows[::-1] if limit is not None else rows
-
-
-def _start_run(conn: Connection, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], now: float) -> None:
-    chat = _owned_chat(conn, identity, run.chat_id, lock=True)
-    if chat is None:
-        title = next((m.content for m in new if m.role == "user" and isinstance(m.content, str)), "") or ""
-        conn.execute(insert(chats).values(
-            id=run.chat_id, user_id=identity.user_id, team_id=_team(identity), assistant_id=run.assistant_id,
-            title=title[:TITLE_CHARS], created_at=now, updated_at=now, message_count=0))  # fmt: skip
-    count = _append(conn, run.chat_id, chat.message_count if chat is not None else 0, new)
-    conn.execute(insert(runs).values(
-        id=run.id, chat_id=run.chat_id, user_id=identity.user_id, team_id=_team(identity),
-        assistant_id=run.assistant_id, trace_id=run.trace_id, status="running", owner=run.owner,
-        resumed_from=run.resumed_from, started_at=run.started_at, heartbeat_at=now))  # fmt: skip
-    conn.execute(update(chats).where(chats.c.id == run.chat_id).values(
-        message_count=count, updated_at=now, last_status="running", last_run_id=run.id))  # fmt: skip
+def _locked(conn: Connection, identity: Identity, run: RunRecord) -> ChatRecord | None:
+    """The run's chat, locked for the rest of the transaction (PostgreSQL; SQLite's write lock covers it)."""
+    return runlog.owned_chat(conn, identity, run.chat_id, lock=True)
 
 
 def mark_interrupted(conn: Connection, run_id: str, now: float, why: str) -> bool:
@@ -282,7 +208,18 @@ def mark_interrupted(conn: Connection, run_id: str, now: float, why: str) -> boo
         duration_ms=int((now - row.started_at) * 1000)))  # fmt: skip
     step = StepRecord(id=f"{run_id}-interrupted", run_id=run_id, seq=1, type="llm", status="interrupted",
                       started_at=row.started_at, error=error, ended_at=now)  # fmt: skip
-    conn.execute(insert(steps).values(**_step_row(step)))
+    conn.execute(
+        insert(steps).values(
+            id=step.id,
+            run_id=step.run_id,
+            seq=step.seq,
+            type=step.type,
+            status=step.status,
+            error=step.error,
+            started_at=step.started_at,
+            ended_at=step.ended_at,
+        )
+    )
     conn.execute(update(chats).where(chats.c.id == row.chat_id, chats.c.last_run_id == run_id).values(
         last_status="interrupted", updated_at=now))  # fmt: skip
     return True

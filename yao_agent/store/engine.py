@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.pool import SingletonThreadPool
 
 from yao_agent.dsl.envvars import resolve_env
 from yao_agent.errors import UsageError
@@ -27,6 +28,7 @@ from yao_agent.errors import UsageError
 HEAD = "0003"  # the newest migration; a test keeps it in step with migrations/versions
 T = TypeVar("T")
 WRITE = {"yao_write": True}  # execution option: this transaction writes (SQLite: BEGIN IMMEDIATE)
+SQLITE_BUSY, SQLITE_LOCKED = 5, 6
 _MIGRATION_LOCK = 728_469_001  # PostgreSQL advisory lock id serialising concurrent migrations
 
 
@@ -56,11 +58,21 @@ def shown(url: URL) -> str:
 
 
 class Database:
-    """A database driven from asyncio: each `read`/`write` runs one transaction on a worker thread."""
+    """A database driven from asyncio: each `read`/`write` is one whole transaction.
 
-    def __init__(self, engine: Engine, workers: int) -> None:
+    PostgreSQL transactions run on worker threads (they wait on the network and on row locks).
+    SQLite ones run inline, on the event loop's thread: a local transaction takes tens of
+    microseconds, less than the trip to a thread and back, and since an inline transaction never
+    awaits, two of them never overlap. Only another process can then hold the file's write lock;
+    an inline transaction that finds it held is not waited for on the loop but run again on a
+    worker thread, which waits for the lock as long as the busy timeout allows.
+    """
+
+    def __init__(self, engine: Engine, workers: int, *, inline: Engine | None = None) -> None:
         self.engine = engine
         self.writer = engine.execution_options(**WRITE)
+        self.inline = inline
+        self.inline_writer = inline.execution_options(**WRITE) if inline is not None else None
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="yao-store")
 
     @property
@@ -68,41 +80,71 @@ class Database:
         return self.engine.dialect.name
 
     async def read(self, work: Callable[[Connection], T]) -> T:
-        def run() -> T:
-            with self.engine.connect() as conn:
-                return work(conn)
-
-        return await asyncio.get_running_loop().run_in_executor(self.executor, run)
+        return await self._run(work, self.inline, self.engine, _read)
 
     async def write(self, work: Callable[[Connection], T]) -> T:
         """One write transaction; it completes even if the awaiting task is cancelled meanwhile."""
+        return await self._run(work, self.inline_writer, self.writer, _write)
 
-        def run() -> T:
-            with self.writer.begin() as conn:
-                return work(conn)
-
-        return await asyncio.get_running_loop().run_in_executor(self.executor, run)
+    async def _run(
+        self,
+        work: Callable[[Connection], T],
+        inline: Engine | None,
+        threaded: Engine,
+        transaction: Callable[[Engine, Callable[[Connection], T]], T],
+    ) -> T:
+        if inline is not None:
+            try:
+                return transaction(inline, work)
+            except OperationalError as exc:
+                if not _locked(exc):
+                    raise
+        return await asyncio.get_running_loop().run_in_executor(self.executor, transaction, threaded, work)
 
     async def dispose(self) -> None:
+        if self.inline is not None:
+            self.inline.dispose()
         await asyncio.get_running_loop().run_in_executor(self.executor, self.engine.dispose)
         self.executor.shutdown(wait=False)
+
+
+def _read(engine: Engine, work: Callable[[Connection], T]) -> T:
+    with engine.connect() as conn:
+        return work(conn)
+
+
+def _write(engine: Engine, work: Callable[[Connection], T]) -> T:
+    with engine.begin() as conn:
+        return work(conn)
+
+
+def _locked(exc: OperationalError) -> bool:
+    """SQLite's busy or locked: another process holds the lock this transaction needs."""
+    return getattr(exc.orig, "sqlite_errorcode", None) in (SQLITE_BUSY, SQLITE_LOCKED)
 
 
 def connect(url: URL) -> Database:
     if url.get_backend_name() == "sqlite":
         Path(url.database or "").parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8)
-        _tune_sqlite(engine)
-        return Database(engine, workers=4)
+        threaded = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8)
+        _tune_sqlite(threaded, busy_timeout_ms=30_000)
+        # The loop's own connection never waits for a lock: a held lock sends the work to a thread.
+        inline = create_engine(
+            url, connect_args={"timeout": 0, "check_same_thread": False}, poolclass=SingletonThreadPool, pool_size=1
+        )
+        _tune_sqlite(inline, busy_timeout_ms=0)
+        return Database(threaded, workers=4, inline=inline)
     return Database(create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True), workers=10)
 
 
-def _tune_sqlite(engine: Engine) -> None:
+def _tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    pragmas = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", f"busy_timeout={busy_timeout_ms}")
+
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:  # pyright: ignore[reportUnusedFunction]
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (see _begin)
         cursor = dbapi_connection.cursor()
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=30000"):
+        for pragma in pragmas:
             cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
