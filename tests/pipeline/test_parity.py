@@ -31,6 +31,8 @@ SCENARIOS: dict[str, Reply | str] = {
     "stall": Reply(text="Hello world", stall_after=2, stall_s=2),
     "slow": Reply(text="Hello world", first_byte_delay_s=2),
     "slowstream": Reply(text="s" * 20, chunk_size=1, delay_s=0.01),
+    # paced like clock:N:MS, with fixed text in place of the moments, which differ from run to run:
+    "clock:N:MS": Reply(text="1.5 " * 5, chunk_size=4, delay_s=0.01),
 }
 
 

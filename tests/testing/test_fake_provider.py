@@ -469,6 +469,16 @@ async def test_chunks_n_sends_n_content_deltas(oai: openai.AsyncOpenAI) -> None:
     assert got.text == "tok " * 250
 
 
+async def test_clock_n_ms_stamps_each_chunk_with_the_moment_it_was_sent(oai: openai.AsyncOpenAI) -> None:
+    arrivals: list[float] = []
+    got = await OpenAIApi(oai).stream("clock:4:30", on_chunk=lambda _: arrivals.append(time.monotonic()))
+
+    stamps = [float(piece) for piece in got.text.split()]
+    assert got.content_deltas == 4 and len(stamps) == 4
+    assert stamps == sorted(stamps) and stamps[-1] - stamps[0] >= 0.09  # one every 30 ms
+    assert all(0 <= arrived - stamp < 5 for stamp, arrived in zip(stamps, arrivals[-5:-1], strict=True))
+
+
 async def test_closing_with_a_response_in_flight_is_prompt_and_no_disconnect() -> None:
     arrived = asyncio.Event()
 

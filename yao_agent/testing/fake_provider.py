@@ -49,6 +49,7 @@ from aiohttp import web
 
 from yao_agent.testing.fake_scenarios import (
     SCENARIO_NAMES,
+    STAMP,
     JsonObject,
     RecordedRequest,
     Reply,
@@ -71,6 +72,17 @@ _MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 _BACKLOG: Final = 4096
 _SHUTDOWN_TIMEOUT_S: Final = 1.0
 _STARTUP_TIMEOUT_S: Final = 30.0
+
+
+class _Stamped(bytes):
+    """An event whose STAMPs become the moment it is written."""
+
+    def now(self) -> bytes:
+        return self.replace(STAMP.encode(), f"{time.monotonic():.6f}".encode())
+
+
+def _sent(event: bytes) -> bytes:
+    return event.now() if isinstance(event, _Stamped) else event
 
 
 def _json_response(data: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -370,8 +382,10 @@ class FakeProvider:
             }
         )
         await response.prepare(request)
+        if reply.stamp:
+            events = [_Stamped(event) for event in events]
         if not (reply.delay_s or reply.stall_after is not None or reply.drop_after is not None):
-            await response.write_eof(b"".join(events))  # the common case: the whole body in one write
+            await response.write_eof(b"".join(map(_sent, events)))  # the common case: the whole body in one write
             return response
         stall_at, drop_at = _clamp(reply.stall_after, len(events)), _clamp(reply.drop_after, len(events))
         sent = 0
@@ -393,17 +407,17 @@ class FakeProvider:
         """Write events[start:stop]: in one write when there is no pacing, else one per `delay` seconds."""
         if not delay:
             if stop > start:
-                await response.write(b"".join(events[start:stop]))
+                await response.write(b"".join(map(_sent, events[start:stop])))
             return
         for index in range(start, stop):
             if index:
                 await asyncio.sleep(delay)
-            await response.write(events[index])
+            await response.write(_sent(events[index]))
 
     # -- other routes --------------------------------------------------------------------------------------
 
     async def _models(self, request: web.Request) -> web.Response:
-        names = [name.replace(":N", ":20") for name in SCENARIO_NAMES]
+        names = [name.replace(":N", ":20").replace(":MS", ":100") for name in SCENARIO_NAMES]
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "yao-agent-fake"} for name in names]
         return _json_response({"object": "list", "data": data})
 

@@ -11,6 +11,8 @@ The ``X-Fake-Scenario`` request header picks one explicitly (an unknown name the
     text        "Hello world", 3 characters per content delta
     echo        "echo: <text of the last user message>"
     chunks:N    N content deltas of "tok " (for benchmarks; N <= 100000)
+    clock:N:MS  N content deltas, one every MS milliseconds, each the provider's `time.monotonic()` when it
+                sent it, then a space: a client on the same machine measures each chunk's latency
     tool        one call get_weather({"city": "Paris"}); arguments arrive in 6 fragments
     tool2       two parallel calls: get_weather (index 0) and get_time (index 1)
     reasoning   reasoning deltas ("reasoning_content") first, then "Hello world"
@@ -47,6 +49,7 @@ _ERROR_TYPES: Final[Mapping[int, str]] = {
 }
 
 MAX_BENCH_CHUNKS: Final = 100_000
+STAMP: Final = "<<now>>"  # in a `stamp` reply's text: replaced by the moment its chunk is sent
 
 
 class UnknownScenario(ValueError):
@@ -94,6 +97,7 @@ class Reply:
     stall_s: float = 0.0
     first_byte_delay_s: float = 0.0
     delay_s: float = 0.0
+    stamp: bool = False  # every STAMP in the text is sent as the sending moment's `time.monotonic()`
 
     def __post_init__(self) -> None:
         # Fail when the script is written, not halfway through a test's HTTP exchange.
@@ -162,7 +166,9 @@ _FIXED: Final[Mapping[str, Reply]] = {
     "slowstream": Reply(text="tok " * 50, chunk_size=4, delay_s=0.2),
 }
 
-SCENARIO_NAMES: Final[tuple[str, ...]] = ("text", "echo", "chunks:N", *(name for name in _FIXED if name != "text"))
+SCENARIO_NAMES: Final[tuple[str, ...]] = (
+    "text", "echo", "chunks:N", "clock:N:MS", *(name for name in _FIXED if name != "text")
+)  # fmt: skip
 
 
 def scenario_key(model: str) -> str:
@@ -184,6 +190,11 @@ def builtin_reply(name: str, messages: Sequence[Any] = ()) -> Reply:
         count = name.removeprefix("chunks:")
         if count.isdigit() and int(count) <= MAX_BENCH_CHUNKS:
             return Reply(text="tok " * int(count), chunk_size=4)
+    if name.startswith("clock:"):
+        count, _, every_ms = name.removeprefix("clock:").partition(":")
+        if count.isdigit() and every_ms.isdigit() and int(count) <= MAX_BENCH_CHUNKS:
+            piece = STAMP + " "
+            return Reply(text=piece * int(count), chunk_size=len(piece), delay_s=int(every_ms) / 1000, stamp=True)
     raise UnknownScenario(f"unknown fake scenario {name!r}; known: {', '.join(SCENARIO_NAMES)}")
 
 
@@ -233,6 +244,7 @@ _JSON_FIELD_TYPES: Final[Mapping[str, tuple[type, ...]]] = {
     "stall_s": _NUMBER,
     "first_byte_delay_s": _NUMBER,
     "delay_s": _NUMBER,
+    "stamp": (bool,),
 }
 
 
@@ -254,7 +266,7 @@ def reply_from_json(data: object) -> Reply:
             kwargs[name] = _tool_calls_from_json(value)
             continue
         allowed = _JSON_FIELD_TYPES[name]
-        if isinstance(value, bool) or not isinstance(value, allowed):
+        if isinstance(value, bool) != (bool in allowed) or not isinstance(value, allowed):
             raise ValueError(f"reply field {name!r} has the wrong type: {value!r}")
         kwargs[name] = value
     return Reply(**kwargs)

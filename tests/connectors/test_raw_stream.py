@@ -1,0 +1,88 @@
+"""The openai engine reads the provider's server-sent events itself: the shapes real providers send."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from tests.connectors.helpers import assemble, drain, fake_connector
+from yao_agent.connectors.deltas import TextDelta, Usage
+from yao_agent.errors import ModelError
+
+
+def chunk(text: str = "", finish: str | None = None) -> str:
+    delta = {"content": text} if text else {}
+    return json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A loopback provider that answers every request with the next body in `bodies`, in small writes."""
+    bodies: list[bytes] = []
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        body = bodies.pop(0)
+        for start in range(0, len(body), 7):  # events split across reads, as on a real network
+            await response.write(body[start : start + 7])
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/v1", bodies
+    finally:
+        await runner.cleanup()
+
+
+async def test_events_with_comments_several_data_lines_and_no_final_blank_line(
+    provider: tuple[str, list[bytes]],
+) -> None:
+    url, bodies = provider
+    usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}})
+    split = chunk("b").replace('"content"', '\n"content"')  # one event, its JSON over two data lines
+    bodies.append(
+        f": keep-alive\n\ndata: {chunk('a')}\n\nevent: message\ndata: {split.replace(chr(10), chr(10) + 'data: ')}\n\n"
+        f"data:{chunk('c', 'stop')}\n\ndata: {usage}\n\ndata: [DONE]".encode()
+    )
+    events = await drain([fake_connector(url)])
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["a", "b", "c"]
+    assert assemble(events).finish == "stop"
+    assert Usage(4, 2, 6) in events
+
+
+async def test_an_error_event_before_any_text_is_a_retryable_provider_error(provider: tuple[str, list[bytes]]) -> None:
+    url, bodies = provider
+    bodies.append(b'data: {"error": {"message": "overloaded, try later", "type": "server_error"}}\n\n')
+    with pytest.raises(ModelError) as caught:
+        await drain([fake_connector(url)])
+    assert caught.value.kind == "server" and caught.value.retryable
+    assert "overloaded, try later" in str(caught.value)
+
+
+async def test_an_error_event_after_text_ends_the_reply_incomplete(provider: tuple[str, list[bytes]]) -> None:
+    url, bodies = provider
+    bodies.append(f'data: {chunk("Hel")}\n\ndata: {{"error": {{"message": "lost the thread"}}}}\n\n'.encode())
+    with pytest.raises(ModelError) as caught:
+        await drain([fake_connector(url)])
+    assert caught.value.kind == "incomplete" and not caught.value.retryable
+    assert "lost the thread" in str(caught.value)
+
+
+async def test_an_event_that_is_not_json_is_a_clear_error(provider: tuple[str, list[bytes]]) -> None:
+    url, bodies = provider
+    bodies.append(f"data: {chunk('ok')}\n\ndata: {{not json\n\n".encode())
+    with pytest.raises(ModelError) as caught:
+        await drain([fake_connector(url)])
+    assert caught.value.kind == "incomplete"
+    assert "not JSON" in str(caught.value)
