@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Generator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any, TextIO
@@ -91,8 +94,9 @@ class Renderer:
         if event.status == "completed":
             self.console.print(line, style="dim")
         else:
-            detail = as_mapping(event.error).get("message", "")
-            self.console.print(f"{line} · {event.reason}: {detail}", style="red", markup=False)
+            detail = as_mapping(event.error).get("message") or ""
+            why = ": ".join(part for part in (event.reason if event.reason != event.status else "", detail) if part)
+            self.console.print(f"{line} · {why}" if why else line, style="red", markup=False)
         if event.next is not None:
             self.console.print(f"next: {json.dumps(event.next, ensure_ascii=False)}", style="magenta", markup=False)
 
@@ -124,7 +128,39 @@ async def _follow(handle: RunHandle, renderer: Renderer) -> int:
     return EXIT_OK if renderer.end is not None and renderer.end.status == "completed" else EXIT_FAILED
 
 
+class _OneLine(logging.Formatter):
+    """A log record as one terminal line: an error's type and words, never its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"{record.levelname.lower()}: {record.getMessage()}"
+        error = record.exc_info[1] if record.exc_info else None
+        return f"{text} ({type(error).__name__}: {error})" if error is not None else text
+
+
+@contextlib.contextmanager
+def terminal_logging(root: logging.Logger | None = None, stream: TextIO | None = None) -> Generator[None]:
+    """While a command runs, warnings reach the terminal as one line each (unless YAO_AGENT_DEBUG=1,
+    or logging is configured already). Without a handler, Python would print tracebacks there."""
+    root = root or logging.getLogger()
+    if root.handlers or os.environ.get("YAO_AGENT_DEBUG") == "1":
+        yield
+        return
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_OneLine())
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+
+
 async def chat(args: argparse.Namespace, out: TextIO) -> int:
+    with terminal_logging():
+        return await _chat(args, out)
+
+
+async def _chat(args: argparse.Namespace, out: TextIO) -> int:
     rt = await _open(args)
     try:
         await rt.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
@@ -195,9 +231,10 @@ def _show_message(console: Console, message: ChatMessage) -> None:
 
 
 async def resume(args: argparse.Namespace, out: TextIO) -> int:
-    rt = await _open(args)
-    try:
-        handle = await start_resume(rt, identity_of(args), args.chat_id)
-        return await _follow(handle, Renderer(out, as_json=args.json))
-    finally:
-        await rt.aclose()
+    with terminal_logging():
+        rt = await _open(args)
+        try:
+            handle = await start_resume(rt, identity_of(args), args.chat_id)
+            return await _follow(handle, Renderer(out, as_json=args.json))
+        finally:
+            await rt.aclose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from yao_agent.cli import main
+from yao_agent.cli_chat import terminal_logging
 from yao_agent.testing import FakeProvider, Reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,8 +130,38 @@ def test_ctrl_c_cancels_the_run_cleanly_and_it_can_be_resumed(app: Path, fake: F
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 1, err
-    assert "cancelled" in out and "Traceback" not in err
+    assert "Traceback" not in err
+    last = out.splitlines()[-1]
+    assert last.startswith("── cancelled · ") and last.endswith(" s")  # no empty reason after it
     history = cli(app, "history", "k2")[1].splitlines()
     assert history[0] == "user: long please" and history[1].startswith("assistant (incomplete): zzzz")
     code, shown = cli(app, "resume", "k2")
     assert code == 0 and "resumed answer" in shown
+
+
+def test_the_example_weather_assistant_shows_its_tool_call_and_result(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'agent.db'}"
+    code, shown = cli(REPO, "--db", db, "chat", "weather", "What's the weather in Lima?")
+    lines = shown.splitlines()
+    assert code == 0
+    assert lines[1:4] == [
+        '⚙ weather__forecast({"city": "Lima"})',
+        "↳ Lima day 1: overcast, 25°C",
+        "Here is what the weather service says: Lima day 1: overcast, 25°C",
+    ]
+    assert lines[4].startswith("── completed · ")
+
+
+def test_warnings_reach_the_terminal_as_one_line_without_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("YAO_AGENT_DEBUG", raising=False)
+    root, err = logging.Logger("terminal"), io.StringIO()  # a logger without handlers, as the CLI has
+    with terminal_logging(root, err):
+        try:
+            raise ValueError("kaboom")
+        except ValueError:
+            root.exception("run r1 could not be stored")
+        root.info("progress is not shown")
+    assert err.getvalue() == "error: run r1 could not be stored (ValueError: kaboom)\n"
+    monkeypatch.setenv("YAO_AGENT_DEBUG", "1")
+    with terminal_logging(root, err):
+        assert root.handlers == []  # a developer who asks gets Python's own output, tracebacks included

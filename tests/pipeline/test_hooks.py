@@ -5,14 +5,18 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from tests.pipeline.conftest import app_files, make_runtime
 from tests.pipeline.helpers import ALICE, end_of, stored, turn
-from yao_agent.events import MessageEnd, MessageStart, StreamEnd, StreamStart
-from yao_agent.pipeline import Runtime, start_resume
+from tests.pipeline.test_tools import in_process
+from yao_agent.events import MessageDelta, MessageEnd, MessageStart, StreamEnd, StreamStart
+from yao_agent.pipeline import RunRequest, Runtime, run_stream, start_resume
 from yao_agent.store import SqlStore
+from yao_agent.store.schema import steps
 from yao_agent.testing import FakeProvider, Reply
 
 ECHO = "type: scripted\nrules:\n  - reply: 'echo: {{ last_user }}'\n"
@@ -218,8 +222,9 @@ async def test_delegation_hands_the_turn_to_the_child(make: Make, fake: FakeProv
     rt = make("", more=DELEGATE_FILES)
     events = await turn(rt, "need an expert", assistant="front")
     assert sum(isinstance(e, StreamStart) for e in events) == 1 and sum(isinstance(e, StreamEnd) for e in events) == 1
-    starts = [e for e in events if isinstance(e, MessageStart)]
-    assert starts and all(s.thread_id is not None for s in starts)
+    parts = [e for e in events if isinstance(e, MessageStart | MessageDelta | MessageEnd)]
+    assert {type(e) for e in parts} == {MessageStart, MessageDelta, MessageEnd}
+    assert all(e.thread_id is not None for e in parts)  # every part of the child's reply says whose it is
     end = end_of(events)
     assert end.status == "completed"
     rows = await rt.store.history(ALICE, "c1")
@@ -307,4 +312,235 @@ async def test_next_can_delegate_after_the_model_replied(make: Make, fake: FakeP
         ("draft answer", False),
         ("echo: check: draft answer", True),
     ]
+    await close(rt)
+
+
+# --- Create: every return shape ---------------------------------------------------------------------------
+
+
+async def test_create_chooses_the_mcp_servers(make: Make, fake: FakeProvider) -> None:
+    rt = in_process(make(
+        "function Create() { return {mcp_servers: [{server: 'testing', tools: ['add', 'echo']}]} }",
+        more={"mcps/testing.yml": "command: python\nargs: [-m, tests.tools.servers]\n"},
+    ))  # fmt: skip
+    fake.enqueue(Reply(text="with tools"))
+    assert end_of(await turn(rt, "hi", assistant="hooked")).status == "completed"
+    [request] = fake.requests
+    assert sorted(t["function"]["name"] for t in request.body["tools"]) == ["testing__add", "testing__echo"]
+    await close(rt)
+    await rt.tools.aclose()
+
+
+async def test_create_sets_the_locale_the_prompts_and_next_see(make: Make, fake: FakeProvider) -> None:
+    rt = make(
+        "function Create() { return {locale: 'fr'} }\n"
+        "function Next(ctx, payload, options) { return {data: [ctx.locale, options.locale]} }",
+        "name: Hooked\nhook: hooks/h.js\nprompts:\n  - {role: system, content: 'Answer in {{ locale }}.'}\n",
+    )  # fmt: skip
+    fake.enqueue(Reply(text="bonjour"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert end.next == ["fr", "fr"]
+    assert fake.requests[0].messages[0] == {"role": "system", "content": "Answer in fr."}
+    await close(rt)
+
+
+async def test_create_metadata_is_merged_into_the_runs(make: Make, fake: FakeProvider) -> None:
+    rt = make("function Create() { return {metadata: {route: 'light', channel: 'hook'}} }\n"
+              "function Next(ctx) { return {data: ctx.metadata} }")  # fmt: skip
+    fake.enqueue(Reply(text="ok"))
+    request = RunRequest("hooked", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1",
+                         metadata={"channel": "web", "plan": "pro"})  # fmt: skip
+    end = end_of([e async for e in run_stream(rt, request)])
+    assert end.next == {"channel": "hook", "plan": "pro", "route": "light"}
+    await close(rt)
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        ("5", "Create returned int (expected an object or null)"),
+        ("[{temperature: 1}]", "Create returned list (expected an object or null)"),
+        ("'terse'", "Create returned str (expected an object or null)"),
+        ("{temperature: 'hot'}", "Create returned temperature of type str"),
+        ("{metadata: [1]}", "Create returned metadata of type list"),
+        ("{prompt_preset: 'friendly'}", "Create chose unknown prompt preset 'friendly' (known: terse)"),
+        ("{connector: 'no.such'}", "Create chose unknown connector 'no.such' (known: demo.echo, fake.model)"),
+        ("{mcp_servers: ['wether']}", "Create chose unknown MCP server 'wether' (known: none)"),
+    ],
+)
+async def test_create_returning_what_it_may_not_is_a_hook_error(
+    make: Make, fake: FakeProvider, returned: str, message: str
+) -> None:
+    rt = make(f"function Create() {{\n  return {returned};\n}}\n")
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.reason) == ("failed", "hook_error")
+    assert end.error == {"file": "hooks/h.js", "line": None, "message": message}
+    assert fake.requests == []
+    await close(rt)
+
+
+# --- Next: every return shape -----------------------------------------------------------------------------
+
+
+async def test_next_returning_null_keeps_the_reply(make: Make, fake: FakeProvider) -> None:
+    rt = make("function Next(ctx, payload) { return null }")
+    fake.enqueue(Reply(text="kept"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.next) == ("completed", None)
+    assert await stored(rt) == [("user", "hi", "completed"), ("assistant", "kept", "completed")]
+    await close(rt)
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        ("{metadata: {k: 1}}", "Next returned unknown key 'metadata' (expected one of: data, delegate, continue)"),
+        ("'done'", "Next returned str (expected an object or null)"),
+        ("[1, 2]", "Next returned list (expected an object or null)"),
+    ],
+)
+async def test_next_returning_what_it_may_not_is_a_hook_error(
+    make: Make, fake: FakeProvider, returned: str, message: str
+) -> None:
+    rt = make(f"function Next() {{ return {returned} }}")
+    fake.enqueue(Reply(text="the reply"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.reason, end.error["message"]) == ("hook_error", message)
+    assert ("assistant", "the reply", "completed") in await stored(rt)  # the model's reply is kept
+    await close(rt)
+
+
+async def test_next_continue_stops_at_max_turns(make: Make, fake: FakeProvider) -> None:
+    rt = make(
+        "function Next() { return {continue: {messages: [{role: 'user', content: 'more'}]}} }",
+        more={"app.yml": "roles:\n  default: fake.model\nlimits: {max_turns: 2}\n"},
+    )
+    fake.enqueue(Reply(text="one"), Reply(text="two"), Reply(text="three"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.reason) == ("failed", "max_turns")
+    assert len(fake.requests) == 2
+    await close(rt)
+
+
+async def test_next_with_on_error_ignore_keeps_the_reply(
+    make: Make, fake: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = make("function Next() {\n  throw new Error('no summary today');\n}",
+              "name: Hooked\nhook: hooks/h.js\nhook_policy: {on_error: ignore}\n")  # fmt: skip
+    fake.enqueue(Reply(text="answer"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.next) == ("completed", None)
+    assert "hooks/h.js:2 Next failed and is ignored (on_error: ignore): Error: no summary today" in caplog.text
+    [step] = [s for s in await steps_of(rt, end.run_id) if s.type == "hook_next"]
+    assert (step.status, step.error) == (
+        "failed",
+        {"file": "hooks/h.js", "line": 2, "message": "Error: no summary today"},
+    )
+    await close(rt)
+
+
+# --- what the steps record --------------------------------------------------------------------------------
+
+
+async def steps_of(rt: Runtime, run_id: str) -> list[Any]:
+    """The run's steps as stored."""
+    store = rt.store
+    assert isinstance(store, SqlStore)
+    query = select(steps).where(steps.c.run_id == run_id).order_by(steps.c.seq)
+    return list(await store.db.read(lambda conn: conn.execute(query).all()))
+
+
+async def test_hook_steps_keep_their_input_and_output(make: Make, fake: FakeProvider) -> None:
+    rt = make("function Create() { return {temperature: 0.3} }\nfunction Next() { return {data: {n: 1}} }")
+    fake.enqueue(Reply(text="ok"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    rows = {s.type: s for s in await steps_of(rt, end.run_id)}
+    create, nxt = rows["hook_create"], rows["hook_next"]
+    assert (create.status, create.output) == ("completed", {"temperature": 0.3})
+    assert create.input["function"] == "Create"
+    assert create.input["args"][0] == [{"role": "user", "content": "hi"}]
+    assert create.input["args"][1]["metadata"] == {}  # as the hook saw it
+    assert (nxt.status, nxt.output, nxt.input["function"]) == ("completed", {"data": {"n": 1}}, "Next")
+    assert nxt.input["args"][0]["completion"]["content"] == "ok"
+    await close(rt)
+
+
+async def test_a_failed_hook_step_stores_file_line_and_message(make: Make, fake: FakeProvider) -> None:
+    rt = make("function Create() {\n\n  undefinedHelper();\n}")
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    [step] = await steps_of(rt, end.run_id)
+    assert (step.type, step.status) == ("hook_create", "failed")
+    assert step.error == {"file": "hooks/h.js", "line": 3, "message": "ReferenceError: undefinedHelper is not defined"}
+    await close(rt)
+
+
+# --- children -------------------------------------------------------------------------------------------
+
+
+async def test_a_child_that_fails_in_ctx_call_is_an_error_the_hook_can_catch(make: Make, fake: FakeProvider) -> None:
+    rt = make(
+        """
+        async function Create(ctx) {
+          try { await ctx.call("expert", null); } catch (e) { return {metadata: {seen: e.message, stack: e.stack}}; }
+        }
+        function Next(ctx) { return {data: ctx.metadata} }
+    """,
+        more={"hooks/expert.js": "function Create() { throw new Error('child hook boom') }\n",
+              "assistants/expert/assistant.yml": "name: Expert\nhook: hooks/expert.js\n"},
+    )  # fmt: skip
+    fake.enqueue(Reply(text="answered anyway"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert end.status == "completed"
+    message = "assistant 'expert' failed with hook_error (hooks/expert.js:1): Error: child hook boom"
+    assert end.next["seen"] == message
+    assert end.next["stack"].split("\n")[:2] == [f"Error: {message}", "    at Create (yao-hook-file:3:19)"]
+    assert "yao-hook-runtime" not in end.next["stack"]
+    delegation = [s for s in await steps_of(rt, end.run_id) if s.type == "delegate"]
+    assert [(s.status, s.error) for s in delegation] == [
+        ("failed", {"file": "hooks/expert.js", "line": 1, "message": "Error: child hook boom"})
+    ]
+    await close(rt)
+
+
+async def test_a_ctx_call_cycle_ends_with_delegate_error(make: Make, fake: FakeProvider) -> None:
+    catching = "async function Create(ctx) {{ try {{ await ctx.call('{0}', null) }} catch (e) {{ return null }} }}\n"
+    rt = make("", more={
+        "hooks/a.js": catching.format("b"), "hooks/b.js": catching.format("a"),
+        "assistants/a/assistant.yml": "name: A\nhook: hooks/a.js\n",
+        "assistants/b/assistant.yml": "name: B\nhook: hooks/b.js\n",
+        "app.yml": "roles:\n  default: fake.model\nlimits: {max_delegate_depth: 3}\n",
+    })  # fmt: skip
+    end = end_of(await turn(rt, "loop", assistant="a"))
+    assert (end.status, end.reason) == ("failed", "delegate_error")
+    assert end.error["message"] == "delegation deeper than 3 (limits.max_delegate_depth): a → b → a → b → a"
+    assert fake.requests == []
+    await close(rt)
+
+
+async def test_a_failing_next_in_a_delegated_child_resumes_only_that_hook(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    expert_hook = tmp_path / "app" / "hooks" / "expert.js"
+    rt = make_runtime(tmp_path / "app", store, hooked(fake, "", more={
+        **DELEGATE_FILES,
+        "hooks/expert.js": "function Next() { throw new Error('not yet') }\n",
+        "assistants/expert/assistant.yml": "name: Expert\nhook: hooks/expert.js\n",
+    }))  # fmt: skip
+    fake.enqueue(Reply(text="the expert's reply"))
+    end = end_of(await turn(rt, "hard one", assistant="front"))
+    assert (end.reason, end.error["file"]) == ("hook_error", "hooks/expert.js")
+    point = await rt.store.resume_point(ALICE, "c1")
+    assert point is not None and [(s.type, s.status) for s in point.steps] == [
+        ("delegate", "failed"), ("hook_next", "failed")]  # fmt: skip
+
+    expert_hook.write_text("function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }\n")
+    events = [e async for e in (await start_resume(rt, ALICE, "c1")).events()]
+    end = end_of(events)
+    assert (end.status, end.next) == ("completed", {"saw": "the expert's reply"})
+    assert len(fake.requests) == 1  # the child's model was not called again
+    rows = await rt.store.history(ALICE, "c1")
+    assert [(m.role, m.content, m.thread_id is not None) for m in rows] == [
+        ("user", "hard one", False), ("assistant", "the expert's reply", True)]  # fmt: skip
+    resumed = [(s.type, s.status, s.thread_id is not None) for s in await steps_of(rt, end.run_id)]
+    assert resumed == [("delegate", "completed", True), ("hook_next", "completed", True)]  # no Create, no model
     await close(rt)

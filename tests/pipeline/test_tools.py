@@ -11,31 +11,50 @@ import pytest
 
 from tests.pipeline.conftest import app_files, make_runtime
 from tests.pipeline.helpers import ALICE, end_of, stored, turn
+from tests.tools.helpers import SERVERS_PY, free_port, reached, wait_until
 from tests.tools.servers import server as testing_server
-from yao_agent.events import ToolResult
+from yao_agent.events import Event, ToolResult
 from yao_agent.messages import provider_messages
 from yao_agent.pipeline import RunRequest, Runtime, start, start_resume
-from yao_agent.pipeline.guards import repeats_in_window
+from yao_agent.pipeline.guards import repeats_in_window, step_signature
 from yao_agent.pipeline.tool_round import RETRY_PROMPT
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ToolCall
-from yao_agent.tools import ToolManager
+from yao_agent.tools import ToolManager, ToolOutcome, ToolSpec
 
 ASSISTANT = "name: Tooled\nmcp:\n  servers: [testing]\n  max_turns: {max_turns}\n"
 
 
+def tooled(
+    root: Path, store: SqlStore, fake: FakeProvider, *, mcp: str = "command: python\nargs: [-m, tests.tools.servers]\n",
+    limits: str = "{max_turns: 10, max_tool_retries: 3}", assistant: str = ASSISTANT.format(max_turns=3),
+    more: dict[str, str] | None = None,
+) -> Runtime:  # fmt: skip
+    """A runtime whose `tooled` assistant uses the `testing` MCP server (`mcp`: its mcps/testing.yml)."""
+    files = app_files(fake.base_url, limits=limits)
+    files["mcps/testing.yml"] = mcp
+    files["assistants/tooled/assistant.yml"] = assistant
+    return make_runtime(root, store, {**files, **(more or {})})
+
+
+def in_process(runtime: Runtime) -> Runtime:
+    runtime.tools = ToolManager(runtime.app.mcps, root=runtime.app.root, in_process={"testing": testing_server})
+    return runtime
+
+
+async def close(runtime: Runtime) -> None:
+    await runtime.engines.aclose()
+    await runtime.hooks.aclose()
+    await runtime.tools.aclose()
+
+
 @pytest.fixture
 async def rt(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Runtime]:
-    files = app_files(fake.base_url, limits="{max_turns: 10, max_tool_retries: 3}")
-    files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.tools.servers]\n"
-    files["assistants/tooled/assistant.yml"] = ASSISTANT.format(max_turns=3)
-    runtime = make_runtime(tmp_path / "app", store, files)
-    runtime.tools = ToolManager(runtime.app.mcps, root=runtime.app.root, in_process={"testing": testing_server})
+    runtime = in_process(tooled(tmp_path / "app", store, fake))
     try:
         yield runtime
     finally:
-        await runtime.engines.aclose()
-        await runtime.tools.aclose()
+        await close(runtime)
 
 
 def call(name: str, arguments: object, call_id: str) -> ToolCall:
@@ -60,29 +79,62 @@ async def test_a_tool_round_then_the_answer(rt: Runtime, fake: FakeProvider) -> 
     assert [r[0] for r in await stored(rt)] == ["user", "assistant", "tool", "assistant"]
 
 
+async def test_a_provider_call_id_the_store_cannot_hold_is_replaced_by_ours(rt: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "x" * 300),)), Reply(text="It is 5."))
+    events = await turn(rt, "what is 2+3?", assistant="tooled")
+    assert end_of(events).status == "completed"
+    [result] = [e for e in events if isinstance(e, ToolResult)]
+    assert result.tool_call_id.startswith("call_") and len(result.tool_call_id) < 128
+    called, answered = fake.requests[1].messages[-2:]
+    assert called["tool_calls"][0]["id"] == answered["tool_call_id"] == result.tool_call_id  # still paired
+    assert [r[0] for r in await stored(rt)] == ["user", "assistant", "tool", "assistant"]
+
+
+EXPECTED = "(expected a JSON object matching the tool's schema)"
+
+
 @pytest.mark.parametrize(
     ("arguments", "told"),
     [
-        ('{"a": 2, "b": ', "invalid JSON in the arguments"),
-        ({"a": "two", "b": 3}, "'two' is not of type 'integer'"),
-        ({"a": 2}, "'b' is a required property"),
+        ('{"a": 2, "b": ', f"Error: invalid JSON in the arguments: Expecting value at line 1 column 15 {EXPECTED}"),
+        ("[2, 3]", f"Error: the arguments are an array, not an object {EXPECTED}"),
+        ({"a": "two", "b": 3}, "Error: arguments.a: 'two' is not of type 'integer'"),
+        ({"a": 2}, "Error: arguments: 'b' is a required property"),
     ],
 )
 async def test_bad_arguments_go_back_to_the_model_in_plain_words(
     rt: Runtime, fake: FakeProvider, arguments: object, told: str
 ) -> None:
+    bad = call("testing__add", arguments, "c1")
     fake.enqueue(
-        Reply(tool_calls=(call("testing__add", arguments, "c1"),)),
-        Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c2"),)),
-        Reply(text="Fixed: 5."),
+        Reply(tool_calls=(bad,)), Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c2"),)), Reply(text="5.")
     )
     events = await turn(rt, "add", assistant="tooled")
     assert end_of(events).status == "completed"
-    retry = fake.requests[1].messages
-    assert retry[-3]["tool_calls"][0]["id"] == "c1"
-    assert retry[-2]["role"] == "tool" and retry[-2]["tool_call_id"] == "c1" and told in retry[-2]["content"]
-    assert retry[-1] == {"role": "system", "content": RETRY_PROMPT}
+    assert fake.requests[1].messages[-3:] == [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "testing__add", "arguments": bad.arguments}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": told},
+        {"role": "system", "content": RETRY_PROMPT},
+    ]  # fmt: skip
     assert [(e.attempt, e.error is None) for e in events if isinstance(e, ToolResult)] == [(1, False), (2, True)]
+
+
+async def test_a_retry_of_two_parallel_calls_shows_the_model_both_results(rt: Runtime, fake: FakeProvider) -> None:
+    good, bad = call("testing__add", {"a": 1, "b": 2}, "ok"), call("testing__add", {"a": "x", "b": 2}, "bad")
+    fake.enqueue(Reply(tool_calls=(good, bad)), Reply(tool_calls=(call("testing__add", {"a": 4, "b": 2}, "fix"),)),
+                 Reply(text="3 and 6."))  # fmt: skip
+    end = end_of(await turn(rt, "add both", assistant="tooled"))
+    assert end.status == "completed"
+    assert fake.requests[1].messages[-4:] == [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "ok", "type": "function", "function": {"name": "testing__add", "arguments": good.arguments}},
+            {"id": "bad", "type": "function", "function": {"name": "testing__add", "arguments": bad.arguments}}]},
+        {"role": "tool", "tool_call_id": "ok", "content": "3"},
+        {"role": "tool", "tool_call_id": "bad", "content": "Error: arguments.a: 'x' is not of type 'integer'"},
+        {"role": "system", "content": RETRY_PROMPT},
+    ]  # fmt: skip
+    assert [m["content"] for m in fake.requests[2].messages if m["role"] == "tool"][-1] == "6"
 
 
 async def test_a_tool_reported_error_is_retried(rt: Runtime, fake: FakeProvider) -> None:
@@ -157,6 +209,20 @@ async def test_the_tool_loop_stops_at_max_turns_and_answers_without_tools(rt: Ru
     )
 
 
+async def test_tool_calls_in_the_last_word_are_answered_not_run(rt: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(*[Reply(tool_calls=(call("testing__echo", {"text": f"step {n}"}, f"c{n}"),)) for n in range(4)])
+    fake.enqueue(Reply(text="One more look…", tool_calls=(call("testing__echo", {"text": "again"}, "extra"),)))
+    events = await turn(rt, "loop please", assistant="tooled")
+    assert end_of(events).status == "completed"
+    [shown] = [e for e in events if isinstance(e, ToolResult) and e.tool_call_id == "extra"]
+    assert shown.result is None and shown.error is not None and shown.error.startswith("not run")
+    fake.enqueue(Reply(text="ok"))
+    await turn(rt, "and now?", assistant="tooled")
+    sent = fake.requests[-1].messages
+    called = [c["id"] for m in sent if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+    assert sorted(called) == sorted(m["tool_call_id"] for m in sent if m["role"] == "tool")  # all paired
+
+
 async def test_without_the_tool_loop_the_reply_stands(rt: Runtime, fake: FakeProvider, tmp_path: Path) -> None:
     (rt.app.root / "assistants" / "tooled" / "assistant.yml").write_text(
         "name: Tooled\nmcp: {servers: [testing], tool_loop: false}\n"
@@ -185,33 +251,74 @@ async def test_max_turns_guard(tmp_path: Path, store: SqlStore, fake: FakeProvid
 
 
 @pytest.mark.parametrize(
-    ("history", "looping"),
+    ("steps", "looping"),
     [
         ([], False),
-        (["a"] * 5, False),  # five times is not more than five
+        (["a"] * 5, False),  # five steps alike are not more than five
         (["a"] * 6, True),
         (["a", "b"] * 5, False),
-        (["a"] * 6 + ["b"] * 5, False),  # the last ten hold five a's and five b's
+        (["a"] * 6 + ["b"] * 5, False),  # the last ten steps hold five a's and five b's
         (["a"] * 6 + ["b"] * 6, True),
         (["a"] * 6 + list("bcdefghijk"), False),  # the a's fell out of the window
+        (["a", "b", "a", "a", "c", "a", "a", "a"], True),  # six a's in eight steps, not in a row
     ],
 )
-def test_loop_detection_table(history: list[str], looping: bool) -> None:
-    assert (repeats_in_window(history) is not None) is looping
+def test_loop_detection_table(steps: list[str], looping: bool) -> None:
+    assert (repeats_in_window(steps) is not None) is looping
 
 
-async def test_loop_detection_stops_the_run(rt: Runtime, fake: FakeProvider, tmp_path: Path) -> None:
+ECHO = ("testing__echo", '{"text": "x", "times": 2}', "xx", None)
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        ([ECHO], [ECHO], True),
+        ([ECHO], [("testing__echo", '{ "times":2,\n "text":"x" }', "xx", None)], True),  # key order, spacing
+        ([ECHO, ("testing__add", "", "0", None)], [("testing__add", "{}", "0", None), ECHO], True),  # call order
+        ([ECHO], [("testing__echo", '{"text": "x", "times": 2}', "xy", None)], False),  # another output
+        ([ECHO], [("testing__echo", '{"text": "x", "times": 3}', "xx", None)], False),  # another input
+        ([ECHO], [("testing__say", '{"text": "x", "times": 2}', "xx", None)], False),  # another tool
+        ([("t", "{bad", None, "e")], [("t", "{ bad", None, "e")], False),  # invalid JSON: only the same text
+        ([ECHO], [ECHO, ECHO], False),  # a step of two calls is not a step of one
+    ],
+)
+def test_a_step_signature_is_its_calls_names_inputs_and_outputs(
+    one: list[tuple[str, str, object, str | None]], other: list[tuple[str, str, object, str | None]], same: bool
+) -> None:
+    assert (step_signature(one) == step_signature(other)) is same
+
+
+async def loop_friendly(rt: Runtime) -> None:
     (rt.app.root / "assistants" / "tooled" / "assistant.yml").write_text(
         "name: Tooled\nmcp: {servers: [testing], max_turns: 20}\n"
     )
     from yao_agent.dsl import load_app
 
     rt.app = load_app(rt.app.root)
-    same = [Reply(tool_calls=(call("testing__echo", {"text": "again"}, f"c{n}"),)) for n in range(8)]
+
+
+async def test_loop_detection_stops_the_run(rt: Runtime, fake: FakeProvider) -> None:
+    await loop_friendly(rt)
+    spellings = ['{"text": "again", "times": 1}', '{"times": 1, "text": "again"}', '{ "text":"again","times":1 }']
+    same = [Reply(tool_calls=(call("testing__echo", spellings[n % 3], f"c{n}"),)) for n in range(8)]
     fake.enqueue(*same)
     end = end_of(await turn(rt, "loop", assistant="tooled"))
     assert (end.status, end.reason) == ("failed", "loop_detected")
-    assert len(fake.requests) == 6  # the sixth identical call and result is one too many
+    assert end.error["message"] == (
+        "the model repeated the same tool calls with the same results more than 5 times in its last 10 tool steps"
+    )
+    assert len(fake.requests) == 6  # the sixth identical step is one too many, however its arguments are spelt
+
+
+async def test_loop_detection_counts_steps_not_calls(rt: Runtime, fake: FakeProvider) -> None:
+    await loop_friendly(rt)
+    twice = [Reply(tool_calls=tuple(call("testing__echo", {"text": "x"}, f"c{n}{m}") for m in range(2)))
+             for n in range(5)]  # fmt: skip
+    fake.enqueue(*twice, Reply(text="Ten echoes in five steps."))
+    end = end_of(await turn(rt, "echo", assistant="tooled"))
+    assert end.status == "completed"  # ten identical calls, but in five steps
+    assert len(fake.requests) == 6
 
 
 async def test_resume_after_a_tool_failure_runs_the_calls_again(rt: Runtime, fake: FakeProvider) -> None:
@@ -244,3 +351,175 @@ async def test_resume_after_a_cancelled_tool_round_runs_the_calls_again(rt: Runt
         ("tool", "woke one", "completed"),
         ("assistant", "Rested.", "completed"),
     ]
+
+
+async def tool_rows(rt: Runtime) -> list[tuple[str | None, object]]:
+    """(call id, content) of every stored tool result, in order."""
+    return [(m.tool_call_id, m.content) for m in await rt.store.history(ALICE, "c1") if m.role == "tool"]
+
+
+def results_of(events: list[Event]) -> list[tuple[str, object, str | None]]:
+    return [(e.tool_call_id, e.result, e.error) for e in events if isinstance(e, ToolResult)]
+
+
+async def test_a_protocol_error_ends_the_run_and_says_which_server(rt: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(tool_calls=(call("testing__protocol_fail", {}, "c1"),)))
+    end = end_of(await turn(rt, "go", assistant="tooled"))
+    said = "MCP server 'testing' failed the call to 'protocol_fail': custom protocol error"
+    assert (end.status, end.reason) == ("failed", "tool_error")
+    assert end.error == {"message": f"a tool call failed and cannot be retried: testing__protocol_fail: {said}"}
+    assert await tool_rows(rt) == [("c1", f"Error: {said}")]
+    assert len(fake.requests) == 1
+
+
+async def test_a_tool_that_times_out_ends_the_run(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+    rt = in_process(tooled(tmp_path / "app", store, fake, mcp="command: python\ntimeout_s: 1\n"))
+    fake.enqueue(Reply(tool_calls=(call("testing__nap", {"seconds": 30}, "n1"),)))
+    try:
+        end = end_of(await turn(rt, "sleep", assistant="tooled"))
+        assert end.reason == "tool_error"
+        assert end.error == {
+            "message": "a tool call failed and cannot be retried: testing__nap: tool timed out after 1 s"
+        }
+        assert await tool_rows(rt) == [("n1", "Error: tool timed out after 1 s")]
+    finally:
+        await close(rt)
+
+
+async def test_an_unreachable_server_ends_the_run_before_the_model_is_called(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    rt = tooled(tmp_path / "app", store, fake, mcp=f"transport: http\nurl: http://127.0.0.1:{free_port()}/mcp\n")
+    try:
+        end = end_of(await turn(rt, "go", assistant="tooled"))
+        assert (end.status, end.reason) == ("failed", "tool_error")
+        assert end.error["message"].startswith("MCP server 'testing' (mcps/testing.yml) is unreachable: ConnectError")
+        assert fake.requests == []
+        assert await stored(rt) == [("user", "go", "completed")]
+    finally:
+        await close(rt)
+
+
+async def test_a_stdio_server_in_the_pipeline_and_its_death_mid_call(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    rt = tooled(tmp_path / "app", store, fake, mcp=f"command: python\nargs: [{SERVERS_PY}]\n")
+    try:
+        fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "a1"),)), Reply(text="It is 5."))
+        events = await turn(rt, "add", assistant="tooled")
+        assert end_of(events).status == "completed" and results_of(events) == [("a1", "5", None)]
+        assert fake.requests[1].messages[-1] == {"role": "tool", "tool_call_id": "a1", "content": "5"}
+
+        fake.enqueue(Reply(tool_calls=(call("testing__die", {}, "d1"),)))
+        end = end_of(await turn(rt, "die", assistant="tooled"))
+        lost = (
+            "MCP server 'testing' stopped during the call to 'die' (the connection closed); "
+            "it will be restarted on its next use"
+        )
+        assert end.reason == "tool_error"
+        assert end.error == {"message": f"a tool call failed and cannot be retried: testing__die: {lost}"}
+        assert (await tool_rows(rt))[-1] == ("d1", f"Error: {lost}")
+
+        fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 1, "b": 1}, "a2"),)), Reply(text="It is 2."))
+        events = await turn(rt, "add again", assistant="tooled")  # the server is started again
+        assert end_of(events).status == "completed" and results_of(events) == [("a2", "2", None)]
+    finally:
+        await close(rt)
+
+
+async def test_cancel_keeps_the_result_of_a_call_that_had_finished(rt: Runtime, fake: FakeProvider) -> None:
+    slow, quick = call("testing__nap", {"seconds": 1, "label": "slow"}, "s"), call(
+        "testing__nap", {"seconds": 0.01, "label": "quick"}, "q")  # fmt: skip
+    fake.enqueue(Reply(tool_calls=(slow, quick)), Reply(text="Both woke."))
+    handle = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "nap"}], chat_id="c1"))
+    events: list[Event] = []
+    async for event in handle.events():
+        events.append(event)
+        if isinstance(event, ToolResult) and event.tool_call_id == "q":
+            handle.cancel()
+    assert end_of(events).reason == "cancelled"
+    assert results_of(events) == [("q", "woke quick", None), ("s", None, "cancelled")]  # the client sees both
+    assert await tool_rows(rt) == [("q", "woke quick"), ("s", "cancelled")]
+
+    events = [e async for e in (await start_resume(rt, ALICE, "c1")).events()]
+    assert results_of(events) == [("s", "woke slow", None)]  # only the call that had no result runs again
+    assert [(m["tool_call_id"], m["content"]) for m in fake.requests[-1].messages if m["role"] == "tool"] == [
+        ("q", "woke quick"), ("s", "woke slow")]  # fmt: skip
+
+
+async def test_a_run_timeout_during_a_slow_tool_pairs_it_with_a_failed_result(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    rt = in_process(tooled(tmp_path / "app", store, fake, limits="{max_turns: 10, timeout_s: 2}"))
+    quick, slow = call("testing__nap", {"seconds": 0.01, "label": "quick"}, "q"), call(
+        "testing__nap", {"seconds": 60}, "s")  # fmt: skip
+    fake.enqueue(Reply(tool_calls=(quick, slow)))
+    try:
+        events = await turn(rt, "nap", assistant="tooled")
+        end = end_of(events)
+        assert (end.reason, end.error) == ("timeout", {"message": "the run took longer than 2 s (limits.timeout_s)"})
+        assert results_of(events) == [("q", "woke quick", None), ("s", None, "failed: timeout")]
+        assert isinstance(events[-2], ToolResult) and (events[-2].server, events[-2].tool) == ("testing", "nap")
+        assert await tool_rows(rt) == [("q", "woke quick"), ("s", "failed: timeout")]
+    finally:
+        await close(rt)
+
+
+class BuggyAdd(ToolManager):
+    """The tool manager with a bug in `add`, which raises once the `nap_marked` sibling has started."""
+
+    def __init__(self, rt: Runtime, marker: Path) -> None:
+        super().__init__(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
+        self.marker = marker
+
+    async def call(self, spec: ToolSpec, arguments: str) -> ToolOutcome:
+        if spec.tool == "add":
+            await wait_until(lambda: reached(self.marker, "started"))
+            raise RuntimeError("a bug in a tool call")
+        return await super().call(spec, arguments)
+
+
+async def test_a_call_that_raises_stops_its_siblings(rt: Runtime, fake: FakeProvider, tmp_path: Path) -> None:
+    await rt.tools.aclose()
+    rt.tools = BuggyAdd(rt, tmp_path / "nap")
+    nap = call("testing__nap_marked", {"seconds": 0.5, "marker": str(tmp_path / "nap")}, "n1")
+    fake.enqueue(Reply(tool_calls=(nap, call("testing__add", {"a": 1, "b": 1}, "b1"))))
+    handle = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "go"}], chat_id="c1"))
+    events: list[Event] = []
+    with pytest.raises(RuntimeError, match="a bug in a tool call"):
+        async for event in handle.events():
+            events.append(event)
+    end = end_of(events)
+    assert (end.reason, end.error) == ("internal_error", {"message": "internal error: RuntimeError"})
+    assert await tool_rows(rt) == [("n1", "failed: internal_error"), ("b1", "failed: internal_error")]
+    await asyncio.sleep(0.8)
+    assert not reached(tmp_path / "nap", "finished")  # the sibling was stopped, not left running
+
+
+async def test_next_sees_the_corrected_reply_and_only_its_results(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    rt = in_process(tooled(
+        tmp_path / "app", store, fake, assistant="name: Tooled\nhook: hooks/next.js\nmcp: {servers: [testing]}\n",
+        more={"hooks/next.js": "function Next(ctx, payload) { return {data: payload} }\n"}))  # fmt: skip
+    bad, good = call("testing__add", {"a": "x", "b": 1}, "c1"), call("testing__add", {"a": 2, "b": 3}, "c2")
+    fake.enqueue(Reply(tool_calls=(bad,)), Reply(tool_calls=(good,)))
+    try:
+        end = end_of(await turn(rt, "add", assistant="tooled"))
+        assert end.status == "completed" and len(fake.requests) == 2
+        seen = end.next
+        [_, _, _, corrected, _] = await rt.store.history(ALICE, "c1")
+        assert seen["completion"] == {
+            "message_id": corrected.id, "content": None, "reasoning": None,
+            "tool_calls": [{"id": "c2", "name": "testing__add", "arguments": good.arguments}],
+        }  # fmt: skip
+        assert seen["tools"] == [{"tool_call_id": "c2", "server": "testing", "tool": "add",
+                                  "arguments": good.arguments, "result": "5", "error": None}]  # fmt: skip
+        assert seen["messages"] == [
+            {"role": "user", "content": "add"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "testing__add", "arguments": bad.arguments}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Error: arguments.a: 'x' is not of type 'integer'"},
+        ]  # fmt: skip
+    finally:
+        await close(rt)

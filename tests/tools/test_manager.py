@@ -14,21 +14,19 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.apps import make_app
+from tests.tools.helpers import REPO, SERVERS_PY, free_port, reached, wait_until
 from tests.tools.servers import server as testing_server
 from yao_agent.dsl import load_app
 from yao_agent.dsl.envvars import EnvValue
 from yao_agent.dsl.specs import McpServerSpec, McpUse
 from yao_agent.errors import ToolError
 from yao_agent.tools import ToolManager, ToolOutcome, ToolSpec
-
-REPO = Path(__file__).resolve().parents[2]
-SERVERS_PY = str(REPO / "tests" / "tools" / "servers.py")
 
 
 def stdio_spec(
@@ -55,11 +53,6 @@ async def call(manager: ToolManager, spec: ToolSpec, arguments: object = None) -
     return await manager.call(spec, "" if arguments is None else json.dumps(arguments))
 
 
-def reached(marker: Path, stage: str) -> bool:
-    """Whether `nap_marked` got to `stage` ("started" or "finished")."""
-    return Path(f"{marker}.{stage}").exists()
-
-
 def process_gone(pid: int) -> bool:
     """True once `pid` no longer runs (a zombie waiting to be reaped counts as gone)."""
     try:
@@ -67,13 +60,6 @@ def process_gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return "State:\tZ" in status
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -372,6 +358,25 @@ async def test_a_server_that_cannot_start_is_a_tool_error_with_its_last_words() 
     assert mute.value.message == "MCP server 'silent' (mcps/silent.yml) did not answer within 0.5 s of starting"
 
 
+async def test_a_server_started_ahead_that_cannot_start_is_launched_once_for_its_first_use(tmp_path: Path) -> None:
+    launches = tmp_path / "launches"
+    script = f"import sys; open({str(launches)!r}, 'a').write('x'); sys.exit('no API key configured')"
+    async with ToolManager({"crashy": stdio_spec("crashy", args=("-c", script))}, root=REPO) as manager:
+        manager.warm([McpUse("crashy"), McpUse("not-declared")])  # as `chat` does before the first run
+        await wait_until(launches.exists)
+        await asyncio.sleep(0.3)  # the start has failed by now, with nobody waiting for it
+        with pytest.raises(ToolError) as caught:
+            await manager.tools_for([McpUse("crashy")])
+        assert launches.read_text() == "x"
+        with pytest.raises(ToolError):
+            await manager.tools_for([McpUse("crashy")])  # a later use tries again
+        assert launches.read_text() == "xx"
+    assert caught.value.message == (
+        "MCP server 'crashy' (mcps/crashy.yml) could not be started: it closed the connection "
+        "(its last words: no API key configured)"
+    )
+
+
 async def test_one_stdio_server_serves_concurrent_calls_each_paired_with_its_own_result(stdio: ToolManager) -> None:
     pid = ToolSpec(name="testing__pid", server="testing", tool="pid", description="", parameters={})
     pids = await asyncio.gather(*(call(stdio, pid) for _ in range(4)))  # all arrive before the server is up
@@ -454,12 +459,6 @@ async def test_aclose_stops_the_server_processes() -> None:
 
 
 # -- streamable HTTP -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_http_server(port: int) -> subprocess.Popen[bytes]:

@@ -31,6 +31,7 @@ RUNTIME_JS = (
   const stringify = JSON.stringify, parse = JSON.parse, ErrorCtor = Error, StringCtor = String;
   const withResolvers = Promise.withResolvers.bind(Promise), resolved = Promise.resolve.bind(Promise);
   const then = Promise.prototype.then, apply = Reflect.apply, WeakSetCtor = WeakSet, MapCtor = Map;
+  const errorText = Error.prototype.toString, RUNTIME = "@RUNTIME_URL@";
 
   // Sandbox. Timers and async wake-ups would run hook code outside any call, where no deadline
   // applies. Binary buffers live outside the V8 heap, where the memory limit does not see them (a
@@ -45,6 +46,19 @@ RUNTIME_JS = (
                       "BigUint64Array"]) {
     delete G[name];
   }
+
+  // Stacks show the hook's own frames only: the runtime's (where a ctx call was asked for, or the
+  // call entered) mean nothing to a hook author. V8 formats a stack when it is first read, so a ctx
+  // error whose message is set on delivery still gets that message in its first line.
+  Error.prepareStackTrace = (error, frames) => {
+    let head;
+    try { head = apply(errorText, error, []); } catch (e) { head = "Error"; }
+    let text = head;
+    for (const frame of frames) {
+      if (frame.getScriptNameOrSourceURL() !== RUNTIME) text += "\n    at " + frame;
+    }
+    return text;
+  };
 
   const hostErrors = new WeakSetCtor();
   let outbox = [], waiting = new MapCtor(), nextId = 0, settled = "", lastSnapshot = null, lastCtx = null;
@@ -135,7 +149,8 @@ RUNTIME_JS = (
     outbox = []; waiting = new MapCtor(); settled = "";
     let result;
     try {
-      result = hooks[index](contextFor(snapshot), ...parse(args));
+      const hook = hooks[index];  // called plainly: `this` is not our list of hooks
+      result = hook(contextFor(snapshot), ...parse(args));
       if (!isThenable(result)) return report(finish(result));
     } catch (e) {
       return report("E" + failure(e));
@@ -156,10 +171,8 @@ RUNTIME_JS = (
       if (entry === undefined) continue;
       waiting.delete(id);
       if (ok) { entry.resolve(payload); continue; }
-      const error = entry.origin;
-      const frames = StringCtor(error.stack);
+      const error = entry.origin;  // made where the hook asked, so its stack points there
       error.message = payload;
-      error.stack = "Error: " + payload + frames.slice(frames.indexOf("\n"));
       hostErrors.add(error);
       entry.reject(error);
     }
@@ -186,7 +199,7 @@ RUNTIME_JS = (
   Object.defineProperty(G, "__yao_rt", { value: runtime, writable: false, configurable: false });
   return "ready";
 })(globalThis);
-"""
+""".replace("@RUNTIME_URL@", RUNTIME_URL)
     + f"//# sourceURL={RUNTIME_URL}\n"
 )
 

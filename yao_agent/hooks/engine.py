@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,6 +28,17 @@ from py_mini_racer import JSEvalException, JSOOMException, MiniRacer
 
 # How long a call may block the event loop before its wait moves to a worker thread.
 BLOCKING_WAIT_S = 0.002
+# Threads that wait for slow hooks. Their own pool: waits on the default executor would queue behind
+# (and hold up) everything else that uses it, such as the store's transactions.
+WAIT_THREADS = 16
+_STRING = 5  # mini-racer's type tag for a UTF-8 string value (`_MiniRacerTypes.str_utf8`)
+_waits: list[ThreadPoolExecutor] = []
+
+
+def _wait_pool() -> ThreadPoolExecutor:
+    if not _waits:
+        _waits.append(ThreadPoolExecutor(max_workers=WAIT_THREADS, thread_name_prefix="yao-hook-wait"))
+    return _waits[0]
 
 
 class ScriptFailure(Exception):
@@ -45,7 +57,7 @@ class ScriptOutOfMemory(Exception):
     """The context's heap passed its hard limit; the JavaScript was terminated."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Budget:
     """JavaScript time left for one hook call, in seconds. Time spent in host callbacks is not counted."""
 
@@ -53,27 +65,43 @@ class Budget:
 
 
 class _Internals:
-    """The private parts of mini-racer 0.14.1 this module needs: raw task posting and the result queue."""
+    """The private parts of mini-racer 0.14.1 this module needs: raw task posting, the result queue and
+    string values, used directly because the library's generic conversions cost more than the call."""
 
     def __init__(self, racer: MiniRacer) -> None:
         ctx: Any = racer._ctx  # pyright: ignore[reportPrivateUsage]
         self.dll: Any = ctx._dll
         self.handle: Any = ctx._ctx
-        self.results = cast("queue.Queue[object]", ctx._non_cancelable_mr_task_results_queue)
-        self.to_js: Callable[[str], Any] = ctx._python_to_value_handle
+        # A C queue in place of `queue.Queue`: a wait with a timeout makes no lock and condition per call.
+        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        object.__setattr__(ctx, "_non_cancelable_mr_task_results_queue", self.results)
+        self.wrap: Callable[[object], Any] = ctx._wrap_raw_handle
         self.to_py: Callable[[object], object] = ctx._value_handle_to_python
         self.no_args: Any = cast(Any, racer.eval("[]")).raw_handle
+        self.no_args_raw: Any = self.no_args.raw
         self.entry: Any = None
+        self.entry_raw: Any = None
+
+    def string(self, text: str) -> Any:
+        data = text.encode("utf-8")
+        return self.wrap(self.dll.mr_alloc_string_val(self.handle, data, len(data), _STRING))
 
     def post(self, code: str) -> tuple[int, object]:
         """Queue `code` on the context's isolate thread; its result arrives on `results` (callback id 0)."""
-        code_handle = self.to_js(code)
+        code_handle = self.string(code)
         return int(self.dll.mr_eval(self.handle, code_handle.raw, 0)), code_handle
 
     def post_call(self, request: str) -> tuple[int, object]:
         """Queue a call of the entry function with `this` = `request`: no script to compile."""
-        this = self.to_js(request)
-        return int(self.dll.mr_call_function(self.handle, self.entry.raw, this.raw, self.no_args.raw, 0)), this
+        this = self.string(request)
+        return int(self.dll.mr_call_function(self.handle, self.entry_raw, this.raw, self.no_args_raw, 0)), this
+
+    def value(self, handle: Any) -> object:
+        """A result: a string (the runtime's every answer) read in place, anything else by mini-racer."""
+        contents = handle.raw.contents
+        if contents.type == _STRING:
+            return contents.value.bytes_val[0 : contents.len].decode("utf-8")
+        return self.to_py(handle)
 
     def cancel(self, task_id: int) -> None:
         self.dll.mr_cancel_task(self.handle, task_id)
@@ -101,6 +129,7 @@ class JsEngine:
     def bind_entry(self, expression: str) -> None:
         """Name the function `call` hands its requests to (the context must be idle)."""
         self._raw.entry = cast(Any, self._racer.eval(expression)).raw_handle
+        self._raw.entry_raw = self._raw.entry.raw
 
     async def run(self, codes: Sequence[str], budget: Budget) -> str:
         """Evaluate the scripts in order (JS microtasks run between them); the last one's string."""
@@ -112,17 +141,33 @@ class JsEngine:
 
     async def _settle(self, posted: list[tuple[int, object]], budget: Budget) -> str:
         """Collect every posted task's result; the first failure is raised once all have reported, so the
-        context's result queue stays in step with what was posted."""
+        context's result queue stays in step with what was posted.
+
+        The budget is charged from posting to the last result's arrival: JavaScript time, not the time a
+        waiting thread took to start or the event loop took to come back to this call.
+        """
         started = time.perf_counter()
+        deadline = started + budget.left
+        arrived = started
+        outcomes: list[object] = []
         try:
-            outcomes = [await self._outcome(started, budget) for _ in posted]
+            for _ in posted:
+                handle = self._take(min(deadline - arrived, BLOCKING_WAIT_S))
+                arrived = time.perf_counter()
+                if handle is None and deadline > arrived:
+                    handle, arrived = await asyncio.get_running_loop().run_in_executor(
+                        _wait_pool(), self._take_until, deadline
+                    )
+                if handle is None:
+                    raise ScriptTimeout
+                outcomes.append(self._outcome(handle))
         except BaseException:
             self.broken = True
             for task_id, _ in posted:
                 self._raw.cancel(task_id)
+            budget.left = 0.0
             raise
-        finally:
-            budget.left -= time.perf_counter() - started
+        budget.left -= arrived - started
         for outcome in outcomes:
             if isinstance(outcome, Exception):
                 raise outcome
@@ -131,15 +176,9 @@ class JsEngine:
             raise ScriptFailure(f"the hook runtime returned {type(last).__name__}, not a string")
         return last
 
-    async def _outcome(self, started: float, budget: Budget) -> object:
-        remaining = budget.left - (time.perf_counter() - started)
-        handle = self._take(min(remaining, BLOCKING_WAIT_S))
-        if handle is None and remaining > BLOCKING_WAIT_S:
-            handle = await asyncio.to_thread(self._take, budget.left - (time.perf_counter() - started))
-        if handle is None:
-            raise ScriptTimeout
+    def _outcome(self, handle: object) -> object:
         try:
-            return self._raw.to_py(handle)
+            return self._raw.value(handle)
         except JSOOMException:
             self.broken = True
             return ScriptOutOfMemory()
@@ -148,6 +187,11 @@ class JsEngine:
                 self.broken = True
                 return ScriptOutOfMemory()
             return ScriptFailure(str(exc))
+
+    def _take_until(self, deadline: float) -> tuple[object | None, float]:
+        """On a waiting thread: the next result by `deadline`, and when it arrived."""
+        handle = self._take(deadline - time.perf_counter())
+        return handle, time.perf_counter()
 
     def _take(self, timeout: float) -> object | None:
         try:

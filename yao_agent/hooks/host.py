@@ -2,18 +2,32 @@
 
 Calls a hook makes together (say, `Promise.all` of two `ctx.call`s) run concurrently, started in the
 order the hook made them. A result goes back as JSON; a failure goes back as a one-line message, never
-a Python traceback.
+a Python traceback: a run error (a child that failed, a store that is down) in its own words, anything
+else as "internal error", logged here with its traceback. A `DelegateError` is not handed to the hook
+at all: a delegation that cannot happen (too deep, a cycle) ends the run with `delegate_error`.
+
+One hook call may make at most `MAX_CALLS` ctx calls, and at most `MAX_EFFECTS` of them may be
+`ctx.send` or `ctx.call` (each adds messages to the chat, or a whole child run): a hook looping on
+`ctx.send` fails instead of flooding the chat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from yao_agent.errors import DelegateError, RunError, UsageError
 from yao_agent.hooks.errors import host_failure
+
+log = logging.getLogger("yao_agent.hook")
+MAX_CALLS = 1000
+MAX_EFFECTS = 100
+_EFFECTS = frozenset({"send", "call"})
+_NAMES = {"log": "ctx.log", "send": "ctx.send", "mget": "ctx.memory.get", "mset": "ctx.memory.set", "call": "ctx.call"}
 
 # Strict: a NaN would reach V8's JSON.parse and fail the whole batch instead of the one call.
 _to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -29,6 +43,15 @@ class HookContext:
     memory_get: Callable[[str], Awaitable[Any]]  # ctx.memory.get(key)
     memory_set: Callable[[str, Any], Awaitable[None]]  # ctx.memory.set(key, value)
     call: Callable[[str, Any], Awaitable[Any]]  # ctx.call(assistant_id, messages) -> the child's reply
+    hook: str = ""  # the hook file as the app names it, for the log
+
+
+class TooManyCalls(Exception):
+    """The hook made more ctx calls in one call than it may; `message` says which limit."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def _method(ctx: HookContext, op: str) -> Callable[..., Awaitable[Any]]:
@@ -46,9 +69,19 @@ async def _perform(ctx: HookContext, call_id: int, op: str, args: list[Any]) -> 
     """One `ctx` call, as the `[id, ok, value-or-message]` triple the runtime's `deliver` expects."""
     try:
         value = await _method(ctx, op)(*args)
-        _to_json(value)  # fail here, as this call's error, rather than later for the whole batch
-    except Exception as exc:
+    except DelegateError:
+        raise
+    except (RunError, UsageError) as exc:
         return call_id, 0, host_failure(exc)
+    except Exception as exc:
+        name = _NAMES.get(op, op)
+        log.error("%s (%s): %s failed on an internal error", ctx.hook, ctx.snapshot.get("assistant_id"), name,
+                  exc_info=exc)  # fmt: skip
+        return call_id, 0, f"internal error in {name} (logged on the server)"
+    try:
+        _to_json(value)  # fail here, as this call's error, rather than later for the whole batch
+    except ValueError as exc:
+        return call_id, 0, f"{_NAMES.get(op, op)} gave a value with no JSON form: {host_failure(exc)}"
     return call_id, 1, value
 
 
@@ -64,6 +97,8 @@ class HostCalls:
         self._ctx = ctx
         self._waiting: list[tuple[int, str, list[Any]]] = []  # asked for, not started
         self._running: set[asyncio.Task[tuple[int, int, Any]]] = set()
+        self._made = 0
+        self._effects = 0
 
     @property
     def pending(self) -> bool:
@@ -71,9 +106,20 @@ class HostCalls:
 
     def start(self, calls: list[Any]) -> None:
         """Take each `[id, op, args]` the hook asked for; a malformed entry is a runtime bug, so it raises."""
-        self._waiting.extend((int(call_id), str(op), list(args)) for call_id, op, args in calls)
+        taken = [(int(call_id), str(op), list(args)) for call_id, op, args in calls]
+        self._count(taken)
+        self._waiting.extend(taken)
         if len(self._waiting) + len(self._running) > 1:
             self._launch()
+
+    def _count(self, taken: list[tuple[int, str, list[Any]]]) -> None:
+        self._made += len(taken)
+        self._effects += sum(1 for _, op, _ in taken if op in _EFFECTS)
+        if self._effects > MAX_EFFECTS:
+            raise TooManyCalls(f"the hook made more than {MAX_EFFECTS} ctx.send/ctx.call calls in one call "
+                               f"(the limit is {MAX_EFFECTS})")  # fmt: skip
+        if self._made > MAX_CALLS:
+            raise TooManyCalls(f"the hook made more than {MAX_CALLS} ctx calls in one call (the limit is {MAX_CALLS})")
 
     def _launch(self) -> None:
         for call_id, op, args in self._waiting:
@@ -87,17 +133,33 @@ class HostCalls:
             return _to_json([await _perform(self._ctx, call_id, op, args)])
         self._launch()
         done, self._running = await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
-        return _to_json([task.result() for task in done])
+        return _to_json(_results(done))
 
     async def finish(self) -> None:
         """The hook has returned: let calls it did not await complete (a `ctx.send` must still happen)."""
         self._launch()
         if self._running:
-            await asyncio.gather(*self._running)
+            done, _ = await asyncio.wait(self._running)
             self._running = set()
+            _results(done)
 
     def cancel(self) -> None:
         self._waiting.clear()
         for task in self._running:
             task.cancel()
         self._running = set()
+
+
+def _results(done: set[asyncio.Task[tuple[int, int, Any]]]) -> list[tuple[int, int, Any]]:
+    """The finished calls' triples; a `DelegateError` among them is raised once every one was looked at."""
+    results: list[tuple[int, int, Any]] = []
+    carried: BaseException | None = None
+    for task in done:
+        error = asyncio.CancelledError() if task.cancelled() else task.exception()
+        if error is None:
+            results.append(task.result())
+        elif carried is None:
+            carried = error
+    if carried is not None:
+        raise carried
+    return results

@@ -98,6 +98,10 @@ class HookFile:
         except OSError:
             return False
 
+    def idle(self) -> JsEngine | None:
+        """A warm context of the current version, if one is free (no await: the common case)."""
+        return self._idle.pop() if self._idle else None
+
     async def acquire(self, function: str, policy: HookPolicy) -> JsEngine:
         """A context with the current version loaded, for this caller alone until `release`."""
         while True:

@@ -23,7 +23,7 @@ from yao_agent.errors import HookError, UsageError
 from yao_agent.hooks import errors
 from yao_agent.hooks.bridge import FUNCTIONS, POLL, deliver_request, run_request
 from yao_agent.hooks.engine import Budget, JsEngine, ScriptFailure, ScriptOutOfMemory, ScriptTimeout
-from yao_agent.hooks.host import HookContext, HostCalls
+from yao_agent.hooks.host import HookContext, HostCalls, TooManyCalls
 from yao_agent.hooks.pool import HookFile
 from yao_agent.jsonvalue import as_list, as_mapping
 
@@ -31,7 +31,7 @@ __all__ = ["HookCall", "HookContext", "HookRunner"]
 
 DEFAULT_CONTEXTS_PER_FILE = 2
 # Compact (less to copy into V8) and strict: NaN has no JSON form, and V8's JSON.parse would reject it.
-_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False, check_circular=False).encode
 
 
 @dataclass(frozen=True)
@@ -45,14 +45,16 @@ class HookCall:
 _ABSENT = HookCall(defined=False, value=None)
 
 
-@dataclass(frozen=True)
 class _Call:
     """One call in progress: where errors point and how long its JavaScript may run."""
 
-    shown: str
-    function: str
-    policy: HookPolicy
-    budget: Budget
+    __slots__ = ("budget", "function", "policy", "shown")
+
+    def __init__(self, shown: str, function: str, policy: HookPolicy) -> None:
+        self.shown = shown
+        self.function = function
+        self.policy = policy
+        self.budget = Budget(policy.timeout_ms / 1000)
 
 
 class HookRunner:
@@ -75,13 +77,11 @@ class HookRunner:
         if loaded is not None and loaded.error is None and loaded.kinds.get(function) == "undefined":
             return _ABSENT
         snapshot_json = _to_json(ctx.snapshot)
-        args_json = _to_json(list(args))
-        engine = await hook.acquire(function, policy)
-        token = hook.enter()
+        args_json = _to_json(args if isinstance(args, list | tuple) else list(args))
+        engine = hook.idle() or await hook.acquire(function, policy)
         try:
             return await _call_in(engine, hook, function, snapshot_json, args_json, ctx, policy)
         finally:
-            hook.leave(token)
             hook.release(engine)
 
     def _file(self, path: Path, shown: str) -> HookFile:
@@ -118,11 +118,15 @@ async def _call_in(
         raise HookError(f"{function} is defined but is not a function (it is a {kind})", file=hook.shown,
                         function=function)  # fmt: skip
     engine.set_memory_limit(policy.memory_mb)
-    call = _Call(hook.shown, function, policy, Budget(policy.timeout_ms / 1000))
+    call = _Call(hook.shown, function, policy)
     answer = await _script(engine, [run_request(function, snapshot, args)], call)
     if answer[:1] == "R":  # the common case: a plain function that used no ctx method
         return HookCall(defined=True, value=_decode(answer[1:], call))
-    return HookCall(defined=True, value=await _converse(engine, answer, ctx, call))
+    token = hook.enter()  # only ctx calls can start a child run that calls this file again
+    try:
+        return HookCall(defined=True, value=await _converse(engine, answer, ctx, call))
+    finally:
+        hook.leave(token)
 
 
 async def _script(engine: JsEngine, requests: list[str], call: _Call) -> str:
@@ -148,6 +152,9 @@ async def _converse(engine: JsEngine, answer: str, ctx: HookContext, call: _Call
     try:
         state, body = await _until_settled(engine, answer, host, call)
         await host.finish()
+    except TooManyCalls as exc:
+        host.cancel()
+        raise HookError(exc.message, file=call.shown, function=call.function) from None
     except BaseException:
         host.cancel()
         if engine.out_of_memory():

@@ -2,7 +2,8 @@
 
 The flush happens in the pipeline's `finally` — on success, error, cancellation or any unexpected
 exception — and it finishes even if the task is cancelled again while it writes. A step keeps its
-input only if it did not complete: that input is what a resume runs again.
+input only if it did not complete (that input is what a resume runs again), or if it asks to: a hook
+step records what the hook was given.
 """
 
 from __future__ import annotations
@@ -40,12 +41,15 @@ class Buffer:
         self.steps.append(step)
         return step
 
-    def end(self, step: StepRecord, status: str, *, output: Any = None, error: Any = None) -> None:
+    def end(
+        self, step: StepRecord, status: str, *, output: Any = None, error: Any = None, keep_input: bool = False
+    ) -> None:
+        """`keep_input`: the step's input is part of its record (a hook's), not only what a resume needs."""
         step.status = status
         step.output = output
         step.error = error
         step.ended_at = self.clock()
-        if status == "completed":
+        if status == "completed" and not keep_input:
             step.input = None  # nothing will run it again
 
     def drop(self, step: StepRecord) -> None:

@@ -7,7 +7,8 @@ import logging
 from typing import Any
 
 from yao_agent.errors import HookError, RunError
-from yao_agent.events import StreamEnd
+from yao_agent.events import StreamEnd, ToolResult
+from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -15,8 +16,13 @@ from yao_agent.pipeline.state import RunState
 log = logging.getLogger("yao_agent.run")
 
 
-def settle(rt: Runtime, state: RunState, outcome: BaseException | None) -> None:
-    """Turn how the work ended into the run's single final status and terminal reason."""
+async def settle(rt: Runtime, state: RunState, outcome: BaseException | None) -> None:
+    """Turn how the work ended into the run's single final status and terminal reason.
+
+    Calls left without a result get one, stored and streamed (before `stream_end`), so the client
+    sees every call answered, as the stored chat has it — also in a completed run, whose last reply
+    may ask for tools when no more may run.
+    """
     run = state.run
     if outcome is None:
         run.status, run.reason, run.error = "completed", "completed", None
@@ -30,23 +36,46 @@ def settle(rt: Runtime, state: RunState, outcome: BaseException | None) -> None:
         run.error = {"message": f"internal error: {type(outcome).__name__}"}
     if run.status != "completed":
         state.buffer.settle("cancelled" if run.status == "cancelled" else "failed", run.error)
-        pair_open_calls(rt, state)
+    for event in pair_open_calls(rt, state):
+        await state.emit(event)
     run.ended_at = rt.clock()
     run.duration_ms = int((rt.monotonic() - state.started_mono) * 1000)
     run.usage = state.usage.as_dict()
     run.next = state.next
 
 
-def pair_open_calls(rt: Runtime, state: RunState) -> None:
-    """Give every tool call of this run that has no result a synthesized one, so the chat stays valid."""
+def pair_open_calls(rt: Runtime, state: RunState) -> list[ToolResult]:
+    """Give every tool call of this run that has no result a synthesized one, so the chat stays valid.
+
+    Returns the `tool_result` events that announce them.
+    """
     answered = {m.tool_call_id for m in state.buffer.messages if m.role == "tool"}
-    why = "cancelled" if state.run.status == "cancelled" else f"failed: {state.run.reason}"
+    why = {"completed": "not run: no more tool calls were allowed in this run", "cancelled": "cancelled"}.get(
+        state.run.status, f"failed: {state.run.reason}"
+    )
+    events: list[ToolResult] = []
     for message in list(state.buffer.messages):
         for call in message.tool_calls:
-            if call.id not in answered:
-                state.buffer.add(ChatMessage(
-                    id=rt.ids.new("msg"), role="tool", content=why, run_id=state.run_id, tool_call_id=call.id,
-                    thread_id=message.thread_id, created_at=rt.clock()))  # fmt: skip
+            if call.id in answered:
+                continue
+            answered.add(call.id)
+            state.buffer.add(ChatMessage(
+                id=rt.ids.new("msg"), role="tool", content=why, run_id=state.run_id, tool_call_id=call.id,
+                thread_id=message.thread_id, created_at=rt.clock()))  # fmt: skip
+            spec = rt.tools.locate(call.name)
+            server, tool = (spec.server, spec.tool) if spec is not None else ("", call.name)
+            events.append(ToolResult(state.run_id, call.id, server, tool, None, why, _attempt_of(state, call.id),
+                                     message.thread_id))  # fmt: skip
+    return events
+
+
+def _attempt_of(state: RunState, call_id: str) -> int:
+    """The execution the call was part of (a tool step that did not complete keeps its calls), else 1."""
+    for step in reversed(state.buffer.steps):
+        given = as_mapping(step.input if step.type == "tool" else None)
+        if any(as_mapping(c).get("id") == call_id for c in as_list(given.get("calls"))):
+            return int(given.get("attempt", 1))
+    return 1
 
 
 def error_detail(error: RunError) -> dict[str, Any]:

@@ -3,23 +3,36 @@
 A child runs the same stages as a nested stack: its messages carry its `thread_id`, it writes into
 the root run's buffer (the root flushes once), and it never sends `stream_start`/`stream_end`.
 Depth is bounded by `limits.max_delegate_depth`, which also stops delegation cycles.
+
+Each child run is a `delegate` step whose input says who asked (`from_thread`) and how (`via`), so
+a resume can find the step a run stopped at even when it stopped inside a child it handed over to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from yao_agent.errors import DelegateError, NotFound, UsageError
+from yao_agent.errors import DelegateError, HookError, NotFound, RunError, UsageError
+from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, parse_input
-from yao_agent.pipeline import connector
+from yao_agent.pipeline import close, connector
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.records import ResumePoint, StepRecord
+
+Via = Literal["delegate", "call"]
 
 
 async def hand_over(rt: Runtime, state: RunState, target: Mapping[str, Any]) -> None:
     """`delegate`: the child's reply is this turn's reply (and the conversation continues with it)."""
-    child = await run_child(rt, state, str(target.get("assistant_id")), target.get("messages"), hidden=state.hidden)
+    child = await run_child(
+        rt, state, str(target.get("assistant_id")), target.get("messages"), hidden=state.hidden, via="delegate"
+    )
+    _adopt(state, child)
+
+
+def _adopt(state: RunState, child: RunState) -> None:
     reply = _last_reply(child)
     if reply is not None:
         state.conversation.append(reply.to_provider())
@@ -28,8 +41,17 @@ async def hand_over(rt: Runtime, state: RunState, target: Mapping[str, Any]) -> 
 
 
 async def call_child(rt: Runtime, state: RunState, assistant_id: str, messages: Any) -> dict[str, Any]:
-    """`ctx.call`: ask another assistant; its turns are kept (hidden from later model calls)."""
-    child = await run_child(rt, state, assistant_id, messages, hidden=True)
+    """`ctx.call`: ask another assistant; its turns are kept (hidden from later model calls).
+
+    A child that fails is an error the hook can catch, worded for its author. A delegation that cannot
+    happen at all (unknown assistant, too deep, a cycle) is not: it ends the run with `delegate_error`.
+    """
+    try:
+        child = await run_child(rt, state, assistant_id, messages, hidden=True, via="call")
+    except DelegateError:
+        raise
+    except RunError as exc:
+        raise RunError(f"assistant '{assistant_id}' failed with {_described(exc)}", reason=exc.reason) from None
     reply = _last_reply(child)
     return {
         "assistant_id": assistant_id,
@@ -40,36 +62,130 @@ async def call_child(rt: Runtime, state: RunState, assistant_id: str, messages: 
     }
 
 
-async def run_child(rt: Runtime, parent: RunState, assistant_id: str, messages: Any, *, hidden: bool) -> RunState:
+def _described(exc: RunError) -> str:
+    if isinstance(exc, HookError):
+        where = f"{exc.file}:{exc.line}" if exc.line else exc.file
+        return f"{exc.reason} ({where}): {exc.message}"
+    return f"{exc.reason}: {exc.message}"
+
+
+async def run_child(
+    rt: Runtime, parent: RunState, assistant_id: str, messages: Any, *, hidden: bool, via: Via
+) -> RunState:
     limit = rt.app.config.limits.max_delegate_depth
     if parent.depth + 1 > limit:
         chain = " → ".join(s.assistant.id for s in _lineage(parent)) + f" → {assistant_id}"
         raise DelegateError(f"delegation deeper than {limit} (limits.max_delegate_depth): {chain}")
+    try:
+        given = parse_input(messages, where="delegate messages") if messages is not None else None
+    except UsageError as exc:
+        raise DelegateError(str(exc)) from None
+    thread_id = rt.ids.new("thread")
+    child = _child(rt, parent, assistant_id, thread_id, given, hidden=hidden)
+    step = parent.buffer.begin("delegate", _step_input(parent, assistant_id, given, via), thread_id)
+    await _run(rt, child, step)
+    return child
+
+
+def _child(
+    rt: Runtime, parent: RunState, assistant_id: str, thread_id: str, given: list[dict[str, Any]] | None, *,
+    hidden: bool, conversation: list[dict[str, Any]] | None = None,
+) -> RunState:  # fmt: skip
     try:
         spec = rt.app.assistant(assistant_id)
     except NotFound as exc:
         raise DelegateError(str(exc)) from None
     if not spec.access.allows(parent.identity.user_id, parent.identity.team_id):
         raise DelegateError(f"assistant '{assistant_id}' is not available to {parent.identity}")
-    try:
-        given = parse_input(messages, where="delegate messages") if messages is not None else None
-    except UsageError as exc:
-        raise DelegateError(str(exc)) from None
-    thread_id = rt.ids.new("thread")
-    step = parent.buffer.begin("delegate", {"assistant_id": assistant_id, "messages": given}, thread_id)
-    child = RunState(
+    if conversation is None:
+        conversation = given if given is not None else list(parent.conversation)
+    return RunState(
         request=parent.request, identity=parent.identity, assistant=spec, run=parent.run, out=parent.out,
         buffer=parent.buffer, started_mono=parent.started_mono, input=[], stored=True,
-        conversation=given if given is not None else list(parent.conversation), metadata=dict(parent.metadata),
+        conversation=conversation, metadata=dict(parent.metadata),
         locale=parent.locale, thread_id=thread_id, depth=parent.depth + 1, hidden=hidden, parent=parent,
     )  # fmt: skip
-    await connector.resolve(rt, child)
+
+
+def _step_input(parent: RunState, assistant_id: str, given: Any, via: Via) -> dict[str, Any]:
+    return {"assistant_id": assistant_id, "messages": given, "via": via, "from_thread": parent.thread_id}
+
+
+async def _run(rt: Runtime, child: RunState, step: StepRecord, resume_at: StepRecord | None = None) -> None:
+    """The child's stages; its step ends with it, failed or not (a caught `ctx.call` failure included)."""
     from yao_agent.pipeline.turns import converse  # the child runs the same stages
 
-    await converse(rt, child)
+    try:
+        await connector.resolve(rt, child)
+        await converse(rt, child, resume_at)
+    except RunError as exc:
+        child.buffer.end(step, "failed", error=close.error_detail(exc))
+        raise
+    except Exception as exc:
+        child.buffer.end(step, "failed", error={"message": f"internal error: {type(exc).__name__}"})
+        raise
     reply = _last_reply(child)
-    parent.buffer.end(step, "completed", output={"thread_id": thread_id, "reply": reply.id if reply else None})
-    return child
+    child.buffer.end(step, "completed", output={"thread_id": child.thread_id, "reply": reply.id if reply else None})
+
+
+def resume_target(point: ResumePoint | None) -> StepRecord | None:
+    """The step a run stopped at: the root's first unfinished step or, when that is a hand-over, the
+    first unfinished step of that child (and so on down). A `ctx.call` child is never the place: its
+    failure went to the hook that asked, and that hook's own step tells whether the run stopped there."""
+    if point is None:
+        return None
+    thread: str | None = None
+    while True:
+        own = [s for s in point.steps if _owner(s) == thread and _via(s) != "call"]
+        if not own:
+            return None
+        if own[0].type != "delegate":
+            return own[0]
+        thread = own[0].thread_id
+
+
+async def resume_child(rt: Runtime, parent: RunState, target: StepRecord) -> None:
+    """The run stopped inside a child `parent` handed over to: hand over again to that same thread and
+    resume the child at `target`, so nothing before it (Create, the hand-over, the child's model) reruns."""
+    point = parent.request.resume
+    steps = point.steps if point is not None else ()
+    delegation = _towards(steps, parent.thread_id, target.thread_id)
+    if delegation is None or delegation.thread_id is None:
+        raise DelegateError("the delegation this run stopped in is no longer recorded; start a new turn")
+    given = as_mapping(delegation.input)
+    assistant_id = str(given.get("assistant_id"))
+    messages = [dict(as_mapping(m)) for m in as_list(given.get("messages"))] if given.get("messages") else None
+    thread_id = delegation.thread_id
+    conversation = None if messages is None else [*messages, *_thread_messages(parent.root, thread_id)]
+    child = _child(rt, parent, assistant_id, thread_id, messages, hidden=parent.hidden, conversation=conversation)
+    step = parent.buffer.begin("delegate", _step_input(parent, assistant_id, messages, "delegate"), thread_id)
+    await _run(rt, child, step, resume_at=target)
+    _adopt(parent, child)
+
+
+def _towards(steps: tuple[StepRecord, ...], start: str | None, thread: str | None) -> StepRecord | None:
+    """The hand-over of `start`'s that leads down to `thread`."""
+    by_thread = {s.thread_id: s for s in steps if s.type == "delegate"}
+    current = by_thread.get(thread)
+    while current is not None and _owner(current) != start:
+        current = by_thread.get(_owner(current))
+    return current
+
+
+def _thread_messages(root: RunState, thread_id: str) -> list[dict[str, Any]]:
+    return [m.to_provider() for m in root.history if m.thread_id == thread_id and not m.hidden]
+
+
+def _owner(step: StepRecord) -> str | None:
+    """The thread a step belongs to (a `delegate` step carries its child's thread id)."""
+    if step.type != "delegate":
+        return step.thread_id
+    owner = as_mapping(step.input).get("from_thread")
+    return owner if isinstance(owner, str) else None
+
+
+def _via(step: StepRecord) -> str | None:
+    return str(as_mapping(step.input).get("via")) if step.type == "delegate" else None
 
 
 def _lineage(state: RunState) -> list[RunState]:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from yao_agent.errors import RunError
 from yao_agent.pipeline.state import RunState
+
+LOOP_WINDOW = 10  # tool steps looked at
+LOOP_THRESHOLD = 5  # one signature more often than this among them is a loop
 
 
 class MaxTurns(RunError):
@@ -27,13 +33,39 @@ class LoopDetected(RunError):
     reason = "loop_detected"
 
 
-def repeats_in_window(signatures: Sequence[str], window: int = 10, threshold: int = 5) -> str | None:
-    """The signature that appears more than `threshold` times among the last `window`, if any.
+def step_signature(calls: Iterable[tuple[str, str, Any, str | None]]) -> str:
+    """One tool step's signature: SHA-256 over each call's name, input and output.
 
-    A pure predicate over the run's tool history (each signature hashes a call's name, input and output):
-    the same call giving the same answer again and again is a model going round in circles.
+    Arguments are compared as JSON values (a model rewriting the same call with its keys in another
+    order, or other spacing, is still repeating itself), and so are the calls of a parallel step, in
+    any order.
     """
-    recent = Counter(signatures[-window:])
+    parts = sorted(
+        _canonical([name, _json_value(arguments), result, error]) for name, arguments, result, error in calls
+    )
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _json_value(arguments: str) -> Any:
+    if not arguments.strip():
+        return {}  # no arguments means an empty object, as the tool sees it
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments  # invalid JSON: only the same text is the same input
+
+
+def repeats_in_window(steps: Sequence[str], window: int = LOOP_WINDOW, threshold: int = LOOP_THRESHOLD) -> str | None:
+    """The step signature that appears more than `threshold` times among the last `window` steps, if any.
+
+    A pure predicate over the run's tool steps (one `step_signature` each): the same calls giving the
+    same answers again and again are a model going round in circles.
+    """
+    recent = Counter(steps[-window:])
     for signature, count in recent.most_common(1):
         if count > threshold:
             return signature
@@ -43,5 +75,6 @@ def repeats_in_window(signatures: Sequence[str], window: int = 10, threshold: in
 def check_loop(state: RunState) -> None:
     if repeats_in_window(state.signatures) is not None:
         raise LoopDetected(
-            "the model repeated the same tool call with the same result more than 5 times in its last 10"
+            f"the model repeated the same tool calls with the same results more than {LOOP_THRESHOLD} times "
+            f"in its last {LOOP_WINDOW} tool steps"
         )

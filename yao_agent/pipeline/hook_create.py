@@ -3,7 +3,8 @@
 It sees the conversation (history + clean input) and the run's options; it may return null, or
 new `messages`, a `connector`, a `prompt_preset`, `temperature`/`max_tokens`, `metadata` to merge, a
 `locale`, the `mcp_servers` to use, or a `delegate` that skips our model call. A value it may not
-return is a hook error naming the key, so a typo never silently does nothing.
+return (an unknown key, a wrong type, a prompt preset, connector or MCP server the app does not have)
+is a hook error naming the hook file, so a typo never silently does nothing or fails as something else.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from yao_agent.dsl.refs import known_list
-from yao_agent.dsl.specs import McpUse
+from yao_agent.dsl.envvars import ENV_PATTERN
+from yao_agent.dsl.refs import known_list, unknown
+from yao_agent.dsl.specs import ROLE_PREFIX, App, McpUse
 from yao_agent.errors import HookError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import parse_input
@@ -29,7 +31,7 @@ def run_options(state: RunState) -> dict[str, Any]:
     """The `options` a hook receives: what this run will use."""
     return {
         "connector": state.options.get("connector", state.assistant.connector),
-        "metadata": state.metadata,
+        "metadata": dict(state.metadata),  # a copy: the step records what the hook saw, not later merges
         "locale": state.locale,
         **{k: v for k, v in state.options.items() if k != "connector"},
     }
@@ -38,7 +40,7 @@ def run_options(state: RunState) -> dict[str, Any]:
 async def run(rt: Runtime, state: RunState) -> Mapping[str, Any] | None:
     """Call Create (if the assistant has one) and apply what it returned; returns a `delegate`, if any."""
     given = [list(state.conversation), run_options(state)]
-    _, changes = await call_hook(rt, state, "hook_create", "Create", given, lambda value: check(state, value))
+    _, changes = await call_hook(rt, state, "hook_create", "Create", given, lambda value: check(rt.app, state, value))
     if not changes:
         return None
     apply(state, changes)
@@ -47,7 +49,7 @@ async def run(rt: Runtime, state: RunState) -> Mapping[str, Any] | None:
     return as_mapping(changes.get("delegate")) or None
 
 
-def check(state: RunState, value: Any) -> dict[str, Any] | None:
+def check(app: App, state: RunState, value: Any) -> dict[str, Any] | None:
     """The changes Create asked for, checked; a HookError for anything it may not return."""
     if value is None:
         return None
@@ -62,17 +64,27 @@ def check(state: RunState, value: Any) -> dict[str, Any] | None:
         known = known_list(state.assistant.prompt_presets)
         raise _bad(state, f"Create chose unknown prompt preset '{preset}' (known: {known})")
     _check_types(state, changes)
+    _check_connector(app, state, changes.get("connector"))
     if changes.get("messages") is not None:
         try:
             changes["messages"] = parse_input(changes["messages"], where="Create messages")
         except UsageError as exc:
             raise _bad(state, str(exc)) from None
     if changes.get("mcp_servers") is not None:
-        changes["mcp_servers"] = _servers(state, changes["mcp_servers"])
+        changes["mcp_servers"] = _servers(app, state, changes["mcp_servers"])
     return changes
 
 
-def _servers(state: RunState, entries: list[Any]) -> list[McpUse]:
+def _check_connector(app: App, state: RunState, ref: str | None) -> None:
+    """An explicit connector id must exist. A role (`use::…`) may be set per team or user at run time,
+    and a `$ENV.` reference is only known when used, so those are left to the connector stage."""
+    if not ref or ref.startswith(ROLE_PREFIX) or ENV_PATTERN.search(ref):
+        return
+    if ref not in app.connectors:
+        raise _bad(state, "Create chose " + unknown("connector", ref, app.connectors))
+
+
+def _servers(app: App, state: RunState, entries: list[Any]) -> list[McpUse]:
     """`mcp_servers` entries: a server id, or {server, tools}; only servers the app declares."""
     out: list[McpUse] = []
     for entry in entries:
@@ -81,6 +93,8 @@ def _servers(state: RunState, entries: list[Any]) -> list[McpUse]:
         tools = as_list(data.get("tools")) if data.get("tools") is not None else None
         if not isinstance(server, str) or (tools is not None and not all(isinstance(t, str) for t in tools)):
             raise _bad(state, "Create returned mcp_servers entries of the wrong shape (expected id or {server, tools})")
+        if server not in app.mcps:
+            raise _bad(state, "Create chose " + unknown("MCP server", server, app.mcps))
         out.append(McpUse(server, tuple(tools) if tools is not None else None))
     return out
 

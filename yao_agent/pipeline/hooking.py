@@ -2,11 +2,13 @@
 
 `on_error: fail` (the default) ends the run with `hook_error`, naming the hook's file and line;
 `on_error: ignore` logs the failure and goes on as if the hook had returned null. Either way the
-failure is never silent: it is logged and recorded in the step.
+failure is never silent: it is logged and recorded in the step. A step records what the hook was
+given and what it returned (up to `MAX_RECORDED` characters of JSON each).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -18,6 +20,8 @@ from yao_agent.pipeline.state import RunState
 
 log = logging.getLogger("yao_agent.hook")
 T = TypeVar("T")
+MAX_RECORDED = 64 * 1024  # characters of JSON a completed hook step keeps of its input, and of its output
+_to_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _same(value: Any) -> Any:
@@ -44,7 +48,7 @@ async def call_hook(
         if not outcome.defined:
             state.buffer.drop(step)
             return False, None
-        value = check(outcome.value)
+        value = check(outcome.value)  # the step records what the hook returned, before the check's parsing
     except HookError as exc:
         state.buffer.end(step, "failed", error=exc.detail())
         if spec.hook_policy.on_error == "ignore":
@@ -52,5 +56,15 @@ async def call_hook(
                         exc.message)  # fmt: skip
             return True, None
         raise
-    state.buffer.end(step, "completed", output=value)
+    step.input = _bounded(step.input)
+    state.buffer.end(step, "completed", output=_bounded(outcome.value), keep_input=True)
     return True, value
+
+
+def _bounded(value: Any) -> Any:
+    """What a completed hook step records: the value, or only its size when it is too large to keep."""
+    try:
+        size = len(_to_json(value))
+    except (TypeError, ValueError):
+        return {"truncated": True, "reason": "no JSON form"}
+    return value if size <= MAX_RECORDED else {"truncated": True, "json_chars": size}

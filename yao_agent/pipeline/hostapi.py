@@ -52,7 +52,7 @@ def hook_context(rt: Runtime, state: RunState) -> HookContext:
 
         return await call_child(rt, state, str(assistant_id), messages)
 
-    return HookContext(snapshot(state), log, send, memory_get, memory_set, call)
+    return HookContext(snapshot(state), log, send, memory_get, memory_set, call, hook)
 
 
 async def send_message(rt: Runtime, state: RunState, message: Any) -> str:

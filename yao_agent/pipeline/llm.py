@@ -17,7 +17,7 @@ from yao_agent.connectors.assemble import Assembled, PartialCall
 from yao_agent.connectors.deltas import Delta, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.errors import ModelError
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
-from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.messages import ChatMessage, ToolCall, storable_call_id
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
@@ -50,8 +50,10 @@ class LiveReply:
         return message_id
 
     async def _call_delta(self, delta: ToolCallDelta, call: PartialCall) -> None:
-        if not call.id:
-            call.id = self.new_id("call")  # some providers send no ids; every call needs one to be paired
+        if not storable_call_id(call.id):
+            # Some providers send no id (or one the store cannot hold); every call needs one to be paired,
+            # and the provider only needs the id to match between our call and our result.
+            call.id = self.new_id("call")
         message_id = await self._open(f"call:{delta.index}", "tool_call")
         await self.state.emit(MessageDelta(
             self.state.run_id, message_id, "tool_call", tool_call_id=call.id, name=delta.name,

@@ -19,18 +19,32 @@ from yao_agent.pipeline.hooking import call_hook
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
-ALLOWED = ("data", "delegate", "continue", "metadata")
+ALLOWED = ("data", "delegate", "continue")  # CONTRACT §3.5: anything else is a hook error
 
 
 def payload(state: RunState, reply: ChatMessage, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """What Next sees: the conversation before the reply, the reply, and each tool call's outcome."""
+    """What Next sees: the conversation before the reply, the reply, and each of its tool calls' outcome.
+
+    `messages` keeps earlier tool rounds whole (a call the model corrected, with its error result);
+    the reply's own results are `tools`.
+    """
     completion = {
         "message_id": reply.id,
         "content": reply.content,
         "reasoning": reply.reasoning,
         "tool_calls": [c.to_dict() for c in reply.tool_calls],
     }
-    return {"messages": state.conversation[:-1], "completion": completion, "tools": list(results)}
+    return {"messages": _before_reply(state.conversation), "completion": completion, "tools": list(results)}
+
+
+def _before_reply(conversation: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation without its last reply and the tool results that follow it (only they can)."""
+    end = len(conversation)
+    while end and conversation[end - 1].get("role") == "tool":
+        end -= 1
+    if end and conversation[end - 1].get("role") == "assistant":
+        end -= 1
+    return list(conversation[:end])
 
 
 async def decide(rt: Runtime, state: RunState, given: list[Any]) -> tuple[bool, Mapping[str, Any] | None]:

@@ -48,7 +48,8 @@ async def execute(rt: Runtime, state: RunState, ticket: Ticket) -> None:
             except Exception as exc:  # RunError, or a bug: either way the run is stored, then reported
                 outcome = exc
             finally:
-                close.settle(rt, state, outcome)
+                turns.fold_appended(rt, state)  # appended while a call that then failed ran: kept, if unanswered
+                await close.settle(rt, state, outcome)
                 try:
                     await finish_despite_cancel(flush(rt, state))
                 except asyncio.CancelledError:

@@ -63,7 +63,7 @@ class RunState:
     hidden: bool = False  # a ctx.call child: its turns are kept but never sent to a model again
     parent: RunState | None = None
     tools: list[ToolSpec] | None = None  # the tools offered this run, listed on first use
-    signatures: list[str] = field(default_factory=list[str])  # one per tool call, for loop detection
+    signatures: list[str] = field(default_factory=list[str])  # one per tool step, for loop detection
     tool_turns: int = 0  # model turns that answered tool results (the tool loop's count)
 
     @property

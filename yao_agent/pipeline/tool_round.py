@@ -11,17 +11,18 @@ answers in text instead of retrying, that answer ends the round normally.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from yao_agent.dsl.specs import McpUse
 from yao_agent.errors import ToolError
 from yao_agent.events import ToolResult
 from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.pipeline import guards
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.records import StepRecord
 from yao_agent.tools import ToolOutcome, ToolSpec
 from yao_agent.tools.outcome import failure
 
@@ -33,10 +34,20 @@ RETRY_PROMPT = (
 
 @dataclass
 class Round:
-    """What one reply's tool calls came to, across retries."""
+    """What one reply's tool calls came to, across retries: the model's last reply and its results."""
 
-    results: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    reply: ChatMessage  # the last reply: the model's correction, if it retried
+    results: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # the last attempt's only
     answered_in_text: bool = False  # the model answered instead of retrying: the turn is over
+
+
+@dataclass
+class _Done:
+    """One finished call: what the pipeline knows, what `tool_result` said, the stored `tool` message."""
+
+    outcome: ToolOutcome
+    result: dict[str, Any]
+    message: ChatMessage
 
 
 async def offered(rt: Runtime, state: RunState) -> list[ToolSpec]:
@@ -50,10 +61,10 @@ async def offered(rt: Runtime, state: RunState) -> list[ToolSpec]:
 async def run(rt: Runtime, state: RunState, reply: ChatMessage, model_turn: Any) -> Round:
     """Execute `reply`'s calls; on retryable failures, ask the model to fix them (bounded)."""
     limit = rt.app.config.limits.max_tool_retries
-    done = Round()
+    done = Round(reply)
     for attempt in range(1, limit + 1):
         outcomes = await execute(rt, state, reply.tool_calls, attempt)
-        done.results += [r for _, r in outcomes]
+        done.results = [r for _, r in outcomes]
         failed = [(call, o) for call, (o, _) in zip(reply.tool_calls, outcomes, strict=True) if not o.ok]
         if not failed:
             return done
@@ -62,6 +73,7 @@ async def run(rt: Runtime, state: RunState, reply: ChatMessage, model_turn: Any)
         if attempt == limit:
             raise ToolError(_summary(f"tool calls failed after {limit} attempts", failed))
         reply = await model_turn(rt, state, [{"role": "system", "content": RETRY_PROMPT}])
+        done.reply, done.results = reply, []
         if not reply.tool_calls:
             done.answered_in_text = True
             return done
@@ -75,29 +87,74 @@ def _summary(head: str, failed: Sequence[tuple[ToolCall, ToolOutcome]]) -> str:
 async def execute(
     rt: Runtime, state: RunState, calls: Sequence[ToolCall], attempt: int
 ) -> list[tuple[ToolOutcome, dict[str, Any]]]:
-    """Run calls concurrently (cancelling the task reaches each running call); results keep call order."""
+    """Run calls concurrently (cancelling the task reaches each running call); results keep call order.
+
+    Each result is kept as its call finishes, so a round cut short (cancel, timeout, a bug) still
+    stores the results it got; only the calls that had none are left for `close` to pair.
+    """
     tools = await offered(rt, state)
     step = state.buffer.begin("tool", {"calls": [c.to_dict() for c in calls], "attempt": attempt}, state.thread_id)
+    finished: dict[int, _Done] = {}
     try:
-        done = await asyncio.gather(*(_one(rt, state, call, tools, attempt) for call in calls))
+        await _run_all(rt, state, calls, tools, attempt, finished)
+    except BaseExceptionGroup as group:  # a call raised (a bug): its siblings were stopped
+        _cut_short(state, step, calls, attempt, finished, group)
+        raise _first(group) from None
     except BaseException as exc:
-        error = None if isinstance(exc, asyncio.CancelledError) else {"message": type(exc).__name__}
-        state.buffer.end(step, "cancelled" if error is None else "failed", error=error)
+        _cut_short(state, step, calls, attempt, finished, exc)
         raise
-    for _, _, message in done:  # stored and shown to the model in call order, whatever order they finished
-        state.buffer.add(message)
-        state.conversation.append(message.to_provider())
-    outcomes = [(outcome, result) for outcome, result, _ in done]
-    errors = [r["error"] for _, r in outcomes if r["error"]]
+    done = [finished[index] for index in range(len(calls))]
+    _keep(state, done)
+    errors = [d.result["error"] for d in done if d.result["error"]]
     state.buffer.end(step, "failed" if errors else "completed", output={"errors": errors} if errors else None,
                      error={"message": "; ".join(errors)} if errors else None)  # fmt: skip
-    state.signatures += [_signature(call, r) for call, (_, r) in zip(calls, outcomes, strict=True)]
-    return outcomes
+    pairs = zip(calls, done, strict=True)
+    state.signatures.append(
+        guards.step_signature((c.name, c.arguments, d.outcome.result, d.outcome.error) for c, d in pairs)
+    )
+    return [(d.outcome, d.result) for d in done]
 
 
-async def _one(
-    rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[ToolSpec], attempt: int
-) -> tuple[ToolOutcome, dict[str, Any], ChatMessage]:
+async def _run_all(
+    rt: Runtime, state: RunState, calls: Sequence[ToolCall], tools: Sequence[ToolSpec], attempt: int,
+    finished: dict[int, _Done],
+) -> None:  # fmt: skip
+    async def one(index: int, call: ToolCall) -> None:
+        finished[index] = await _one(rt, state, call, tools, attempt)
+
+    async with asyncio.TaskGroup() as group:  # one call failing (or a cancel) stops the others
+        for index, call in enumerate(calls):
+            group.create_task(one(index, call), name=f"tool call {call.id}")
+
+
+def _keep(state: RunState, done: Sequence[_Done]) -> None:
+    """Store and show the model the results, in call order, whatever order they finished in."""
+    for item in done:
+        state.buffer.add(item.message)
+        state.conversation.append(item.message.to_provider())
+
+
+def _cut_short(
+    state: RunState, step: StepRecord, calls: Sequence[ToolCall], attempt: int, finished: dict[int, _Done],
+    exc: BaseException,
+) -> None:  # fmt: skip
+    """The round stopped early: keep what finished; a resume runs only the calls that had no result."""
+    _keep(state, [finished[index] for index in sorted(finished)])
+    step.input = {"calls": [c.to_dict() for i, c in enumerate(calls) if i not in finished], "attempt": attempt}
+    cancelled = isinstance(exc, asyncio.CancelledError)
+    error = None if cancelled else {"message": type(_first(exc)).__name__}
+    state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)
+
+
+def _first(exc: BaseException) -> BaseException:
+    """The first real error inside the exception groups a failed task group raises."""
+    if isinstance(exc, BaseExceptionGroup):
+        group = cast(BaseExceptionGroup[BaseException], exc)
+        return _first(group.exceptions[0]) if group.exceptions else group
+    return exc
+
+
+async def _one(rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[ToolSpec], attempt: int) -> _Done:
     spec = rt.tools.find(call.name, tools)
     if spec is None:
         names = ", ".join(t.name for t in tools) or "none"
@@ -119,10 +176,4 @@ async def _one(
         created_at=rt.clock(),
         hidden=state.hidden,
     )
-    return outcome, result, message  # fmt: skip
-
-
-def _signature(call: ToolCall, result: dict[str, Any]) -> str:
-    """The same tool, input and output hash the same: what loop detection counts."""
-    text = f"{call.name}\x00{call.arguments}\x00{result['result']}\x00{result['error']}"
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return _Done(outcome, result, message)

@@ -15,6 +15,7 @@ from yao_agent.messages import ChatMessage, ToolCall
 from yao_agent.pipeline import delegate, guards, hook_create, llm, next_hook, prompts, tool_round
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.records import StepRecord
 
 LAST_WORD = (
     "You have used the tools as many times as this assistant allows. Do not call tools now: answer the "
@@ -22,9 +23,12 @@ LAST_WORD = (
 )
 
 
-async def converse(rt: Runtime, state: RunState) -> None:
-    point = state.request.resume if state.parent is None else None
-    step = point.steps[0] if point is not None and point.steps else None
+async def converse(rt: Runtime, state: RunState, resume_at: StepRecord | None = None) -> None:
+    """The stages; a resumed run (or a child of one, at `resume_at`) starts at the step it stopped at."""
+    step = delegate.resume_target(state.request.resume) if state.parent is None else resume_at
+    if step is not None and step.thread_id != state.thread_id:
+        await delegate.resume_child(rt, state, step)  # it stopped inside a child: only that child resumes
+        return
     if step is not None and step.type in ("hook_next", "tool") and step.input is not None:
         if not await _resume_step(rt, state, step.type, step.input):
             return
@@ -38,8 +42,8 @@ async def converse(rt: Runtime, state: RunState) -> None:
         done = await tool_round.run(rt, state, reply, model_turn) if reply.tool_calls else None  # 8. tools
         if done is not None and done.answered_in_text and not _appended(state):
             return  # asked to fix a tool call, the model answered instead: that answer ends the run
-        results = done.results if done is not None else []
-        more = await after_reply(rt, state, reply, results)  # 9. Next hook / tool loop / standard
+        final, results = (done.reply, done.results) if done is not None else (reply, [])  # after any retry
+        more = await after_reply(rt, state, final, results)  # 9. Next hook / tool loop / standard
         if not more and not _appended(state):
             return  # (a message appended while the model spoke gets its answer before the run ends)
 
@@ -114,4 +118,4 @@ async def _resume_step(rt: Runtime, state: RunState, kind: str, given: Any) -> b
     state.conversation = [m for m in state.conversation if not (m["role"] == "tool" and m.get("tool_call_id") in ids)]
     reply = ChatMessage(rt.ids.new("msg"), "assistant", None, run_id=state.run_id, tool_calls=calls)
     done = await tool_round.run(rt, state, reply, model_turn)
-    return not done.answered_in_text and await after_reply(rt, state, reply, done.results)
+    return not done.answered_in_text and await after_reply(rt, state, done.reply, done.results)

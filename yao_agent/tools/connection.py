@@ -11,6 +11,7 @@ This module imports the MCP SDK (slow to import); the manager imports it only wh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -62,6 +63,12 @@ class _Session:
     client: Client | None = None
     error: Exception | None = None
     lost: bool = False  # a call saw the connection close
+    heard: bool = False  # someone waited for this start (a background start nobody waited for has not)
+
+    def unheard_failure(self) -> bool:
+        """A background start failed and nobody has been told: the next caller is, rather than starting again."""
+        ready = self.ready
+        return not self.heard and ready.done() and not ready.cancelled() and ready.exception() is not None
 
     def dead(self) -> bool:
         """Whether this start is over: stopped, failed, exited, or its connection closed under a call."""
@@ -110,6 +117,12 @@ class ServerLink:
             log.info("MCP server '%s' had stopped before the call to '%s'; calling it again", self.spec.id, tool)
         raise AssertionError("unreachable: the last attempt always returns an outcome")
 
+    def warm(self) -> None:
+        """Start the server in the background if it never started (nobody is starting it now)."""
+        if self._session is None and not self._closed and not self._lock.locked():
+            with contextlib.suppress(ToolError):  # (a missing variable): the run's own start reports it
+                self._session = self._launch()
+
     async def aclose(self) -> None:
         """Stop the server (or leave the HTTP one) and wait until it is gone."""
         self._closed = True
@@ -126,10 +139,11 @@ class ServerLink:
             if self._closed:
                 raise ToolError(f"MCP server '{self.spec.id}' is closed: the tool manager was closed")
             session = self._session
-            if session is None or session.dead():
+            if session is None or (session.dead() and not session.unheard_failure()):
                 if session is not None:
                     await _retire(session)
                 session = self._session = self._launch()
+            session.heard = True
         try:
             await asyncio.shield(session.ready)
         except Exception as exc:
@@ -254,8 +268,9 @@ class ServerLink:
             if not last and await _died_before(session, started):
                 return None
             return failure(self._lost_message(tool), retryable=False)
-        except Exception as exc:
-            log.exception("MCP server '%s': the call to '%s' failed", self.spec.id, tool)
+        except Exception as exc:  # one line for the user; the traceback only for a developer who asks
+            log.warning("MCP server '%s': the call to '%s' failed: %s", self.spec.id, tool, _describe(exc),
+                        exc_info=exc if os.environ.get("YAO_AGENT_DEBUG") == "1" else None)  # fmt: skip
             return failure(
                 f"MCP server '{self.spec.id}' failed the call to '{tool}': {_describe(exc)}", retryable=False
             )

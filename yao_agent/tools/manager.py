@@ -98,6 +98,27 @@ class ToolManager:
         """The offered tool the model named, or None: a model may only call what it was offered."""
         return catalog.find(name, offered)
 
+    def locate(self, name: str) -> ToolSpec | None:
+        """The tool called `name` on any server listed so far: to say which server a stored call was for."""
+        for link in self._links.values():
+            spec = catalog.find(name, link.catalogue or ())
+            if spec is not None:
+                return spec
+        return None
+
+    def warm(self, uses: Sequence[McpUse]) -> None:
+        """Start the servers of `uses` that never started, without waiting for them.
+
+        The first `tools_for` waits for the same start and reports its failure, so a server that
+        cannot start is launched once, not once here and again for the run.
+        """
+        for use in uses:
+            try:
+                link = self._link(use.server)
+            except ToolError:
+                continue  # an unknown server: left for the run to report
+            link.warm()
+
     async def aclose(self) -> None:
         """Close every session and stop every subprocess; the manager refuses new work afterwards."""
         self._closed = True
