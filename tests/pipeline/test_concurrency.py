@@ -3,28 +3,91 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
+from sqlalchemy import select
 
-from tests.pipeline.conftest import make_runtime
+from tests.pipeline.conftest import app_files, make_runtime
 from tests.pipeline.helpers import ALICE, stored
-from yao_agent.events import Event, MessageDelta, StreamEnd
+from tests.tools.servers import server as testing_server
+from yao_agent.connectors import RetryPolicy
+from yao_agent.events import Event, FallbackEvent, MessageDelta, MessageEnd, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start
 from yao_agent.pipeline.admission import ChatBusy, NoActiveRun
 from yao_agent.store import SqlStore
+from yao_agent.store.leases import PgLease
 from yao_agent.store.records import RunRecord, StepRecord
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.store.schema import chat_leases
+from yao_agent.testing import FakeProvider, Reply, ToolCall
+from yao_agent.tools import ToolManager
 
 SLOW = Reply(text="s" * 200, chunk_size=2, delay_s=0.02)
+# The store on PostgreSQL only: for the runtime that holds its chats with leases, as servers sharing
+# one database do.
+ON_POSTGRES = pytest.mark.parametrize(
+    "store_raw_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+
+
+@pytest.fixture
+async def leased(rt: Runtime) -> AsyncIterator[Runtime]:
+    await rt.share_chats()
+    assert isinstance(rt.admission.lease, PgLease)
+    try:
+        yield rt
+    finally:
+        await rt.admission.lease.aclose()
 
 
 async def begin(rt: Runtime, text: str, chat_id: str = "c1", on_busy: str | None = None) -> RunHandle:
     request = RunRequest("chat", ALICE, [{"role": "user", "content": text}], chat_id=chat_id, on_busy=on_busy)  # type: ignore[arg-type]
     return await start(rt, request)
+
+
+async def until(condition: Callable[[], object], timeout_s: float = 10) -> None:
+    """Until a condition that no event announces holds (a file a tool wrote, a lease's state)."""
+
+    async def poll() -> None:
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout_s)
+
+
+@asynccontextmanager
+async def pg_session(rt: Runtime, *, autocommit: bool = False) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A connection of our own to the runtime's PostgreSQL database (another process, in effect)."""
+    dsn = rt.store.db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit) as conn:
+        yield conn
+
+
+async def blocked_on_a_lock(watcher: psycopg.AsyncConnection, statement: str) -> None:
+    """Until a statement starting with `statement` waits for a row lock (ours)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE %s"
+    )
+
+    async def poll() -> None:
+        while True:
+            row = await (await watcher.execute(query, (statement + "%",))).fetchone()  # pyright: ignore[reportArgumentType]
+            if row is not None and row[0]:
+                return
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), 10)
+
+
+async def leases(rt: Runtime) -> list[tuple[str, str]]:
+    query = select(chat_leases.c.chat_id, chat_leases.c.owner)
+    return [(r[0], r[1]) for r in await rt.store.db.read(lambda conn: conn.execute(query).all())]
 
 
 class Reader:
@@ -137,6 +200,15 @@ async def test_append_during_streaming_reaches_the_next_model_call(rt: Runtime, 
     assert [r[1] for r in await stored(rt)] == ["write a poem", "s" * 200, "make it rhyme", "Noted the addition."]
 
 
+async def test_an_append_to_a_run_whose_model_call_then_fails_is_kept(rt: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="s" * 200, chunk_size=2, delay_s=0.02, drop_after=40))
+    reading = await Reader(await begin(rt, "write a poem")).until_text()
+    rt.append(ALICE, "c1", [{"role": "user", "content": "make it rhyme"}])
+    assert ends(await reading.rest()) == [("failed", "model_error")]
+    contents = [r[1] for r in await stored(rt)]
+    assert contents[0] == "write a poem" and contents[-1] == "make it rhyme"  # unanswered, but not lost
+
+
 async def test_append_without_an_active_run_is_refused(rt: Runtime, fake: FakeProvider) -> None:
     with pytest.raises(NoActiveRun):
         rt.append(ALICE, "c1", [{"role": "user", "content": "anyone?"}])
@@ -186,3 +258,220 @@ async def test_a_cancel_during_the_flush_changes_nothing(tmp_path: Path, store: 
     assert ends(await reading) == [("completed", "completed")]
     assert await stored(rt) == [("user", "hi", "completed"), ("assistant", "done", "completed")]
     await rt.engines.aclose()
+
+
+async def test_an_append_during_the_flush_is_refused_and_goes_as_a_new_request(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    rt = make_runtime(tmp_path / "app", SlowFlush(store.db), app_files(fake.base_url))
+    SlowFlush.flushing = asyncio.Event()
+    fake.enqueue(Reply(text="done"), "echo")
+    reading = asyncio.create_task(drain(await begin(rt, "hi")))
+    await asyncio.wait_for(SlowFlush.flushing.wait(), 10)
+    with pytest.raises(NoActiveRun, match="is ending and takes no more messages; send them as a new request"):
+        rt.append(ALICE, "c1", [{"role": "user", "content": "one more thing"}])  # it would never be answered
+    again = await begin(rt, "one more thing")
+    assert ends(await reading) == [("completed", "completed")]
+    assert ends(await drain(again)) == [("completed", "completed")]
+    assert [r[1] for r in await stored(rt)] == ["hi", "done", "one more thing", "echo: one more thing"]
+    await rt.engines.aclose()
+
+
+async def test_an_append_to_a_cancelled_run_is_refused(rt: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(SLOW)
+    reading = await Reader(await begin(rt, "busy")).until_text()
+    await rt.cancel(ALICE, "c1")
+    with pytest.raises(NoActiveRun, match="is ending"):
+        rt.append(ALICE, "c1", [{"role": "user", "content": "too late"}])
+    assert ends(await reading.rest()) == [("cancelled", "cancelled")]
+    assert "too late" not in [r[1] for r in await stored(rt)]
+
+
+async def test_a_cancelled_batch_leaves_no_gate_behind(rt: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(SLOW, Reply(text="fresh"))
+    handles = [await begin(rt, f"q{n}") for n in range(4)]
+    reading = await Reader(handles[0]).until_text()
+    assert await rt.cancel(ALICE, "c1") == 4
+    results = await asyncio.gather(reading.rest(), *(drain(h) for h in handles[1:]))
+    assert [ends(r) for r in results] == [[("cancelled", "cancelled")]] * 4
+    assert rt.admission.gates == {}  # the watermark went with the last request
+    assert ends(await drain(await begin(rt, "fresh"))) == [("completed", "completed")]
+
+
+def stream_ends_per_run(results: Sequence[Sequence[Event]]) -> list[list[str]]:
+    return [[e.run_id for e in events if isinstance(e, StreamEnd)] for events in results]
+
+
+async def test_one_stream_end_per_run_across_retries(rt: Runtime, fake: FakeProvider) -> None:
+    rt.retry = RetryPolicy(max_attempts=3)
+    fake.enqueue("e500", Reply(text="one"), "e429", Reply(text="two"), "e503", "e500", Reply(text="three"))
+    handles = [await begin(rt, f"q{n}") for n in range(3)]
+    results = await asyncio.gather(*(drain(h) for h in handles))
+    assert stream_ends_per_run(results) == [[h.run_id] for h in handles]
+    assert [ends(r) for r in results] == [[("completed", "completed")]] * 3
+    assert len(fake.requests) == 7
+    assert [r[1] for r in await stored(rt)] == ["q0", "one", "q1", "two", "q2", "three"]
+
+
+async def test_one_stream_end_per_run_across_a_fallback(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+    files = app_files(fake.base_url)
+    files["app.yml"] = files["app.yml"].replace("default: fake.model", "default: [fake.model, fake.backup]")
+    files["connectors/fake/backup.yml"] = files["connectors/fake/model.yml"].replace("model: text", "model: backup")
+    rt = make_runtime(tmp_path / "app", store, files)
+    fake.enqueue("e500", "e503", model="text")
+    fake.enqueue(Reply(text="from the backup"), Reply(text="again the backup"), model="backup")
+    handles = [await begin(rt, f"q{n}") for n in range(2)]
+    results = await asyncio.gather(*(drain(h) for h in handles))
+    assert stream_ends_per_run(results) == [[h.run_id] for h in handles]
+    assert [ends(r) for r in results] == [[("completed", "completed")]] * 2
+    assert [len([e for e in r if isinstance(e, FallbackEvent)]) for r in results] == [1, 1]
+    assert [r[1] for r in await stored(rt)] == ["q0", "from the backup", "q1", "again the backup"]
+    await rt.engines.aclose()
+
+
+async def test_a_reader_that_stops_reading_during_a_long_tool_call_gets_it_whole(
+    rt: Runtime, fake: FakeProvider
+) -> None:
+    lookup = ToolCall("lookup", {"query": "x" * 3000}, id="call_long")
+    fake.enqueue(Reply(tool_calls=(lookup,), chunk_size=1))
+    handle = await begin(rt, "look it up")
+    reading = await Reader(handle).until_text()  # the call's first fragment; then nothing is read a while
+    await asyncio.wait_for(asyncio.shield(handle.task), 30)
+    waiting = await reading.rest()
+    assert len(waiting) < 600  # bounded: the argument fragments were merged
+    fragments = [e for e in reading.events if isinstance(e, MessageDelta) and e.kind == "tool_call"]
+    assert "".join(e.arguments or "" for e in fragments) == lookup.arguments_json()
+    assert {(e.tool_call_id, e.name) for e in fragments[:1]} == {("call_long", "lookup")}
+    [call_end] = [e for e in reading.events if isinstance(e, MessageEnd) and e.kind == "tool_call"]
+    assert call_end.content == {"id": "call_long", "name": "lookup", "arguments": lookup.arguments_json()}
+    assert len(ends(waiting)) == 1  # (no such tool: the run fails, and says so once)
+
+
+def reached(marker: str) -> bool:
+    return Path(marker).exists()
+
+
+async def test_a_chat_cancel_while_a_tool_runs(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+    files = app_files(fake.base_url)
+    files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.tools.servers]\n"
+    files["assistants/tooled/assistant.yml"] = "name: Tooled\nmcp:\n  servers: [testing]\n"
+    rt = make_runtime(tmp_path / "app", store, files)
+    rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
+    marker = str(tmp_path / "nap")
+    nap = ToolCall("testing__nap_marked", {"seconds": 30, "marker": marker}, id="n1")
+    fake.enqueue(Reply(tool_calls=(nap,)), Reply(text="after"))
+    ask = [{"role": "user", "content": "sleep on it"}]
+    try:
+        napping = await start(rt, RunRequest("tooled", ALICE, ask, chat_id="c1"))
+        queued = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "and?"}], chat_id="c1"))
+        reading = asyncio.create_task(drain(napping))
+        await until(lambda: reached(marker + ".started"))
+        assert await rt.cancel(ALICE, "c1") == 2
+        assert ends(await reading) == [("cancelled", "cancelled")]
+        assert ends(await drain(queued)) == [("cancelled", "cancelled")]
+        assert not reached(marker + ".finished")  # the tool was stopped, not waited for
+        rows = await rt.store.history(ALICE, "c1")
+        assert [(m.tool_call_id, m.content) for m in rows if m.role == "tool"] == [("n1", "cancelled")]
+        later = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "awake?"}], chat_id="c1"))
+        assert ends(await drain(later)) == [("completed", "completed")]
+        assert len(fake.requests) == 2  # the queued request never reached the model
+    finally:
+        await rt.engines.aclose()
+        await rt.tools.aclose()
+
+
+@ON_POSTGRES
+async def test_many_requests_with_leases(leased: Runtime, fake: FakeProvider) -> None:
+    await test_many_requests_on_one_chat_each_end_once_in_one_order(leased, fake)
+    assert await leases(leased) == []
+
+
+@ON_POSTGRES
+async def test_cancel_with_leases(leased: Runtime, fake: FakeProvider) -> None:
+    await test_cancel_reaches_the_active_run_and_everything_queued_but_not_what_comes_after(leased, fake)
+    assert leased.admission.gates == {} and await leases(leased) == []
+
+
+@ON_POSTGRES
+async def test_cancel_then_a_new_request_with_leases(leased: Runtime, fake: FakeProvider) -> None:
+    await test_cancel_then_at_once_a_new_request_the_new_one_survives(leased, fake)
+
+
+@ON_POSTGRES
+async def test_reject_and_interrupt_with_leases(leased: Runtime, fake: FakeProvider) -> None:
+    await test_reject_and_interrupt(leased, fake)
+
+
+@ON_POSTGRES
+async def test_a_cancel_while_waiting_for_the_lease(leased: Runtime, fake: FakeProvider) -> None:
+    lease = leased.admission.lease
+    assert isinstance(lease, PgLease)
+    fake.enqueue(Reply(text="free again"))
+    async with pg_session(leased, autocommit=True) as other:  # another process holds the chat
+        await other.execute(
+            "INSERT INTO chat_leases (chat_id, owner, run_id, expires_at) VALUES ('c1', 'elsewhere', 'run-x', %s)",
+            (leased.clock() + 600,),
+        )
+        handle = await begin(leased, "waiting")
+        reading = asyncio.create_task(drain(handle))
+        await until(lambda: lease.busy_elsewhere("c1"))
+        handle.cancel()
+        assert ends(await reading) == [("cancelled", "cancelled")]
+        assert await leases(leased) == [("c1", "elsewhere")]  # theirs, untouched
+        with pytest.raises(ChatBusy, match="another process"):
+            await begin(leased, "refused", on_busy="reject")
+        assert leased.admission.gates == {}
+        await other.execute("DELETE FROM chat_leases")
+    assert ends(await drain(await begin(leased, "now?"))) == [("completed", "completed")]
+
+
+@ON_POSTGRES
+async def test_a_cancel_while_claiming_the_lease_leaves_the_chat_free(leased: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="free"))
+    async with pg_session(leased) as blocker, pg_session(leased, autocommit=True) as watcher:
+        # Another transaction is inserting the chat's lease: the claim waits for it to commit or not.
+        await blocker.execute(
+            "INSERT INTO chat_leases (chat_id, owner, run_id, expires_at) VALUES ('c1', 'elsewhere', 'run-x', 0)"
+        )
+        handle = await begin(leased, "claiming")
+        reading = asyncio.create_task(drain(handle))
+        await blocked_on_a_lock(watcher, "INSERT INTO chat_leases")
+        handle.cancel()  # the claim goes on in the database and takes the chat when the other gives up
+        await blocker.rollback()
+    assert ends(await reading) == [("cancelled", "cancelled")]
+    assert await leases(leased) == []  # given back, not held for the lease's lifetime
+    assert ends(await drain(await begin(leased, "next"))) == [("completed", "completed")]
+
+
+@ON_POSTGRES
+async def test_a_cancel_while_the_lease_is_released_still_frees_the_chat(leased: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(SLOW, Reply(text="next"))
+    handle = await begin(leased, "hi")
+    reading = await Reader(handle).until_text()
+    async with pg_session(leased) as blocker, pg_session(leased, autocommit=True) as watcher:
+        await blocker.execute("SELECT 1 FROM chat_leases WHERE chat_id = 'c1' FOR UPDATE")  # the release waits
+        rest = asyncio.create_task(reading.rest())
+        await blocked_on_a_lock(watcher, "DELETE FROM chat_leases")
+        assert await leased.cancel(ALICE, "c1") == 1  # the run is stored; only its lease is being let go
+        await blocker.rollback()
+    assert ends(await rest) == [("completed", "completed")]
+    assert leased.admission.gates == {} and await leases(leased) == []
+    assert ends(await drain(await begin(leased, "next"))) == [("completed", "completed")]
+
+
+@ON_POSTGRES
+async def test_a_run_whose_lease_another_process_took_is_cancelled(
+    rt: Runtime, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("YAO_AGENT_LEASE_TTL_S", "0.9")  # renewed every 0.3 s
+    await rt.share_chats()
+    assert isinstance(rt.admission.lease, PgLease)
+    try:
+        fake.enqueue(Reply(text="s" * 1000, chunk_size=2, delay_s=0.02))
+        reading = await Reader(await begin(rt, "long")).until_text()
+        async with pg_session(rt, autocommit=True) as other:  # as if its lease had expired and been taken
+            await other.execute("UPDATE chat_leases SET owner = 'elsewhere', run_id = 'run-x' WHERE chat_id = 'c1'")
+        assert ends(await reading.rest()) == [("cancelled", "cancelled")]  # no second run on the chat
+        assert await leases(rt) == [("c1", "elsewhere")]
+    finally:
+        await rt.admission.lease.aclose()

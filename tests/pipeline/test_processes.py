@@ -108,6 +108,31 @@ async def test_a_cancel_in_one_process_reaches_a_run_in_another(
         await rt.aclose()
 
 
+async def test_an_interrupt_in_one_process_cancels_the_run_in_another(
+    tmp_path: Path, pg_url: str, fake: FakeProvider
+) -> None:
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="me first"))
+    process = await other_process(app, pg_url, "long one")
+    rt = await our_runtime(app, pg_url)
+    try:
+        ask = [{"role": "user", "content": "stop that"}]
+        handle = await start(rt, RunRequest("chat", LOCAL, ask, chat_id="k1", on_busy="interrupt"))
+        assert (await ending(handle.events())).status == "completed"
+        out, _ = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 1 and b"cancelled" in out  # interrupted, not waited for
+        rows = await stored(rt, "k1", LOCAL)
+        assert [(r[0], r[2]) for r in rows] == [
+            ("user", "completed"),
+            ("assistant", "incomplete"),
+            ("user", "completed"),
+            ("assistant", "completed"),
+        ]
+        assert [r[1] for r in rows][2:] == ["stop that", "me first"]
+    finally:
+        await rt.aclose()
+
+
 async def test_a_process_killed_holding_a_chat_frees_it_when_its_lease_expires(
     tmp_path: Path, pg_url: str, fake: FakeProvider
 ) -> None:

@@ -8,13 +8,14 @@ its own `stream_end`); a request accepted after the cancel is untouched. The mar
 no accepted request remains.
 
 Across processes (PostgreSQL), a lease row in the database keeps one active run per chat, and a
-cancel is broadcast to the other processes (see `store/leases.py`).
+cancel (or an `interrupt`) is broadcast to the other processes (see `store/leases.py`). A run whose
+lease was lost (taken by another process after renewals failed) is cancelled here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from yao_agent.pipeline.state import RunState
 
 OnBusy = Literal["queue", "reject", "interrupt"]
+log = logging.getLogger("yao_agent.admission")
 
 
 class ChatBusy(UsageError):
@@ -37,12 +39,17 @@ class NoActiveRun(UsageError):
 
 
 class Lease(Protocol):
-    """Holds a chat for one run across processes; `None` where the store is single-process."""
+    """Holds a chat for one run across processes; `None` where the store is single-process.
+
+    `acquire` waits until the chat is this run's; cancelled, it holds nothing (a claim that was
+    already on its way is given back). `release` is safe to repeat.
+    """
 
     async def acquire(self, chat_id: str, run_id: str) -> None: ...
     async def release(self, chat_id: str, run_id: str) -> None: ...
     async def held_elsewhere(self, chat_id: str) -> bool: ...
     def busy_elsewhere(self, chat_id: str) -> bool: ...
+    async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None: ...
 
 
 @dataclass(eq=False)
@@ -53,6 +60,7 @@ class Ticket:
     state: RunState
     cancel: Callable[[], None] = lambda: None
     cancelled: bool = False
+    interrupts: bool = False  # on_busy: interrupt (the other processes are told to cancel too)
     turn: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -77,14 +85,14 @@ class Admission:
 
     def accept(self, state: RunState, on_busy: OnBusy) -> Ticket:
         """Take a request in: reject it, or give it a place (after cancelling the active run if asked)."""
-        gate = self.gates.setdefault(state.chat_id, ChatGate())
-        busy = bool(gate.tickets) or (self.lease is not None and self.lease.busy_elsewhere(state.chat_id))
+        busy = state.chat_id in self.gates or (self.lease is not None and self.lease.busy_elsewhere(state.chat_id))
         if busy and on_busy == "reject":
             raise ChatBusy(f"chat '{state.chat_id}' is busy with another run (on_busy: reject)")
-        if busy and on_busy == "interrupt":
+        if on_busy == "interrupt":
             self.cancel(state.chat_id)
+        gate = self.gates.setdefault(state.chat_id, ChatGate())  # (a gate exists while it has tickets)
         gate.seq += 1
-        ticket = Ticket(state.chat_id, gate.seq, self.clock(), state)
+        ticket = Ticket(state.chat_id, gate.seq, self.clock(), state, interrupts=on_busy == "interrupt")
         gate.tickets.append(ticket)
         if len(gate.tickets) == 1:
             ticket.turn.set()
@@ -107,6 +115,14 @@ class Admission:
         """Another process cancelled the chat at `at`: what was accepted here by then is cancelled."""
         self.cancel(chat_id, before=at)
 
+    def lost(self, chat_id: str, run_id: str) -> None:
+        """The lease of a running run is gone (another process may run on the chat): stop that run."""
+        gate = self.gates.get(chat_id)
+        for ticket in gate.tickets if gate is not None else []:
+            if ticket.state.run_id == run_id:
+                ticket.cancelled = True
+                ticket.cancel()
+
     def is_cancelled(self, ticket: Ticket) -> bool:
         gate = self.gates.get(ticket.chat_id)
         return ticket.cancelled or (gate is not None and ticket.seq <= gate.mark)
@@ -124,6 +140,10 @@ class Admission:
     async def held_elsewhere(self, chat_id: str) -> bool:
         return self.lease is not None and await self.lease.held_elsewhere(chat_id)
 
+    def active_cancelled(self, chat_id: str) -> bool:
+        gate = self.gates.get(chat_id)
+        return gate is not None and gate.active is not None and self.is_cancelled(gate.active)
+
     def active_state(self, chat_id: str) -> RunState | None:
         gate = self.gates.get(chat_id)
         return gate.active.state if gate is not None and gate.active is not None else None
@@ -133,24 +153,45 @@ class Admission:
         """Hold the chat for this request: yields whether it was cancelled before its turn came.
 
         A cancelled request still waits for its turn, so that what it stores (its input and its
-        cancelled run) lands in the chat's order, never inside another run's messages.
+        cancelled run) lands in the chat's order, never inside another run's messages. However the
+        run ends — even cancelled again while it lets go — the chat is let go, so the next request
+        always gets its turn.
         """
         holds_lease = False
         try:
-            cancelled = await _wait_despite_cancel(ticket.turn.wait())
+            cancelled = await self._interrupt_elsewhere(ticket)
+            cancelled = await _wait_despite_cancel(ticket.turn.wait()) or cancelled
             if self.lease is not None and not (cancelled or self.is_cancelled(ticket)):
                 try:
                     await self.lease.acquire(ticket.chat_id, ticket.state.run_id)
                     holds_lease = True
                 except asyncio.CancelledError:
-                    _uncancel()
+                    _uncancel()  # (a cancelled acquire holds nothing)
                     cancelled = True
             yield cancelled or self.is_cancelled(ticket)
         finally:
-            if holds_lease and self.lease is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.lease.release(ticket.chat_id, ticket.state.run_id))
-            self.finish(ticket)
+            try:
+                if holds_lease and self.lease is not None:
+                    await self._release(self.lease, ticket)
+            finally:
+                self.finish(ticket)
+
+    async def _interrupt_elsewhere(self, ticket: Ticket) -> bool:
+        """`interrupt`: the other processes cancel what they accepted for the chat before this request."""
+        if not ticket.interrupts or self.lease is None:
+            return False
+        try:
+            return await _wait_despite_cancel(self.lease.cancel_everywhere(ticket.chat_id, ticket.accepted_at))
+        except Exception:
+            log.exception("could not tell the other processes to cancel chat %s", ticket.chat_id)
+            return False
+
+    async def _release(self, lease: Lease, ticket: Ticket) -> None:
+        """Let go of the lease to the end: a cancel now (a client leaving, a repeated cancel) is absorbed."""
+        try:
+            await _wait_despite_cancel(lease.release(ticket.chat_id, ticket.state.run_id))
+        except Exception:
+            log.exception("could not release chat %s (its lease expires by itself)", ticket.chat_id)
 
 
 async def _wait_despite_cancel(waiting: Any) -> bool:

@@ -1,8 +1,9 @@
 """The channel between a running run (its own task) and whoever reads its events.
 
-The run never waits for a slow reader for long: once `high_water` events are waiting, adjacent text
-deltas of the same message are merged, so memory stays bounded by the number of messages, not of
-tokens; every other event (starts, ends, tool results, `stream_end`) is always delivered.
+The run never waits for a slow reader for long: once `high_water` events are waiting, adjacent deltas
+of the same message are merged (text to text, a tool call's argument fragments to each other), so
+memory stays bounded by the number of messages, not of tokens; every other event (starts, ends, tool
+results, `stream_end`) is always delivered.
 """
 
 from __future__ import annotations
@@ -35,10 +36,17 @@ class EventChannel:
         last = self._items[-1] if self._items else None
         if not (isinstance(event, MessageDelta) and isinstance(last, MessageDelta)):
             return False
-        if last.message_id != event.message_id or event.text is None or last.text is None:
+        if last.message_id != event.message_id:
             return False
-        self._items[-1] = replace(last, text=last.text + event.text)
-        return True
+        if event.text is not None and last.text is not None:
+            self._items[-1] = replace(last, text=last.text + event.text)
+            return True
+        if event.text is None and last.text is None and _same_call(last, event):
+            arguments = (last.arguments or "") + (event.arguments or "")
+            self._items[-1] = replace(last, arguments=arguments, name=last.name or event.name,
+                                      tool_call_id=last.tool_call_id or event.tool_call_id)  # fmt: skip
+            return True
+        return False
 
     def close(self) -> None:
         """No more events will be sent; readers finish what is queued."""
@@ -59,3 +67,10 @@ class EventChannel:
                 return
             self._ready.clear()
             await self._ready.wait()
+
+
+def _same_call(last: MessageDelta, event: MessageDelta) -> bool:
+    """Whether two fragments belong to one tool call (a provider names it once, in its first one)."""
+    return (event.name is None or last.name in (None, event.name)) and (
+        event.tool_call_id is None or last.tool_call_id in (None, event.tool_call_id)
+    )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from yao_agent.connectors import Engines, RetryPolicy, resolve_connectors
 from yao_agent.dsl import App, load_app
-from yao_agent.errors import ModelError, NotFound, ToolError, UsageError
+from yao_agent.errors import ModelError, NotFound, UsageError
 from yao_agent.hooks import HookRunner
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import IdSource, RandomIds
@@ -104,18 +104,28 @@ class Runtime:
         if self.store.db.dialect != "postgresql" or self.admission.lease is not None:
             return
         ttl = float(os.environ.get("YAO_AGENT_LEASE_TTL_S") or TTL_S)  # how long a dead process holds a chat
-        lease = PgLease(self.store.db, self.owner, self.admission.cancel_before, clock=self.clock, ttl_s=ttl)
+        lease = PgLease(self.store.db, self.owner, self.admission.cancel_before, clock=self.clock, ttl_s=ttl,
+                        on_lost=self.admission.lost)  # fmt: skip
         await lease.start()
         self.admission.lease = lease
 
     def append(self, identity: Identity, chat_id: str, messages: Any) -> str:
-        """Add user messages to the chat's active run: its next model call sees them. Returns its run id."""
+        """Add user messages to the chat's active run: its next model call sees them. Returns its run id.
+
+        A run that is cancelled, or already past its last model call (ending, storing), takes no more
+        messages: they would never be answered, so the caller is told (and sends a new request).
+        """
         state = self.admission.active_state(chat_id)
         if state is None or state.identity != identity:
             raise NoActiveRun(f"chat '{chat_id}' has no active run in this process to append to")
         given = parse_input(messages, where="messages")
         if any(m["role"] != "user" for m in given):
             raise UsageError("messages: only user messages can be appended to a run")
+        if state.run.status != "running" or state.cancel_requested or self.admission.active_cancelled(chat_id):
+            raise NoActiveRun(
+                f"chat '{chat_id}': its run {state.run_id} is ending and takes no more messages; "
+                "send them as a new request (it runs next)"
+            )
         state.appended.extend(given)
         return state.run_id
 
@@ -127,7 +137,7 @@ class Runtime:
         if state is not None and state.identity != identity:
             raise NotFound(f"no chat '{chat_id}'")
         cancelled = self.admission.cancel(chat_id)
-        if isinstance(self.admission.lease, PgLease):
+        if self.admission.lease is not None:
             await self.admission.lease.cancel_everywhere(chat_id)
         return cancelled
 
@@ -137,12 +147,11 @@ class Runtime:
         (litellm alone takes seconds to import.) Resolution errors are left for the run to report.
         """
         assistant = self.app.assistant(assistant_id)
+        self.tools.warm(assistant.mcp.servers)  # its MCP servers start meanwhile; the run waits for them
         with contextlib.suppress(ModelError):
             found = await resolve_connectors(assistant.connector, self.app, identity, self.store, self.environ)
             for connector in found.connectors:
                 self.engines.get(connector)
-        with contextlib.suppress(ToolError):  # and start its MCP servers
-            await self.tools.tools_for(assistant.mcp.servers)
 
     async def recover(self) -> list[str]:
         return await self.store.recover_interrupted(OPERATOR, owner_is_dead)

@@ -2,8 +2,10 @@
 
 A run holds its chat through a lease row (`chat_leases`) that its process renews every few seconds;
 a process that dies stops renewing, and once the lease expires any process may take the chat (the run
-it left is marked interrupted). Processes tell each other about cancels and released chats with
-PostgreSQL's LISTEN/NOTIFY on one channel. SQLite deployments are single-process and use no lease.
+it left is marked interrupted). A renewal that finds the lease gone (or that kept failing for longer
+than the lease lives, so another process may have taken it) stops the run holding it. Processes tell
+each other about cancels and released chats with PostgreSQL's LISTEN/NOTIFY on one channel. SQLite
+deployments are single-process and use no lease.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql
@@ -27,6 +29,7 @@ CHANNEL = "yao_agent_chats"
 TTL_S = 15.0  # a dead process blocks a chat at most this long
 RENEW_S = 4.0
 POLL_S = 1.0  # re-check a held chat this often even if no release notice arrives
+T = TypeVar("T")
 
 
 class PgLease:
@@ -38,14 +41,16 @@ class PgLease:
         *,
         clock: Callable[[], float],
         ttl_s: float = TTL_S,
+        on_lost: Callable[[str, str], None] = lambda _chat_id, _run_id: None,
     ) -> None:
         self.db = db
         self.owner = owner
-        self.on_cancel = on_cancel
+        self.on_cancel = on_cancel  # (chat id, time of the cancel), for cancels from other processes
+        self.on_lost = on_lost  # (chat id, run id) of a run whose lease is gone
         self.clock = clock
         self.ttl_s = ttl_s
         self.renew_s = min(RENEW_S, ttl_s / 3)
-        self._released = asyncio.Event()
+        self._released: dict[str, asyncio.Event] = {}  # set when a chat waited for is released
         self._renewals: dict[str, asyncio.Task[None]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._held_elsewhere: set[str] = set()
@@ -77,14 +82,36 @@ class PgLease:
         return owner is not None and owner != self.owner
 
     async def acquire(self, chat_id: str, run_id: str) -> None:
-        """Wait until this process holds the chat for `run_id`; cancellable while waiting."""
-        while not await self._claim(chat_id, run_id):
-            self._held_elsewhere.add(chat_id)
-            self._released.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._released.wait(), POLL_S)
-        self._held_elsewhere.discard(chat_id)
+        """Wait until this process holds the chat for `run_id`; cancelled, it holds nothing."""
+        released = self._released[chat_id] = asyncio.Event()  # before the claim: no notice is missed
+        try:
+            while True:
+                released.clear()
+                if await self._claim_or_give_back(chat_id, run_id):
+                    break
+                self._held_elsewhere.add(chat_id)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(released.wait(), POLL_S)
+        finally:
+            self._released.pop(chat_id, None)
+            self._held_elsewhere.discard(chat_id)
         self._renewals[chat_id] = asyncio.create_task(self._renew(chat_id, run_id), name=f"lease {chat_id}")
+
+    async def _claim_or_give_back(self, chat_id: str, run_id: str) -> bool:
+        """Claim the chat. Cancelled meanwhile, the claim still commits on its thread: then undo it."""
+        claim = asyncio.ensure_future(self._claim(chat_id, run_id))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            await _despite_cancel(self._give_back(claim, chat_id, run_id))
+            raise
+
+    async def _give_back(self, claim: asyncio.Future[bool], chat_id: str, run_id: str) -> None:
+        try:
+            if await claim:
+                await self.release(chat_id, run_id)
+        except Exception:  # a claim that failed took nothing; a failed release expires by itself
+            log.exception("could not give back chat %s after a cancelled claim", chat_id)
 
     async def release(self, chat_id: str, run_id: str) -> None:
         renewal = self._renewals.pop(chat_id, None)
@@ -98,9 +125,9 @@ class PgLease:
 
         await self.db.write(work)
 
-    async def cancel_everywhere(self, chat_id: str) -> None:
-        """Tell every process to cancel what it accepted for the chat up to now."""
-        message = {"op": "cancel", "chat_id": chat_id, "at": self.clock()}
+    async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None:
+        """Tell the other processes to cancel what they accepted for the chat up to now (or `at`)."""
+        message = {"op": "cancel", "chat_id": chat_id, "at": self.clock() if at is None else at, "from": self.owner}
         await self.db.write(lambda conn: _notify(conn, message))
 
     async def _claim(self, chat_id: str, run_id: str) -> bool:
@@ -125,16 +152,30 @@ class PgLease:
         return await self.db.write(work)
 
     async def _renew(self, chat_id: str, run_id: str) -> None:
+        """Extend the lease while the run lasts; once it is gone, stop the run (one run per chat)."""
+        renewed_at = self.clock()  # just claimed
         while True:
             await asyncio.sleep(self.renew_s)
             now = self.clock()
-            lease = update(chat_leases).where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
-            renewed = lease.values(expires_at=now + self.ttl_s)
-            beat = update(runs).where(runs.c.id == run_id).values(heartbeat_at=now)
             try:
-                await self.db.write(lambda conn, renewed=renewed, beat=beat: _run_all(conn, renewed, beat))
+                held = await self.db.write(lambda conn, now=now: self._extend(conn, chat_id, run_id, now))
             except Exception:
                 log.exception("could not renew the lease of chat %s", chat_id)
+                held = None if now - renewed_at < self.ttl_s else False  # past its expiry: others may run
+            if held is False:
+                log.warning("chat %s: run %s lost its lease, so it is cancelled", chat_id, run_id)
+                self.on_lost(chat_id, run_id)
+                return
+            if held:
+                renewed_at = now
+
+    def _extend(self, conn: Connection, chat_id: str, run_id: str, now: float) -> bool:
+        """Whether the run still held the lease (now extended), with its heartbeat."""
+        lease = update(chat_leases).where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
+        if conn.execute(lease.values(expires_at=now + self.ttl_s)).rowcount == 0:
+            return False
+        conn.execute(update(runs).where(runs.c.id == run_id).values(heartbeat_at=now))
+        return True
 
     async def _listen(self, ready: asyncio.Event) -> None:
         import psycopg
@@ -158,16 +199,31 @@ class PgLease:
             message = json.loads(payload)
         except ValueError:
             return
+        chat_id = str(message.get("chat_id"))
         if message.get("op") == "release":
-            self._held_elsewhere.discard(str(message.get("chat_id")))
-            self._released.set()
-        elif message.get("op") == "cancel":
-            self.on_cancel(str(message.get("chat_id")), float(message.get("at", self.clock())))
+            self._held_elsewhere.discard(chat_id)
+            released = self._released.get(chat_id)
+            if released is not None:
+                released.set()
+        elif message.get("op") == "cancel" and message.get("from") != self.owner:  # ours was done here
+            self.on_cancel(chat_id, float(message.get("at", self.clock())))
 
 
-def _run_all(conn: Connection, *statements: Any) -> None:
-    for statement in statements:
-        conn.execute(statement)
+async def _despite_cancel(work: Awaitable[T]) -> T:
+    """Await `work` to its end even if this task is cancelled meanwhile (the cancel is re-raised)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 def _notify(conn: Connection, message: dict[str, Any]) -> None:
