@@ -8,10 +8,11 @@ tool result with its id (a result is synthesized if the store lacks one), so any
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from yao_agent.errors import UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
@@ -21,6 +22,7 @@ Status = Literal["completed", "incomplete"]
 Content = str | list[dict[str, Any]] | None
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 MISSING_RESULT = "failed: no result was recorded for this tool call"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +152,11 @@ def _parse_one(item: object, where: str) -> dict[str, Any]:
     role = message.get("role")
     if role not in ROLES:
         raise UsageError(f"{where}.role: expected one of {', '.join(ROLES)}, got {role!r}")
+    if isinstance(message.get("name"), str):
+        check_text(message["name"], f"{where}.name")
     out: dict[str, Any] = {"role": role, "content": _content(message.get("content"), f"{where}.content", role)}
     if role == "tool":
-        call_id = message.get("tool_call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise UsageError(f"{where}.tool_call_id: expected the id of the tool call this answers")
-        out["tool_call_id"] = call_id
+        out["tool_call_id"] = _call_id(message.get("tool_call_id"), f"{where}.tool_call_id", "this answers")
     if role == "assistant" and message.get("tool_calls") is not None:
         out["tool_calls"] = _tool_calls(message.get("tool_calls"), f"{where}.tool_calls")
     return out
@@ -163,7 +164,7 @@ def _parse_one(item: object, where: str) -> dict[str, Any]:
 
 def _content(value: object, where: str, role: str) -> Content:
     if isinstance(value, str):
-        return value
+        return check_text(value, where)
     if value is None and role == "assistant":
         return None
     if not isinstance(value, list) or not value:
@@ -176,6 +177,7 @@ def _content(value: object, where: str, role: str) -> Content:
             raise UsageError(f"{where}[{index}]: expected a content part with a type (text, image_url, ...)")
         if kind == "text" and not isinstance(data.get("text"), str):
             raise UsageError(f"{where}[{index}].text: expected a string")
+        check_text(data, f"{where}[{index}]")
         parts.append(dict(data))
     return parts
 
@@ -188,8 +190,69 @@ def _tool_calls(value: object, where: str) -> list[dict[str, Any]]:
         name, arguments = function.get("name"), function.get("arguments", "")
         if not isinstance(data.get("id"), str) or not isinstance(name, str) or not isinstance(arguments, str):
             raise UsageError(f"{where}[{index}]: expected {{id, type: function, function: {{name, arguments}}}}")
-        out.append({"id": data["id"], "type": "function", "function": {"name": name, "arguments": arguments}})
+        call_id = _call_id(data["id"], f"{where}[{index}].id", "(a non-empty string)")
+        check_text(name, f"{where}[{index}].function.name")
+        check_text(arguments, f"{where}[{index}].function.arguments")
+        out.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
     return out
+
+
+# A lone surrogate ("\ud800" in JSON) decodes to a str that no UTF-8 encoder accepts: not the store, not a response.
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
+_CONTROL = re.compile("[\\x00-\\x1f\\x7f-\\x9f]")
+MAX_CALL_ID = 128  # the store's column for tool_call_id, and what providers accept
+
+
+def storable_call_id(value: str | None) -> bool:
+    """Whether a provider's tool call id can be stored and sent back as it is."""
+    if not value or len(value) > MAX_CALL_ID:
+        return False
+    return not (_CONTROL.search(value) or _SURROGATE.search(value))
+
+
+def _call_id(value: object, where: str, which: str) -> str:
+    """A tool call id the store can hold and a provider accepts: 1-128 characters, no control characters."""
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"{where}: expected the id of the tool call {which}")
+    if len(value) > MAX_CALL_ID:
+        raise UsageError(f"{where}: a tool call id has at most {MAX_CALL_ID} characters (got {len(value)})")
+    if _CONTROL.search(value):
+        raise UsageError(f"{where}: a tool call id cannot contain control characters")
+    return check_text(value, where)
+
+
+def check_text(value: _T, where: str) -> _T:
+    """`value` (a string, or JSON made of mappings and lists) unchanged, if no string in it holds a lone surrogate.
+
+    Keys are checked too. The walk is iterative and a location is spelled out only for an error, so JSON
+    nested as deep as the parser allows costs neither the stack nor quadratic time.
+    """
+    pending: list[tuple[object, _Where]] = [(value, (None, where))]
+    while pending:
+        item, at = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise UsageError(f"{_spelled(at)}: text contains an unpaired UTF-16 surrogate")
+        elif isinstance(item, Mapping):
+            for key, inner in cast(Mapping[object, object], item).items():
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    raise UsageError(f"{_spelled(at)}: a key contains an unpaired UTF-16 surrogate")
+                pending.append((inner, (at, f".{key}")))
+        elif isinstance(item, list | tuple):
+            pending += [(inner, (at, f"[{i}]")) for i, inner in enumerate(cast(Sequence[object], item))]
+    return value
+
+
+_Where = tuple["_Where | None", str]  # (the parent's location, this step): a location as a linked list
+
+
+def _spelled(at: _Where) -> str:
+    steps: list[str] = []
+    link: _Where | None = at
+    while link is not None:
+        link, step = link
+        steps.append(step)
+    return "".join(reversed(steps))
 
 
 def from_provider(message: Mapping[str, Any], message_id: str, run_id: str, created_at: float) -> ChatMessage:

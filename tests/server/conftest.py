@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+import openai
 import pytest
 import uvicorn
 
@@ -32,6 +35,30 @@ class Live:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
 
 
+def openai_client(live: Live, **extra: Any) -> openai.AsyncOpenAI:
+    """The official client, as alice, without its automatic retries (each test says what it sends)."""
+    return openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=live.tokens["alice"], max_retries=0, **extra)
+
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+SAVED: list[Path] = []  # the artifacts this session wrote, named at its end
+
+
+def artifact(name: str) -> Path:
+    """Where a test saves the file `name` for people to look at after the run (CI keeps test-artifacts/)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    SAVED.append(ARTIFACTS / name)
+    return ARTIFACTS / name
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    saved = [path for path in dict.fromkeys(SAVED) if path.is_file()]
+    if saved:
+        terminalreporter.write_sep("-", "test artifacts")
+        for path in saved:
+            terminalreporter.write_line(f"saved {path}")
+
+
 TENANTS = {"alice": Identity("alice"), "bob": Identity("bob", "acme"), "carol": Identity("carol", "acme")}
 
 
@@ -54,18 +81,18 @@ async def fake() -> AsyncIterator[FakeProvider]:
         yield provider
 
 
-def server_files(base_url: str) -> dict[str, str]:
-    files = app_files(base_url)
+def server_files(base_url: str, **options: str) -> dict[str, str]:
+    files = app_files(base_url, **options)
     files["assistants/private/assistant.yml"] = "name: Private\naccess: {teams: [acme]}\n"
     files["connectors/demo/echo.yml"] = "type: scripted\nrules:\n  - reply: 'echo: {{ last_user }}'\n"
     return files
 
 
-@pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
-    rt = make_runtime(tmp_path / "app", store, server_files(fake.base_url))
-    tokens = {name: await store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
-    server, task, url = await serve(rt, max_body_bytes=64 * 1024)
+@asynccontextmanager
+async def running(rt: Runtime, max_body_bytes: int | None = None) -> AsyncIterator[Live]:
+    """`rt` served on loopback, with a token per tenant; closed (engines, tools, hooks) afterwards."""
+    tokens = {name: await rt.store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
+    server, task, url = await serve(rt, max_body_bytes=max_body_bytes)
     try:
         yield Live(url, rt, tokens)
     finally:
@@ -73,3 +100,10 @@ async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIter
         await task
         await rt.engines.aclose()
         await rt.tools.aclose()
+        await rt.hooks.aclose()
+
+
+@pytest.fixture
+async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+    async with running(make_runtime(tmp_path / "app", store, server_files(fake.base_url)), 64 * 1024) as served:
+        yield served

@@ -10,15 +10,11 @@ import httpx
 import openai
 import pytest
 
-from tests.server.conftest import Live
+from tests.server.conftest import Live, openai_client
 from yao_agent.identity import Identity
 from yao_agent.testing import FakeProvider, Reply
 
 ALICE = Identity("alice")
-
-
-def openai_client(live: Live, **extra: Any) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=live.tokens["alice"], max_retries=0, **extra)
 
 
 async def sse(response: httpx.Response) -> list[dict[str, Any]]:
@@ -112,12 +108,13 @@ async def test_native_run_streams_the_contract_events(live: Live, fake: FakeProv
     async with (
         live.client() as client,
         client.stream(
-            "POST", "/api/assistants/chat/runs", json={"messages": [{"role": "user", "content": "hi"}], "chat_id": "n1"}
+            "POST", "/api/assistants/chat/runs", json={"messages": [{"role": "user", "content": "hi"}]}
         ) as response,
     ):
         assert response.headers["content-type"].startswith("text/event-stream")
-        assert response.headers["x-chat-id"] == "n1"
+        chat_id = response.headers["x-chat-id"]
         events = await sse(response)
+    assert events[0]["chat_id"] == chat_id  # the new chat's id, named by the server
     types = [e["type"] for e in events]
     assert types[0] == "stream_start" and types[-1] == "stream_end" and types.count("stream_end") == 1
     assert {e["run_id"] for e in events} == {events[0]["run_id"]}
@@ -140,55 +137,70 @@ async def test_native_run_as_json(live: Live, fake: FakeProvider) -> None:
 
 async def test_cancel_and_append_over_http(live: Live, fake: FakeProvider) -> None:
     fake.enqueue(Reply(text="s" * 300, chunk_size=2, delay_s=0.02), Reply(text="after append"))
-    body = {"messages": [{"role": "user", "content": "long"}], "chat_id": "n2"}
+    body = {"messages": [{"role": "user", "content": "long"}]}
     async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
+        chat_id = response.headers["x-chat-id"]
         events: list[dict[str, Any]] = []
         async for line in response.aiter_lines():
             if not line.startswith("data: "):
                 continue
             events.append(json.loads(line[6:]))
             if events[-1]["type"] == "message_delta" and len(events) == 4:
-                appended = await client.post("/api/chats/n2/append",
+                appended = await client.post(f"/api/chats/{chat_id}/append",
                                              json={"messages": [{"role": "user", "content": "and more"}]})  # fmt: skip
                 assert appended.status_code == 200 and appended.json()["run_id"] == events[0]["run_id"]
     assert events[-1]["status"] == "completed"
     assert fake.requests[1].messages[-1] == {"role": "user", "content": "and more"}
     fake.enqueue(Reply(text="z" * 300, chunk_size=1, delay_s=0.02))
-    body = {"messages": [{"role": "user", "content": "stop me"}], "chat_id": "n2"}
+    body = {"messages": [{"role": "user", "content": "stop me"}], "chat_id": chat_id}
     async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
         events = []
         async for line in response.aiter_lines():
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
                 if events[-1]["type"] == "message_delta" and len(events) == 3:
-                    assert (await client.post("/api/chats/n2/cancel")).json() == {"cancelled": 1}
+                    assert (await client.post(f"/api/chats/{chat_id}/cancel")).json() == {"cancelled": 1}
     assert (events[-1]["status"], events[-1]["reason"]) == ("cancelled", "cancelled")
     async with live.client() as client:
-        point = (await client.get("/api/chats/n2/resume")).json()
+        point = (await client.get(f"/api/chats/{chat_id}/resume")).json()
         assert point["status"] == "cancelled" and point["steps"][0]["type"] == "llm"
         fake.enqueue(Reply(text="resumed"))
-        async with client.stream("POST", "/api/chats/n2/resume") as response:
+        async with client.stream("POST", f"/api/chats/{chat_id}/resume") as response:
             resumed = await sse(response)
         assert resumed[-1]["status"] == "completed"
-        assert (await client.get("/api/chats/n2/resume")).status_code == 404
+        assert (await client.get(f"/api/chats/{chat_id}/resume")).status_code == 404
 
 
-async def test_a_client_that_disconnects_cancels_its_run(live: Live, fake: FakeProvider) -> None:
+async def test_a_client_that_disconnects_cancels_its_run_which_resumes(live: Live, fake: FakeProvider) -> None:
     fake.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02))
-    body = {"messages": [{"role": "user", "content": "bye"}], "chat_id": "n3"}
+    body = {"messages": [{"role": "user", "content": "bye"}]}
     async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
+        chat_id = response.headers["x-chat-id"]
         async for line in response.aiter_lines():
             if '"message_delta"' in line:
                 break  # and hang up
     for _ in range(100):
-        run = await live.rt.store.latest_run(ALICE, "n3")
+        run = await live.rt.store.latest_run(ALICE, chat_id)
         if run is not None and run.status != "running":
             break
         await asyncio.sleep(0.05)
     assert run is not None and (run.status, run.reason) == ("cancelled", "cancelled")
+    fake.enqueue(Reply(text="back again"))
     async with live.client() as client:
-        messages = (await client.get("/api/chats/n3/messages")).json()["messages"]
-    assert [(m["role"], m["status"]) for m in messages] == [("user", "completed"), ("assistant", "incomplete")]
+        messages = (await client.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
+        assert [(m["role"], m["status"]) for m in messages] == [("user", "completed"), ("assistant", "incomplete")]
+        point = await client.get(f"/api/chats/{chat_id}/resume")
+        assert point.status_code == 200, point.text
+        assert (point.json()["run_id"], point.json()["status"]) == (run.id, "cancelled")
+        assert [s["type"] for s in point.json()["steps"]] == ["llm"]
+        async with client.stream("POST", f"/api/chats/{chat_id}/resume") as response:
+            resumed = await sse(response)
+        assert (resumed[-1]["status"], resumed[-1]["reason"]) == ("completed", "completed")
+        after = (await client.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
+        gone = await client.get(f"/api/chats/{chat_id}/resume")
+    assert [(m["role"], m["content"]) for m in after][-1] == ("assistant", "back again")
+    assert [m["content"] for m in after].count("bye") == 1  # the resume did not add the user's message again
+    assert gone.status_code == 404  # the completed resume cleared the resume point
 
 
 @pytest.mark.parametrize(
@@ -239,9 +251,11 @@ async def test_malformed_json_and_huge_bodies(live: Live) -> None:
 
 async def test_append_to_an_idle_chat_is_a_conflict(live: Live, fake: FakeProvider) -> None:
     async with live.client() as client:
-        await client.post("/api/assistants/chat/runs?stream=false",
-                          json={"messages": [{"role": "user", "content": "hi"}], "chat_id": "idle"})  # fmt: skip
-        response = await client.post("/api/chats/idle/append", json={"messages": [{"role": "user", "content": "x"}]})
+        done = await client.post("/api/assistants/chat/runs?stream=false",
+                                 json={"messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+        chat_id = done.json()["chat_id"]
+        response = await client.post(f"/api/chats/{chat_id}/append",
+                                     json={"messages": [{"role": "user", "content": "x"}]})  # fmt: skip
     assert (response.status_code, response.json()["error"]["type"]) == (409, "no_active_run")
 
 
@@ -251,3 +265,32 @@ async def test_openapi_document_lists_every_route(live: Live) -> None:
     assert {"/v1/chat/completions", "/v1/models", "/api/assistants/{assistant_id}/runs", "/api/chats",
             "/api/chats/{chat_id}/cancel", "/api/chats/{chat_id}/append", "/api/chats/{chat_id}/messages",
             "/api/chats/{chat_id}/resume", "/api/assistants", "/api/roles/{role}", "/healthz"} <= paths  # fmt: skip
+
+
+async def test_the_openapi_document_says_what_the_server_answers(live: Live) -> None:
+    async with live.client("") as anonymous:
+        document = (await anonymous.get("/openapi.json")).json()
+    assert not {"HTTPValidationError", "ValidationError"} & set(document["components"]["schemas"])
+    [scheme] = document["components"]["securitySchemes"].values()
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    error = {"$ref": "#/components/schemas/ErrorBody"}
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            assert "422" not in responses, (method, path)  # bad input is a 400, in the error shape below
+            if path == "/healthz":
+                assert "security" not in operation and set(responses) == {"200"}
+                continue
+            assert operation["security"] == [{"HTTPBearer": []}], (method, path)
+            assert {"401", "500"} <= set(responses), (method, path)
+            for status, answer in responses.items():
+                if status != "200":
+                    assert answer["content"] == {"application/json": {"schema": error}}, (method, path, status)
+            assert responses["200"]["content"]["application/json"]["schema"]["$ref"].startswith("#/components/")
+    streamed = {p for p, ops in document["paths"].items() for op in ops.values()
+                if "text/event-stream" in op["responses"]["200"]["content"]}  # fmt: skip
+    assert streamed == {"/api/assistants/{assistant_id}/runs", "/api/chats/{chat_id}/resume", "/v1/chat/completions"}
+    completions = document["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert {"400", "404", "409", "413", "502", "504", "508"} <= set(completions)
+    detail = document["components"]["schemas"]["ErrorDetail"]
+    assert set(detail["required"]) == {"type", "message", "code"}

@@ -73,9 +73,10 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
                     break
                 except httpx.ConnectError:
                     await asyncio.sleep(0.1)
-            body = {"messages": [{"role": "user", "content": "long"}], "chat_id": "g1"}
+            body = {"messages": [{"role": "user", "content": "long"}]}
             headers = {"Authorization": f"Bearer {token}"}
             async with client.stream("POST", "/api/assistants/chat/runs", json=body, headers=headers) as response:
+                chat_id = response.headers["x-chat-id"]
                 async for line in response.aiter_lines():
                     if line.startswith("data: "):
                         events.append(json.loads(line[6:]))
@@ -85,7 +86,7 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
     assert (events[-1]["type"], events[-1]["status"]) == ("stream_end", "cancelled")
     rt = await Runtime.open(app, recover=False)
     try:
-        run = await rt.store.latest_run(Identity("alice"), "g1")
+        run = await rt.store.latest_run(Identity("alice"), chat_id)
         assert run is not None and run.status == "cancelled"
     finally:
         await rt.aclose()

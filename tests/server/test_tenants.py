@@ -9,6 +9,7 @@ The identity comes from the bearer token only; a body that names a user or a tea
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -132,6 +133,26 @@ async def test_another_tenants_chat_is_a_404_on_every_route_and_stays_untouched(
         after = {c: await snapshot(live, ALICE, alice, c) for c in (native_chat, openai_chat)}
         assert after == before
         assert sorted(await chat_ids(alice)) == sorted([native_chat, openai_chat])
+
+
+async def test_a_chat_id_the_caller_makes_up_is_a_404_like_another_tenants(live: Live, fake: FakeProvider) -> None:
+    """New chats get their id from the server; an id a client chooses confirms nothing about anybody's chats."""
+    fake.enqueue(Reply(text="bob's answer"))
+    async with live.client("alice") as alice, live.client("bob") as bob:
+        bobs = (await native_run(bob, "bob's chat"))["chat_id"]
+        for method, path, kwargs in run_requests(bobs):
+            taken = assert_error(await alice.request(method, path, **kwargs), 404, "not_found")
+            free = json.loads(json.dumps(kwargs).replace(bobs, "free-id"))
+            made_up = assert_error(await alice.request(method, path, **free), 404, "not_found")
+            assert taken["message"].replace(bobs, "ID") == made_up["message"].replace("free-id", "ID"), path
+        assert await chat_ids(alice) == [] and len(fake.requests) == 1  # nothing was created, nothing ran
+        fake.enqueue(Reply(text="a new chat"), Reply(text="the same chat"))
+        first = await alice.post("/v1/chat/completions", json={"model": "chat", "messages": says("new")})
+        chat_id = first.headers["x-chat-id"]  # the server's id for the new chat, which continues under it
+        again = await alice.post("/v1/chat/completions", json={"model": "chat", "messages": says("more")},
+                                 headers={"X-Chat-Id": chat_id})  # fmt: skip
+        assert again.status_code == 200 and again.headers["x-chat-id"] == chat_id
+        assert await chat_ids(alice) == [chat_id]
 
 
 async def test_another_tenant_cannot_cancel_or_append_to_a_running_chat(live: Live, fake: FakeProvider) -> None:
@@ -282,7 +303,7 @@ async def test_bad_role_settings_are_a_400_and_store_nothing(
 
 # --- authentication -------------------------------------------------------------------------------------
 
-CHAT = "c-1"  # alice's chat, created by the test below before anything is tried on it
+CHAT = "{chat_id}"  # alice's chat: the tests below create it and put its id in place of this
 ROUTES: list[tuple[str, str, Any]] = [
     ("POST", "/v1/chat/completions", {"model": "chat", "messages": says("hi")}),
     ("GET", "/v1/models", None),
@@ -315,17 +336,22 @@ def bad_authorizations(valid: str, revoked: str) -> dict[str, str | None]:
     }
 
 
+def on_chat(chat_id: str, path: str, body: Any) -> tuple[str, Any]:
+    return path.replace(CHAT, chat_id), json.loads(json.dumps(body).replace(CHAT, chat_id))
+
+
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
 async def test_every_route_needs_a_valid_token(
     live: Live, fake: FakeProvider, method: str, path: str, body: Any
 ) -> None:
     async with live.client("alice") as alice:
-        await native_run(alice, "alice's first words", chat_id=CHAT)
+        chat_id = (await native_run(alice, "alice's first words"))["chat_id"]
+        path, body = on_chat(chat_id, path, body)
         revoked = await live.rt.store.create_token(OPERATOR, ALICE, label="soon revoked")
         probe = await alice.get("/api/chats", headers={"Authorization": f"Bearer {revoked}"})
         assert probe.status_code == 200  # it worked until it was revoked
         assert await live.rt.store.revoke_token(OPERATOR, revoked) == 1
-        before = await snapshot(live, ALICE, alice, CHAT)
+        before = await snapshot(live, ALICE, alice, chat_id)
     calls = len(fake.requests)
     async with httpx.AsyncClient(base_url=live.url, timeout=30) as anonymous:
         for name, header in bad_authorizations(live.tokens["alice"], revoked).items():
@@ -336,9 +362,45 @@ async def test_every_route_needs_a_valid_token(
             assert response.headers.get("www-authenticate") == "Bearer", name
             assert live.tokens["alice"] not in error["message"] and revoked not in error["message"]
     async with live.client("alice") as alice:
-        assert await snapshot(live, ALICE, alice, CHAT) == before
-        assert await chat_ids(alice) == [CHAT]
+        assert await snapshot(live, ALICE, alice, chat_id) == before
+        assert await chat_ids(alice) == [chat_id]
     assert len(fake.requests) == calls and await roles_stored(live) == {}
+
+
+BODIES: dict[str, Any] = {
+    "malformed JSON": b"{not json",
+    "wrong types": json.dumps({"messages": 7, "model": [], "connector": {}}).encode(),
+    "not JSON at all": b"\xff\xfe\x00 binary",
+    "over the size limit": json.dumps({"messages": says("x" * 70_000)}).encode(),
+    "over the limit, undeclared": [b'{"messages": [{"role": "user", "content": "', b"x" * 70_000, b'"}]}'],
+}
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+async def test_without_a_valid_token_the_answer_is_401_whatever_the_body(
+    live: Live, method: str, path: str, body: Any
+) -> None:
+    """The token is checked first: a bad body (or one too big to read) tells an anonymous caller nothing else."""
+    del body  # the route's own body is replaced by the bad ones below
+    async with httpx.AsyncClient(base_url=live.url, timeout=30) as anonymous:
+        for name, raw in BODIES.items():
+            for header in (None, "Bearer ya_not-a-token-anybody-was-given"):
+                headers = {"Content-Type": "application/json", **({"Authorization": header} if header else {})}
+                content = chunked(raw) if isinstance(raw, list) else raw
+                response = await anonymous.request(method, path, content=content, headers=headers)
+                assert response.status_code == 401, (name, header, response.text)
+                assert_error(response, 401, "unauthorized")
+    assert await chat_ids_of(live, ALICE) == []
+
+
+async def chunked(parts: list[bytes]) -> AsyncIterator[bytes]:
+    """A body sent in pieces, with no Content-Length to refuse it by."""
+    for part in parts:
+        yield part
+
+
+async def chat_ids_of(live: Live, who: Identity) -> list[str]:
+    return [c.id for c in await live.rt.store.list_chats(who)]
 
 
 async def test_the_route_list_above_is_every_route_of_the_api(live: Live) -> None:

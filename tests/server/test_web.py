@@ -13,9 +13,9 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import TENANTS, Live, serve, server_files
+from tests.server.conftest import Live, artifact, running, server_files
 from tests.tools.servers import server as testing_server
-from yao_agent.identity import OPERATOR, Identity
+from yao_agent.identity import Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ToolCall
 from yao_agent.tools import ToolManager
@@ -26,7 +26,6 @@ pytestmark = [
     pytest.mark.parametrize("store_raw_url", ["sqlite"], indirect=True),
 ]
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM = os.environ.get("YAO_AGENT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 HAVE_CHROMIUM = Path(CHROMIUM).is_file()
 REQUIRE_SERVICES = os.environ.get("YAO_AGENT_REQUIRE_SERVICES") == "1"
@@ -55,16 +54,8 @@ async def rich(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIter
     files["assistants/hooked/assistant.yml"] = "name: Hooked\nhook: hooks/h.js\n"
     rt = make_runtime(tmp_path / "app", store, files)
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
-    tokens = {name: await store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
-    server, task, url = await serve(rt)
-    try:
-        yield Live(url, rt, tokens)
-    finally:
-        server.should_exit = True
-        await task
-        await rt.engines.aclose()
-        await rt.tools.aclose()
-        await rt.hooks.aclose()
+    async with running(rt) as served:
+        yield served
 
 
 @pytest.fixture
@@ -147,8 +138,7 @@ async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvi
     await expect(chat.locator(".chat-title")).to_have_text("Who are you?")
     await expect(chat.locator(".badge")).to_have_text("cancelled")
     await expect(page.locator("#resume")).to_be_visible()
-    ARTIFACTS.mkdir(exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / "web-chat.png"), full_page=True)
+    await page.screenshot(path=str(artifact("web-chat.png")), full_page=True)
 
     chat_id = await chat.get_attribute("data-chat-id")
     assert chat_id
@@ -193,8 +183,7 @@ async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, fake: 
     await expect(card.locator(".tool-args")).to_contain_text('"a": 2')
     await expect(card.locator(".tool-result pre")).to_have_text("5")
     await expect(turn.locator(".run-end")).to_have_attribute("data-status", "completed")
-    ARTIFACTS.mkdir(exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / "web-tools.png"), full_page=True)
+    await page.screenshot(path=str(artifact("web-tools.png")), full_page=True)
 
     # A hook that throws: the run fails and the page names the hook file and line.
     await page.click("#new-chat")
@@ -216,7 +205,7 @@ async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, fake: 
     await expect(done.locator(".run-end")).to_have_attribute("data-status", "completed")
     await expect(done.locator(".run-next pre")).to_contain_text('"saw": "hello there"')
     await expect(page.locator("#chats .chat-item")).to_have_count(3)
-    await page.screenshot(path=str(ARTIFACTS / "web-next.png"), full_page=True)
+    await page.screenshot(path=str(artifact("web-next.png")), full_page=True)
 
 
 async def test_a_wrong_token_shows_unauthorized(live: Live, page: Page) -> None:
@@ -226,5 +215,4 @@ async def test_a_wrong_token_shows_unauthorized(live: Live, page: Page) -> None:
     await expect(page.locator("#token")).to_be_visible()
     await expect(page.locator("#assistant")).to_be_disabled()
     assert await page.evaluate("localStorage.getItem('yao-agent.token')") is None
-    ARTIFACTS.mkdir(exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / "web-unauthorized.png"))
+    await page.screenshot(path=str(artifact("web-unauthorized.png")))

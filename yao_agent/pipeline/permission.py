@@ -10,7 +10,7 @@ import re
 
 from yao_agent.errors import PermissionDenied, UsageError
 from yao_agent.identity import Identity
-from yao_agent.messages import parse_input
+from yao_agent.messages import check_text, parse_input
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.pipeline.runtime import Runtime
@@ -28,11 +28,10 @@ async def check(rt: Runtime, request: RunRequest) -> RunState:
     if not assistant.access.allows(identity.user_id, identity.team_id):
         raise PermissionDenied(f"assistant '{assistant.id}' is not available to {identity}")
     given = parse_input(request.messages) if request.resume is None or request.messages else []
+    check_text(request.metadata, "metadata")  # it reaches prompts and hooks, which need text that encodes
     chat_id = request.chat_id
     if chat_id is not None:
-        if not CHAT_ID.match(chat_id):
-            raise UsageError(f"invalid chat id {chat_id!r} (expected 1-64 letters, digits, _.:-)")
-        await rt.store.check_chat(identity, chat_id)  # NotFound when it is another tenant's
+        await rt.store.check_chat(identity, valid_chat_id(chat_id))  # NotFound when it is another tenant's
     run_id = rt.ids.new("run")
     run = RunRecord(
         id=run_id, chat_id=chat_id or rt.ids.new("chat"), user_id=identity.user_id, team_id=identity.team_id,
@@ -44,3 +43,10 @@ async def check(rt: Runtime, request: RunRequest) -> RunState:
         buffer=Buffer(run_id, rt.ids.new, rt.clock), started_mono=rt.monotonic(), input=given,
         metadata=dict(request.metadata), locale=request.locale, options=dict(request.options),
     )  # fmt: skip
+
+
+def valid_chat_id(chat_id: str) -> str:
+    """A chat id any store can hold, or a UsageError (before the id reaches a query)."""
+    if not CHAT_ID.fullmatch(chat_id):
+        raise UsageError(f"invalid chat id {chat_id!r} (expected 1-64 letters, digits, _.:-)")
+    return chat_id

@@ -9,7 +9,8 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from yao_agent.pipeline import Runtime
-from yao_agent.server import errors, native, openai_compat
+from yao_agent.server import errors, native, openai_compat, schemas
+from yao_agent.server.auth import Authenticate
 
 WEB = Path(__file__).parent / "web"
 
@@ -30,5 +31,7 @@ def create_app(rt: Runtime, *, max_body_bytes: int | None = None) -> FastAPI:
     async def page() -> FileResponse:  # pyright: ignore[reportUnusedFunction]
         return FileResponse(WEB / "index.html")
 
+    schemas.install(app)
     app.add_middleware(errors.BodyLimit, limit=max_body_bytes or rt.app.config.server.max_body_bytes)
+    app.add_middleware(Authenticate, rt=rt)  # added last, so it runs first
     return app

@@ -1,25 +1,90 @@
-"""Bearer tokens → identities. The identity of a request comes from its token, never from its body."""
+"""Bearer tokens → identities. The identity of a request comes from its token, never from its body.
+
+The token is checked before anything else of the request is looked at — its size, its JSON, its fields —
+so a caller without a valid token learns nothing but 401, whatever it sends.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from yao_agent.identity import Identity
-from yao_agent.server.errors import Unauthorized
+from yao_agent.pipeline import Runtime
+from yao_agent.server.errors import Unauthorized, error_response, unauthorized
+from yao_agent.store import SqlStore
+
+log = logging.getLogger("yao_agent.server")
+MISSING = "missing bearer token (expected the header Authorization: Bearer <token>)"
+INVALID = "invalid or revoked token"
+SCOPE_KEY = "yao_agent.identity"  # where `Authenticate` leaves the identity for the route's `caller`
+# Declares the scheme in the OpenAPI document; the check itself is `authenticate`, the same for both paths in.
+bearer = HTTPBearer(auto_error=False, description="a token printed by `yao-agent tokens create`")
 
 
-async def caller(request: Request) -> Identity:
-    """The FastAPI dependency every API route takes: 401 without a valid, unrevoked token."""
-    header = request.headers.get("authorization", "")
+def token_of(header: str) -> str | None:
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("missing bearer token (expected the header Authorization: Bearer <token>)")
-    identity = await request.app.state.runtime.store.identity_for(token.strip())
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+async def authenticate(store: SqlStore, header: str) -> Identity:
+    token = token_of(header)
+    if token is None:
+        raise Unauthorized(MISSING)
+    identity = await store.identity_for(token)
     if identity is None:
-        raise Unauthorized("invalid or revoked token")
+        raise Unauthorized(INVALID)
     return identity
 
 
+async def caller(
+    request: Request, _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> Identity:
+    """The FastAPI dependency every API route takes: 401 without a valid, unrevoked token."""
+    known = request.scope.get(SCOPE_KEY)
+    if isinstance(known, Identity):
+        return known  # checked by `Authenticate` for this very request
+    return await authenticate(request.app.state.runtime.store, request.headers.get("authorization", ""))
+
+
 Caller = Annotated[Identity, Depends(caller)]
+
+
+# What may be fetched without a token: liveness, the page and its files, the API's documentation. Anything
+# else needs one, even a path no route serves: a route added later is closed until it is listed here.
+PUBLIC = frozenset({"/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+PUBLIC_UNDER = ("/static/",)
+
+
+def needs_token(scope: Scope) -> bool:
+    path, root = scope["path"], scope.get("root_path", "")
+    path = path[len(root) :] if root and path.startswith(root) else path  # behind a proxy's prefix
+    return path not in PUBLIC and not path.startswith(PUBLIC_UNDER)
+
+
+class Authenticate:
+    """The outermost layer: a request outside `PUBLIC` is refused (401) without a valid token."""
+
+    def __init__(self, app: ASGIApp, rt: Runtime) -> None:
+        self.app = app
+        self.rt = rt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and needs_token(scope):
+            header = next((v for k, v in scope["headers"] if k == b"authorization"), b"").decode("latin-1")
+            try:
+                identity = await authenticate(self.rt.store, header)
+            except Unauthorized as exc:
+                await unauthorized(str(exc))(scope, receive, send)
+                return
+            except Exception:  # the store failing is the server's fault, and says so in our error shape
+                log.exception("token check failed on %s", scope["path"])
+                response = error_response(500, "internal_error", "internal error (the server log has the details)")
+                await response(scope, receive, send)
+                return
+            scope[SCOPE_KEY] = identity  # the request's own scope: never shared with another request
+        await self.app(scope, receive, send)

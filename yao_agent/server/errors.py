@@ -1,4 +1,4 @@
-"""Every failure as JSON `{"error": {"type", "message"}}` with a fitting status — never a traceback.
+"""Every failure as JSON `{"error": {"type", "message", "code"}}` with a fitting status — never a traceback.
 
 Bad input is always a 4xx: malformed JSON, wrong types, unknown ids, a body too large. Only a bug
 is a 500, and it says no more than that it is one.
@@ -25,12 +25,21 @@ class Unauthorized(YaoAgentError):
     """No valid bearer token."""
 
 
-def error_body(kind: str, message: str) -> dict[str, Any]:
-    return {"error": {"type": kind, "message": message}}
+def error_body(kind: str, message: str, code: str | None = None) -> dict[str, Any]:
+    """The error shape of every route; `code` (OpenAI clients read it) is the type unless said otherwise.
+
+    A message may quote what the client sent; a lone surrogate in it could not be encoded, so it is escaped.
+    """
+    said = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"error": {"type": kind, "message": said, "code": code or kind}}
 
 
 def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(kind, message), status_code=status, headers=headers)
+
+
+def unauthorized(message: str) -> JSONResponse:
+    return error_response(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
 
 
 def classify(exc: BaseException) -> tuple[int, str]:
@@ -65,8 +74,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(YaoAgentError)
     async def ours(request: Request, exc: YaoAgentError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
         status, kind = classify(exc)
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return error_response(status, kind, str(exc).splitlines()[0], headers)
+        if status == 401:
+            return unauthorized(str(exc))
+        return error_response(status, kind, (str(exc).splitlines() or [kind])[0])
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
@@ -74,7 +84,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
-        kind = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
+        kind = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}.get(
             exc.status_code, "http_error"
         )
         return error_response(exc.status_code, kind, str(exc.detail))

@@ -17,7 +17,8 @@ from yao_agent.errors import NotFound, UsageError
 from yao_agent.events import to_json
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start, start_resume
-from yao_agent.pipeline.permission import CHAT_ID
+from yao_agent.pipeline.permission import CHAT_ID, valid_chat_id
+from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 
 router = APIRouter()
@@ -50,7 +51,23 @@ def runtime(request: Request) -> Runtime:
 
 def chat_id_shape(chat_id: str) -> str:
     """A chat id no chat can have (the store would choke on it) is an unknown chat: 404."""
-    if not CHAT_ID.match(chat_id):
+    if not CHAT_ID.fullmatch(chat_id):
+        raise NotFound(f"no chat '{chat_id}'")
+    return chat_id
+
+
+async def known_chat(rt: Runtime, who: Identity, chat_id: str | None) -> str | None:
+    """A chat id a client sends must name one of its chats: over HTTP, the server names new ones.
+
+    So an id made up by the caller answers exactly as another tenant's does (404), and neither
+    confirms that a chat exists. A chat whose first run is still starting is the caller's already.
+    """
+    if chat_id is None:
+        return None
+    valid_chat_id(chat_id)
+    if any(h.state.chat_id == chat_id and h.state.identity == who for h in rt.active.values()):
+        return chat_id
+    if await rt.store.check_chat(who, chat_id) is None:
         raise NotFound(f"no chat '{chat_id}'")
     return chat_id
 
@@ -90,40 +107,48 @@ async def drained(handle: RunHandle) -> JSONResponse:
     return JSONResponse(handle.result().to_api(), headers={"X-Chat-Id": handle.state.chat_id})
 
 
-@router.post("/api/assistants/{assistant_id}/runs", tags=["runs"])
+@router.post("/api/assistants/{assistant_id}/runs", tags=["runs"], response_model=None,
+             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 413, stream=doc.EVENTS))  # fmt: skip
 async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
-    """Run an assistant: SSE of the run's events, or its result as JSON with `?stream=false`."""
+    """Run an assistant: SSE of the run's events, or its result as JSON with `?stream=false`.
+
+    `chat_id` continues one of the caller's chats (404 for any other id); without it the run starts a
+    new chat, whose id the server returns (`X-Chat-Id`, `stream_start`, the JSON result).
+    """
     rt = runtime(request)
     usable(rt, who, assistant_id)
-    ask = RunRequest(assistant_id, who, body.messages, chat_id=body.chat_id, metadata=body.metadata or {},
+    chat_id = await known_chat(rt, who, body.chat_id)
+    ask = RunRequest(assistant_id, who, body.messages, chat_id=chat_id, metadata=body.metadata or {},
                      on_busy=body.on_busy)  # fmt: skip
     handle = await start(rt, ask)
     return streamed(handle) if stream else await drained(handle)
 
 
-@router.post("/api/chats/{chat_id}/cancel", tags=["chats"])
+@router.post("/api/chats/{chat_id}/cancel", tags=["chats"], response_model=None,
+             responses=doc.answers(doc.CancelOut, 401, 404))  # fmt: skip
 async def cancel(chat_id: str, request: Request, who: Caller) -> dict[str, int]:
     """Cancel the chat's active run and every request accepted before this one."""
     chat_id_shape(chat_id)
     return {"cancelled": await runtime(request).cancel(who, chat_id)}
 
 
-@router.post("/api/chats/{chat_id}/append", tags=["chats"])
+@router.post("/api/chats/{chat_id}/append", tags=["chats"], response_model=None,
+             responses=doc.answers(doc.AppendOut, 400, 401, 404, 409, 413))  # fmt: skip
 async def append(chat_id: str, body: AppendBody, request: Request, who: Caller) -> dict[str, str]:
     """Add user messages to the chat's active run; its next model call sees them (409 if none runs)."""
     rt = runtime(request)
-    if await rt.store.check_chat(who, chat_id_shape(chat_id)) is None:
-        raise NotFound(f"no chat '{chat_id}'")
+    await known_chat(rt, who, chat_id_shape(chat_id))
     return {"run_id": rt.append(who, chat_id, body.messages)}
 
 
-@router.get("/api/chats", tags=["chats"])
+@router.get("/api/chats", tags=["chats"], response_model=None, responses=doc.answers(doc.ChatsOut, 401))
 async def chats(request: Request, who: Caller) -> dict[str, Any]:
     found = await runtime(request).store.list_chats(who)
     return {"chats": [c.to_api() for c in found]}
 
 
-@router.get("/api/chats/{chat_id}/messages", tags=["chats"])
+@router.get("/api/chats/{chat_id}/messages", tags=["chats"], response_model=None,
+            responses=doc.answers(doc.MessagesOut, 401, 404))  # fmt: skip
 async def messages(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
     store = runtime(request).store
     if await store.check_chat(who, chat_id_shape(chat_id)) is None:
@@ -131,7 +156,8 @@ async def messages(chat_id: str, request: Request, who: Caller) -> dict[str, Any
     return {"chat_id": chat_id, "messages": [m.to_api() for m in await store.history(who, chat_id)]}
 
 
-@router.get("/api/chats/{chat_id}/resume", tags=["chats"])
+@router.get("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
+            responses=doc.answers(doc.ResumePointOut, 401, 404))  # fmt: skip
 async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
     store = runtime(request).store
     if await store.check_chat(who, chat_id_shape(chat_id)) is None:
@@ -142,23 +168,26 @@ async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str,
     return point.to_api()
 
 
-@router.post("/api/chats/{chat_id}/resume", tags=["chats"])
+@router.post("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
+             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, stream=doc.EVENTS))  # fmt: skip
 async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
     handle = await start_resume(runtime(request), who, chat_id_shape(chat_id))
     return streamed(handle) if stream else await drained(handle)
 
 
-@router.get("/api/assistants", tags=["assistants"])
+@router.get("/api/assistants", tags=["assistants"], response_model=None,
+            responses=doc.answers(doc.AssistantsOut, 401))  # fmt: skip
 async def assistants(request: Request, who: Caller) -> dict[str, Any]:
     return {"assistants": visible(runtime(request), who)}
 
 
-@router.put("/api/roles/{role}", tags=["roles"])
+@router.put("/api/roles/{role}", tags=["roles"], response_model=None,
+            responses=doc.answers(doc.RoleOut, 400, 401, 413))  # fmt: skip
 async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> dict[str, Any]:
     """Map a role for the caller's team (or, for a caller without a team, the caller)."""
     rt = runtime(request)
-    if not ROLE.match(role):
+    if not ROLE.fullmatch(role):
         raise UsageError(f"invalid role name {role!r} (expected 1-128 letters, digits, _.-)")
     chain = body.connectors if body.connectors is not None else ([body.connector] if body.connector else [])
     if not chain or (body.connector and body.connectors):
@@ -171,6 +200,6 @@ async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> 
     return {"role": role, "scope": f"{scope[0]}:{scope[1]}", "connectors": chain}
 
 
-@router.get("/healthz", tags=["health"])
+@router.get("/healthz", tags=["health"], response_model=None, responses={200: {"model": doc.HealthOut}})
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}

@@ -1,9 +1,16 @@
 """OpenAI-compatible `/v1/chat/completions` and `/v1/models`: any OpenAI client can talk to an assistant.
 
-`model` is the assistant id. The chat continues through the `X-Chat-Id` header (or
-`metadata.chat_id`) and is returned in `X-Chat-Id`. The assistant's tools run here, on the server, so
-they never reach the client as `tool_calls` (it would try to run them); a request bringing its own
-`tools` is refused. Errors use OpenAI's shape, `{"error": {"message", "type", "code"}}`.
+`model` is the assistant id. The chat continues through the `X-Chat-Id` header (or `metadata.chat_id`),
+which must name one of the caller's chats; a new chat's id is returned in `X-Chat-Id`. The assistant's
+tools run here, on the server, so they never reach the client as `tool_calls` (it would try to run
+them); a request bringing its own `tools` is refused. Errors use OpenAI's shape, `{"error": {"message",
+"type", "code"}}`.
+
+A run that does not complete: `max_turns` still answers 200 with what was said and `finish_reason:
+"length"` (a limit cut it short, as a token limit would); the others are errors with a status an
+OpenAI client understands (FAILURE_STATUS; 500 only for a bug). Only a model error or a timeout is
+worth the client's automatic retry; the others say `x-should-retry: false`, since a retry would run
+the assistant's tools again for the same outcome.
 """
 
 from __future__ import annotations
@@ -23,13 +30,19 @@ from yao_agent.errors import UsageError
 from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import text_of
-from yao_agent.pipeline import RunHandle, RunRequest, start
+from yao_agent.pipeline import RunHandle, RunRequest, RunResult, start
+from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
-from yao_agent.server.native import runtime, usable, visible
+from yao_agent.server.errors import error_body
+from yao_agent.server.native import known_chat, runtime, usable, visible
 
 router = APIRouter()
 PASSED_ON = ("temperature", "max_tokens", "max_completion_tokens", "top_p")
-FAILURE_STATUS = {"model_error": 502, "context_overflow": 400, "timeout": 504, "cancelled": 409}
+FAILURE_STATUS = {"model_error": 502, "tool_error": 502, "hook_error": 502, "delegate_error": 502, "timeout": 504,
+                  "loop_detected": 508, "context_overflow": 400, "cancelled": 409}  # fmt: skip
+CUT_SHORT = {"max_turns"}  # a 200 with finish_reason "length"
+RETRYABLE = {"model_error", "timeout"}
+OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI clients look for
 
 
 class CompletionBody(BaseModel):
@@ -46,7 +59,7 @@ class CompletionBody(BaseModel):
     top_p: FiniteFloat | None = None
 
 
-@router.get("/v1/models", tags=["openai"])
+@router.get("/v1/models", tags=["openai"], response_model=None, responses=doc.answers(doc.ModelsOut, 401))
 async def models(request: Request, who: Caller) -> dict[str, Any]:
     """The assistants the caller may use, as OpenAI models."""
     found = visible(runtime(request), who)
@@ -54,21 +67,38 @@ async def models(request: Request, who: Caller) -> dict[str, Any]:
                                        for a in found]}  # fmt: skip
 
 
-@router.post("/v1/chat/completions", tags=["openai"])
+ERRORS = sorted({400, 401, 404, 409, 413, *FAILURE_STATUS.values()})
+
+
+@router.post("/v1/chat/completions", tags=["openai"], response_model=None,
+             responses=doc.answers(doc.CompletionOut, *ERRORS, stream=doc.CHUNKS))  # fmt: skip
 async def completions(body: CompletionBody, request: Request, who: Caller) -> Any:
+    """An OpenAI chat completion by the assistant `model`, streamed (`stream: true`) or not."""
     if body.tools:
         raise UsageError("tools: client-side tools are not supported (the assistant's own tools run on the server)")
-    chat_id = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
+    rt = runtime(request)
+    usable(rt, who, body.model)
+    given = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
+    chat_id = await known_chat(rt, who, str(given) if given is not None else None)
     options = {k: getattr(body, k) for k in PASSED_ON if getattr(body, k) is not None}
-    usable(runtime(request), who, body.model)
-    ask = RunRequest(body.model, who, body.messages, chat_id=str(chat_id) if chat_id else None,
-                     metadata=body.metadata or {}, options=options)  # fmt: skip
-    handle = await start(runtime(request), ask)
+    ask = RunRequest(body.model, who, body.messages, chat_id=chat_id, metadata=body.metadata or {}, options=options)
+    handle = await start(rt, ask)
     headers = {"X-Chat-Id": handle.state.chat_id}
     if body.stream:
         usage = bool(as_mapping(body.stream_options).get("include_usage"))
         return EventSourceResponse(chunks(handle, body.model, usage), headers=headers, sep="\n", ping=15)
     return await whole(handle, body.model, headers)
+
+
+def failure(reason: str, status: str, error: object) -> dict[str, Any]:
+    """A run's failure in OpenAI's error shape."""
+    said = as_mapping(error).get("message") or f"the run ended {status} ({reason})"
+    return error_body(reason, str(said), OPENAI_CODES.get(reason))
+
+
+def usage_of(usage: dict[str, int]) -> dict[str, int]:
+    """OpenAI's three counts, present even for a run that never called a model."""
+    return {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
 
 
 def _chunk(handle: RunHandle, model: str, created: int, delta: dict[str, Any], finish: str | None) -> str:
@@ -78,7 +108,7 @@ def _chunk(handle: RunHandle, model: str, created: int, delta: dict[str, Any], f
 
 
 async def chunks(handle: RunHandle, model: str, include_usage: bool) -> AsyncIterator[dict[str, str]]:
-    """The run as OpenAI stream chunks: text (and reasoning) deltas only, then finish, usage, [DONE]."""
+    """The run as OpenAI stream chunks: text (and reasoning) deltas only, then finish (or an error), usage, [DONE]."""
     created = int(time.time())
     yield {"data": _chunk(handle, model, created, {"role": "assistant", "content": ""}, None)}
     end: StreamEnd | None = None
@@ -89,13 +119,15 @@ async def chunks(handle: RunHandle, model: str, include_usage: bool) -> AsyncIte
                 yield {"data": _chunk(handle, model, created, {field: event.text}, None)}
             elif isinstance(event, StreamEnd):
                 end = event
-    if end is not None and end.status != "completed":
-        message = as_mapping(end.error).get("message") or f"the run ended {end.status} ({end.reason})"
-        yield {"data": json.dumps({"error": {"message": message, "type": end.reason, "code": end.status}})}
-    yield {"data": _chunk(handle, model, created, {}, "stop")}
+    if end is not None and end.status != "completed" and end.reason not in CUT_SHORT:
+        yield {"data": json.dumps(failure(end.reason, end.status, end.error))}  # the end: no finish_reason follows
+    else:
+        finish = "length" if end is not None and end.reason in CUT_SHORT else "stop"
+        yield {"data": _chunk(handle, model, created, {}, finish)}
     if include_usage and end is not None:
         usage: dict[str, Any] = {"id": f"chatcmpl-{handle.run_id}", "object": "chat.completion.chunk",
-                                 "created": created, "model": model, "choices": [], "usage": end.usage}  # fmt: skip
+                                 "created": created, "model": model, "choices": [],
+                                 "usage": usage_of(end.usage)}  # fmt: skip
         yield {"data": json.dumps(usage)}
     yield {"data": "[DONE]"}
 
@@ -105,16 +137,22 @@ async def whole(handle: RunHandle, model: str, headers: dict[str, str]) -> JSONR
         async for _ in events:
             pass
     result = handle.result()
-    if result.status != "completed":
-        said = as_mapping(result.error).get("message") or f"the run ended {result.status} ({result.reason})"
-        error = {"error": {"message": said, "type": result.reason, "code": result.status}}
-        return JSONResponse(error, status_code=FAILURE_STATUS.get(result.reason, 500), headers=headers)
+    if result.status != "completed" and result.reason not in CUT_SHORT:
+        if result.reason not in RETRYABLE:
+            headers = {**headers, "x-should-retry": "false"}
+        status = FAILURE_STATUS.get(result.reason, 500)
+        return JSONResponse(failure(result.reason, result.status, result.error), status_code=status, headers=headers)
+    return JSONResponse(completion(handle, result, model), headers=headers)
+
+
+def completion(handle: RunHandle, result: RunResult, model: str) -> dict[str, Any]:
+    """A `chat.completion` of the run's last answer (what was said, for a run a limit cut short)."""
     replies = [m for m in handle.state.new_messages if m.role == "assistant" and m.content and not m.hidden]
     message: dict[str, Any] = {"role": "assistant", "content": text_of(replies[-1].content) if replies else ""}
     reasoning = "".join(m.reasoning or "" for m in replies[-1:])
     if reasoning:
         message["reasoning_content"] = reasoning
-    body = {"id": f"chatcmpl-{handle.run_id}", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": result.usage}  # fmt: skip
-    return JSONResponse(body, headers=headers)
+    finish = "stop" if result.status == "completed" else "length"
+    return {"id": f"chatcmpl-{handle.run_id}", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage_of(result.usage)}  # fmt: skip

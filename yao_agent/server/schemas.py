@@ -1,0 +1,191 @@
+"""What the OpenAPI document says the routes answer: their JSON, their event streams, their errors.
+
+These models only describe; the routes build their answers themselves. The document drops FastAPI's
+own 422 (bad input is a 400 here, in the error shape below) and declares the statuses each route uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, Field
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="what went wrong: invalid_request, unauthorized, not_found, model_error, ...")
+    message: str = Field(description="for a person to read; never a traceback")
+    code: str = Field(description="for OpenAI clients: the type, or OpenAI's name for it")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    name: str
+    arguments: str = Field(description="JSON text, as the model wrote it")
+
+
+class MessageOut(BaseModel):
+    message_id: str
+    run_id: str | None
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None
+    tool_calls: list[ToolCallOut] | None = None
+    tool_call_id: str | None = None
+    reasoning: str | None = None
+    status: Literal["completed", "incomplete"]
+    thread_id: str | None = None
+    created_at: str = Field(description="ISO 8601, UTC")
+
+
+class RunOut(BaseModel):
+    """A finished run (`?stream=false`), whatever its end: its status and reason say how it ended."""
+
+    run_id: str
+    chat_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    reason: str = Field(description="the terminal reason: completed, cancelled, max_turns, model_error, ...")
+    messages: list[MessageOut] = Field(description="the run's new messages")
+    next: Any = Field(None, description="a Next hook's data")
+    error: Any = Field(None, description="why it failed (for hooks: file, line, message)")
+    usage: dict[str, int]
+
+
+class CancelOut(BaseModel):
+    cancelled: int = Field(description="how many runs (the active one and those queued before) were cancelled")
+
+
+class AppendOut(BaseModel):
+    run_id: str = Field(description="the run the messages were added to")
+
+
+class ChatOut(BaseModel):
+    chat_id: str
+    assistant_id: str
+    title: str
+    updated_at: str | None
+    last_status: Literal["running", "completed", "failed", "cancelled", "interrupted"]
+
+
+class ChatsOut(BaseModel):
+    chats: list[ChatOut]
+
+
+class MessagesOut(BaseModel):
+    chat_id: str
+    messages: list[MessageOut]
+
+
+class StepOut(BaseModel):
+    type: str
+    status: str
+    error: Any = None
+
+
+class ResumePointOut(BaseModel):
+    run_id: str
+    status: Literal["failed", "interrupted", "cancelled"]
+    reason: str | None
+    error: Any = None
+    steps: list[StepOut]
+
+
+class AssistantOut(BaseModel):
+    id: str
+    name: str
+    description: str
+
+
+class AssistantsOut(BaseModel):
+    assistants: list[AssistantOut]
+
+
+class RoleOut(BaseModel):
+    role: str
+    scope: str = Field(description="team:<id>, or user:<id> for a caller without a team")
+    connectors: list[str]
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class ModelOut(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelsOut(BaseModel):
+    object: Literal["list"]
+    data: list[ModelOut]
+
+
+class AnswerOut(BaseModel):
+    role: Literal["assistant"]
+    content: str
+    reasoning_content: str | None = None
+
+
+class ChoiceOut(BaseModel):
+    index: int
+    message: AnswerOut
+    finish_reason: Literal["stop", "length"] = Field(description="length: a limit (max_turns) cut the run short")
+
+
+class CompletionOut(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChoiceOut]
+    usage: dict[str, int]
+
+
+WHY = {
+    400: "invalid input: malformed JSON, a wrong type, a value out of range, an unknown field",
+    401: "no valid bearer token (checked before the body is read)",
+    404: "no such chat, assistant or resume point for this caller (another tenant's is the same 404)",
+    409: "the chat is busy (on_busy: reject), has no active run, or its run was cancelled",
+    413: "the request body is over the server's limit",
+    500: "a bug (internal_error); the server log has the details",
+    502: "the model, a tool, a hook or a delegated assistant failed",
+    504: "the run timed out",
+    508: "the run was stopped repeating the same tool call (loop_detected)",
+}
+EVENTS = ("`data: <json>` frames, one event each: `stream_start`, `message_start`, `message_delta`, `message_end`, "
+          "`tool_result`, `fallback`, and always last `stream_end`")  # fmt: skip
+CHUNKS = "`data: <json>` frames of `chat.completion.chunk` (or one `{error}`), then `data: [DONE]`"
+
+
+def answers(model: type[BaseModel], *errors: int, stream: str | None = None) -> dict[int | str, dict[str, Any]]:
+    """A route's `responses`: its 200 (JSON, and an event stream when it streams), then its error statuses."""
+    ok: dict[str, Any] = {"model": model}
+    if stream is not None:
+        ok["content"] = {"text/event-stream": {"schema": {"type": "string", "description": stream}}}
+    declared: dict[int | str, dict[str, Any]] = {200: ok}
+    for status in (*errors, 500):
+        declared[status] = {"model": ErrorBody, "description": WHY[status]}
+    return declared
+
+
+def install(app: FastAPI) -> None:
+    """The app's document, without FastAPI's 422 that no route returns."""
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = document
