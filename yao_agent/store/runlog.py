@@ -1,4 +1,5 @@
-"""What every run writes — its write-ahead and its flush — as the database driver's own SQL.
+"""What every run reads and writes — its role settings, its write-ahead and its flush — as the
+database driver's own SQL.
 
 Each run opens two transactions (CONTRACT §4 step 3): one before the model is called, one at the end.
 SQLAlchemy Core rebuilds, keys and compiles each of their statements on every execution, and that
@@ -64,6 +65,7 @@ FINISH_RUN = (
     "UPDATE runs SET status = :status, reason = :reason, error = :error, usage = :usage, next = :next,"
     " ended_at = :ended_at, duration_ms = :duration_ms WHERE id = :id"
 )
+SELECT_ROLE = "SELECT connectors FROM role_settings WHERE scope_kind = :kind AND scope_id = :owner AND role = :role"
 FINISH_CHAT = "UPDATE chats SET message_count = :count, updated_at = :now, last_status = :status WHERE id = :id"
 
 
@@ -97,6 +99,14 @@ def team_of(identity: Identity) -> str:
 def plain_text(value: str | None) -> str | None:
     """Text for a plain text column: PostgreSQL refuses NUL in text, so it is dropped everywhere alike."""
     return value.replace("\x00", "") if value and "\x00" in value else value
+
+
+def role_connectors(conn: Connection, kind: str, owner: str, role: str) -> tuple[str, ...] | None:
+    """The connectors one scope maps a role to, None if it sets none."""
+    cur, dialect = cursor_of(conn)
+    cur.execute(dialect.sql(SELECT_ROLE), {"kind": kind, "owner": owner, "role": role})
+    row = cur.fetchone()
+    return tuple(dialect.json_value(row[0])) if row is not None and row[0] else None
 
 
 def owned_chat(conn: Connection, identity: Identity, chat_id: str, *, lock: bool) -> ChatRecord | None:

@@ -16,6 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Operator
+from yao_agent.store import runlog
 from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import role_settings
@@ -59,11 +60,7 @@ class SqlStore(ChatStore, TokenStore):
 
     async def get_role(self, scope: tuple[str, str], role: str) -> tuple[str, ...] | None:
         kind, owner = check_scope(scope)
-        query = select(role_settings.c.connectors).where(
-            role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner, role_settings.c.role == role
-        )
-        value = await self.db.read(lambda conn: conn.execute(query).scalar_one_or_none())
-        return tuple(value) if value else None
+        return await self.db.read(lambda conn: runlog.role_connectors(conn, kind, owner, role))
 
     async def set_role(self, scope: tuple[str, str], role: str, connectors: Sequence[str]) -> None:
         kind, owner = check_scope(scope)
