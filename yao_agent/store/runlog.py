@@ -1,5 +1,5 @@
-"""What every run reads and writes — its role settings, its write-ahead and its flush — as the
-database driver's own SQL.
+"""What every request reads and every run writes — its token, role settings, write-ahead and
+flush — as the database driver's own SQL.
 
 Each run opens two transactions (CONTRACT §4 step 3): one before the model is called, one at the end.
 SQLAlchemy Core rebuilds, keys and compiles each of their statements on every execution, and that
@@ -65,6 +65,7 @@ FINISH_RUN = (
     "UPDATE runs SET status = :status, reason = :reason, error = :error, usage = :usage, next = :next,"
     " ended_at = :ended_at, duration_ms = :duration_ms WHERE id = :id"
 )
+SELECT_TOKEN = "SELECT user_id, team_id FROM tokens WHERE hash = :hash AND revoked_at IS NULL"
 SELECT_ROLE = "SELECT connectors FROM role_settings WHERE scope_kind = :kind AND scope_id = :owner AND role = :role"
 FINISH_CHAT = "UPDATE chats SET message_count = :count, updated_at = :now, last_status = :status WHERE id = :id"
 
@@ -99,6 +100,14 @@ def team_of(identity: Identity) -> str:
 def plain_text(value: str | None) -> str | None:
     """Text for a plain text column: PostgreSQL refuses NUL in text, so it is dropped everywhere alike."""
     return value.replace("\x00", "") if value and "\x00" in value else value
+
+
+def token_owner(conn: Connection, hashed: str) -> tuple[str, str] | None:
+    """(user_id, team_id) of a token that is not revoked, by its hash."""
+    cur, dialect = cursor_of(conn)
+    cur.execute(dialect.sql(SELECT_TOKEN), {"hash": hashed})
+    row = cur.fetchone()
+    return (row[0], row[1]) if row is not None else None
 
 
 def role_connectors(conn: Connection, kind: str, owner: str, role: str) -> tuple[str, ...] | None:

@@ -11,6 +11,7 @@ from sqlalchemy import insert, select, update
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Identity, Operator
+from yao_agent.store import runlog
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import tokens
 
@@ -52,11 +53,8 @@ class TokenStore:
 
     async def identity_for(self, token: str) -> Identity | None:
         """The identity a token stands for; None if unknown or revoked."""
-        query = select(tokens.c.user_id, tokens.c.team_id).where(
-            tokens.c.hash == token_hash(token), tokens.c.revoked_at.is_(None)
-        )
-        row = await self.db.read(lambda conn: conn.execute(query).first())
-        return Identity(row.user_id, row.team_id or None) if row is not None else None
+        row = await self.db.read(lambda conn: runlog.token_owner(conn, token_hash(token)))
+        return Identity(row[0], row[1] or None) if row is not None else None
 
     async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int:
         _operator(operator, "revoking")
