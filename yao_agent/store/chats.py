@@ -15,7 +15,7 @@ from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store import runlog
-from yao_agent.store.engine import Database
+from yao_agent.store.engine import Database, Tx
 from yao_agent.store.records import ChatRecord, ResumePoint, RunRecord, StepRecord
 from yao_agent.store.runlog import team_of
 from yao_agent.store.schema import chats, memory, runs, steps
@@ -60,7 +60,7 @@ class ChatStore:
         """Write-ahead: the clean input and a `running` run are durable before any model is called."""
         identity = _require(identity)
         now = self.clock()
-        await self.db.write(lambda conn: runlog.start(conn, identity, run, _locked(conn, identity, run), new, now))
+        await self.db.write_tx(lambda tx: runlog.start(tx, identity, run, _locked(tx, identity, run), new, now))
 
     async def load_and_start(
         self,
@@ -78,16 +78,16 @@ class ChatStore:
         identity = _require(identity)
         now = self.clock()
 
-        def work(conn: Connection) -> list[ChatMessage]:
-            chat = _locked(conn, identity, run)
+        def work(tx: Tx) -> list[ChatMessage]:
+            chat = _locked(tx, identity, run)
             try:
-                past = self.read_history(conn, identity, run.chat_id, limit) if chat is not None else []
+                past = self.read_history(tx, identity, run.chat_id, limit) if chat is not None else []
             except Exception as exc:
                 raise HistoryUnavailable(str(exc) or type(exc).__name__) from exc
-            runlog.start(conn, identity, run, chat, clean(past), now)
+            runlog.start(tx, identity, run, chat, clean(past), now)
             return past
 
-        return await self.db.write(work)
+        return await self.db.write_tx(work)
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
@@ -96,18 +96,18 @@ class ChatStore:
         identity = _require(identity)
         fallback = self.clock()
 
-        def work(conn: Connection) -> None:
-            chat = _locked(conn, identity, run)
+        def work(tx: Tx) -> None:
+            chat = _locked(tx, identity, run)
             if chat is None:
                 raise NotFound(f"no chat '{run.chat_id}'")
-            runlog.finish(conn, run, chat, new, done, fallback)
+            runlog.finish(tx, run, chat, new, done, fallback)
 
-        await self.db.write(work)
+        await self.db.write_tx(work)
 
     async def check_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
         """The caller's chat, None if there is none by that id, NotFound if it is somebody else's."""
         identity = _require(identity)
-        return await self.db.read(lambda conn: runlog.owned_chat(conn, identity, chat_id, lock=False))
+        return await self.db.read_tx(lambda tx: runlog.owned_chat(tx, identity, chat_id, lock=False))
 
     async def get_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
         identity = _require(identity)
@@ -123,13 +123,13 @@ class ChatStore:
     async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
         """The chat's messages in order; with `limit`, only the last `limit` of them."""
         identity = _require(identity)
-        return await self.db.read(lambda conn: self.read_history(conn, identity, chat_id, limit))
+        return await self.db.read_tx(lambda tx: self.read_history(tx, identity, chat_id, limit))
 
-    def read_history(self, conn: Connection, identity: Identity, chat_id: str, limit: int | None) -> list[ChatMessage]:
+    def read_history(self, tx: Tx, identity: Identity, chat_id: str, limit: int | None) -> list[ChatMessage]:
         """The messages of the caller's chat, oldest first (the last `limit` of them, with a limit)."""
-        if runlog.owned_chat(conn, identity, chat_id, lock=False) is None:
+        if runlog.owned_chat(tx, identity, chat_id, lock=False) is None:
             return []
-        return runlog.messages_of(conn, chat_id, limit)
+        return runlog.messages_of(tx, chat_id, limit)
 
     async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]:
         """The chat's runs, newest first."""
@@ -184,7 +184,7 @@ class ChatStore:
         now = self.clock()
 
         def work(conn: Connection) -> None:
-            if runlog.owned_chat(conn, identity, chat_id, lock=False) is None:
+            if runlog.owned_chat(Tx.of(conn), identity, chat_id, lock=False) is None:
                 raise NotFound(f"no chat '{chat_id}'")
             conn.execute(delete(memory).where(memory.c.chat_id == chat_id, memory.c.key == key))
             conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=now))
@@ -192,9 +192,9 @@ class ChatStore:
         await self.db.write(work)
 
 
-def _locked(conn: Connection, identity: Identity, run: RunRecord) -> ChatRecord | None:
+def _locked(tx: Tx, identity: Identity, run: RunRecord) -> ChatRecord | None:
     """The run's chat, locked for the rest of the transaction (PostgreSQL; SQLite's write lock covers it)."""
-    return runlog.owned_chat(conn, identity, run.chat_id, lock=True)
+    return runlog.owned_chat(tx, identity, run.chat_id, lock=True)
 
 
 def mark_interrupted(conn: Connection, run_id: str, now: float, why: str) -> bool:

@@ -12,8 +12,13 @@ updates under concurrency. PostgreSQL uses psycopg 3.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import sqlite3
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,6 +62,44 @@ def shown(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
+class Dialect:
+    """SQL written once, with `:name` placeholders, as the driver of one dialect takes it."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def sql(self, statement: str, *, lock: bool = False) -> str:
+        return _translated(statement, self.name, lock)
+
+    def json_value(self, value: Any) -> Any:
+        """A JSON column's value: SQLite gives back the text written, psycopg has parsed it."""
+        return json.loads(value) if self.name == "sqlite" and isinstance(value, str) else value
+
+
+@cache
+def _translated(statement: str, dialect: str, lock: bool) -> str:
+    if dialect != "postgresql":
+        return statement  # sqlite3 takes `:name` placeholders as they are
+    return re.sub(r":(\w+)", r"%(\1)s", statement) + (" FOR UPDATE" if lock else "")
+
+
+class Tx:
+    """An open transaction at the driver's level: one DB-API cursor, and its dialect."""
+
+    __slots__ = ("cursor", "dialect")
+
+    def __init__(self, connection: Any, dialect: str) -> None:
+        self.cursor: Any = connection.cursor()
+        self.dialect = Dialect(dialect)
+
+    @classmethod
+    def of(cls, conn: Connection) -> Tx:
+        """The driver's side of a transaction SQLAlchemy opened."""
+        return cls(conn.connection.driver_connection, conn.dialect.name)
+
+
 class Database:
     """A database driven from asyncio: each `read`/`write` is one whole transaction.
 
@@ -66,6 +109,11 @@ class Database:
     awaits, two of them never overlap. Only another process can then hold the file's write lock;
     an inline transaction that finds it held is not waited for on the loop but run again on a
     worker thread, which waits for the lock as long as the busy timeout allows.
+
+    `read`/`write` hand the work a SQLAlchemy connection; `read_tx`/`write_tx` hand it the
+    driver's cursor (`Tx`), and inline on SQLite they skip SQLAlchemy altogether: the statements
+    every run executes are written as SQL (runlog.py), and SQLAlchemy's own transaction machinery
+    measured more than their work.
     """
 
     def __init__(self, engine: Engine, workers: int, *, inline: Engine | None = None) -> None:
@@ -74,6 +122,8 @@ class Database:
         self.inline = inline
         self.inline_writer = inline.execution_options(**WRITE) if inline is not None else None
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="yao-store")
+        self._raw = threading.local()  # the loop thread's own sqlite3 connection (one per thread)
+        self._raws: list[sqlite3.Connection] = []
 
     @property
     def dialect(self) -> str:
@@ -86,6 +136,13 @@ class Database:
         """One write transaction; it completes even if the awaiting task is cancelled meanwhile."""
         return await self._run(work, self.inline_writer, self.writer, _write)
 
+    async def read_tx(self, work: Callable[[Tx], T]) -> T:
+        return await self._run_tx(work, write=False)
+
+    async def write_tx(self, work: Callable[[Tx], T]) -> T:
+        """One write transaction at the driver's level; it completes even if the caller is cancelled."""
+        return await self._run_tx(work, write=True)
+
     async def _run(
         self,
         work: Callable[[Connection], T],
@@ -97,11 +154,47 @@ class Database:
             try:
                 return transaction(inline, work)
             except OperationalError as exc:
-                if not _locked(exc):
+                if not _locked(exc.orig):
                     raise
         return await asyncio.get_running_loop().run_in_executor(self.executor, transaction, threaded, work)
 
+    async def _run_tx(self, work: Callable[[Tx], T], *, write: bool) -> T:
+        if self.inline is not None:
+            try:
+                return self._inline_tx(work, write)
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc):
+                    raise
+        engine, transaction = (self.writer, _write) if write else (self.engine, _read)
+        return await self._run(lambda conn: work(Tx.of(conn)), None, engine, transaction)
+
+    def _inline_tx(self, work: Callable[[Tx], T], write: bool) -> T:
+        conn = self._raw_connection()
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = work(Tx(conn, "sqlite"))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    def _raw_connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._raw, "conn", None)
+        if conn is None:
+            assert self.inline is not None
+            conn = sqlite3.connect(self.inline.url.database or "", timeout=0, isolation_level=None,
+                                   check_same_thread=False)  # fmt: skip
+            _set_pragmas(conn, busy_timeout_ms=0)
+            self._raw.conn = conn
+            self._raws.append(conn)
+        return conn
+
     async def dispose(self) -> None:
+        for conn in self._raws:
+            conn.close()
+        self._raws.clear()
         if self.inline is not None:
             self.inline.dispose()
         await asyncio.get_running_loop().run_in_executor(self.executor, self.engine.dispose)
@@ -118,9 +211,9 @@ def _write(engine: Engine, work: Callable[[Connection], T]) -> T:
         return work(conn)
 
 
-def _locked(exc: OperationalError) -> bool:
+def _locked(exc: BaseException | None) -> bool:
     """SQLite's busy or locked: another process holds the lock this transaction needs."""
-    return getattr(exc.orig, "sqlite_errorcode", None) in (SQLITE_BUSY, SQLITE_LOCKED)
+    return getattr(exc, "sqlite_errorcode", None) in (SQLITE_BUSY, SQLITE_LOCKED)
 
 
 def connect(url: URL) -> Database:
@@ -137,16 +230,18 @@ def connect(url: URL) -> Database:
     return Database(create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True), workers=10)
 
 
-def _tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
-    pragmas = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", f"busy_timeout={busy_timeout_ms}")
+def _set_pragmas(connection: Any, busy_timeout_ms: int) -> None:
+    cursor = connection.cursor()
+    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", f"busy_timeout={busy_timeout_ms}"):
+        cursor.execute(f"PRAGMA {pragma}")
+    cursor.close()
 
+
+def _tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:  # pyright: ignore[reportUnusedFunction]
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (see _begin)
-        cursor = dbapi_connection.cursor()
-        for pragma in pragmas:
-            cursor.execute(f"PRAGMA {pragma}")
-        cursor.close()
+        _set_pragmas(dbapi_connection, busy_timeout_ms)
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:  # pyright: ignore[reportUnusedFunction]

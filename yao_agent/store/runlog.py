@@ -4,9 +4,9 @@ flush — as the database driver's own SQL.
 Each run opens two transactions (CONTRACT §4 step 3): one before the model is called, one at the end.
 SQLAlchemy Core rebuilds, keys and compiles each of their statements on every execution, and that
 measured three times the work of the database itself for a plain run. So these few statements are
-written out once per dialect and go straight to the driver's cursor, inside the transaction
-SQLAlchemy opened (its `begin` hook still chooses SQLite's `BEGIN IMMEDIATE`). The tables are those
-of schema.py; everything off this path keeps using SQLAlchemy Core.
+written out once per dialect and go straight to the driver's cursor (`Tx`: see Database.write_tx
+for where the transaction comes from). The tables are those of schema.py; everything off this
+path keeps using SQLAlchemy Core.
 
 JSON columns are written as JSON text. SQLite gives that text back; psycopg parses it on the way
 out, so `Dialect.json_value` undoes only what the driver did not.
@@ -15,17 +15,13 @@ out, so `Dialect.json_value` undoes only what the driver did not.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cache
 from typing import Any
-
-from sqlalchemy import Connection
 
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.store.engine import Dialect, Tx
 from yao_agent.store.records import ChatRecord, RunRecord, StepRecord
 
 TITLE_CHARS = 80
@@ -70,29 +66,6 @@ SELECT_ROLE = "SELECT connectors FROM role_settings WHERE scope_kind = :kind AND
 FINISH_CHAT = "UPDATE chats SET message_count = :count, updated_at = :now, last_status = :status WHERE id = :id"
 
 
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    name: str
-
-    def sql(self, statement: str, *, lock: bool = False) -> str:
-        return _translated(statement, self.name, lock)
-
-    def json_value(self, value: Any) -> Any:
-        return json.loads(value) if self.name == "sqlite" and isinstance(value, str) else value
-
-
-@cache
-def _translated(statement: str, dialect: str, lock: bool) -> str:
-    if dialect != "postgresql":
-        return statement  # sqlite3 takes `:name` placeholders as they are
-    return re.sub(r":(\w+)", r"%(\1)s", statement) + (" FOR UPDATE" if lock else "")
-
-
-def cursor_of(conn: Connection) -> tuple[Any, Dialect]:
-    """The driver's cursor on the connection of SQLAlchemy's open transaction."""
-    return conn.connection.driver_connection.cursor(), Dialect(conn.dialect.name)  # type: ignore[union-attr]
-
-
 def team_of(identity: Identity) -> str:
     return identity.team_id or ""
 
@@ -102,25 +75,25 @@ def plain_text(value: str | None) -> str | None:
     return value.replace("\x00", "") if value and "\x00" in value else value
 
 
-def token_owner(conn: Connection, hashed: str) -> tuple[str, str] | None:
+def token_owner(tx: Tx, hashed: str) -> tuple[str, str] | None:
     """(user_id, team_id) of a token that is not revoked, by its hash."""
-    cur, dialect = cursor_of(conn)
+    cur, dialect = tx.cursor, tx.dialect
     cur.execute(dialect.sql(SELECT_TOKEN), {"hash": hashed})
     row = cur.fetchone()
     return (row[0], row[1]) if row is not None else None
 
 
-def role_connectors(conn: Connection, kind: str, owner: str, role: str) -> tuple[str, ...] | None:
+def role_connectors(tx: Tx, kind: str, owner: str, role: str) -> tuple[str, ...] | None:
     """The connectors one scope maps a role to, None if it sets none."""
-    cur, dialect = cursor_of(conn)
+    cur, dialect = tx.cursor, tx.dialect
     cur.execute(dialect.sql(SELECT_ROLE), {"kind": kind, "owner": owner, "role": role})
     row = cur.fetchone()
     return tuple(dialect.json_value(row[0])) if row is not None and row[0] else None
 
 
-def owned_chat(conn: Connection, identity: Identity, chat_id: str, *, lock: bool) -> ChatRecord | None:
+def owned_chat(tx: Tx, identity: Identity, chat_id: str, *, lock: bool) -> ChatRecord | None:
     """The caller's chat (row-locked on PostgreSQL with `lock`), None if there is none by that id."""
-    cur, dialect = cursor_of(conn)
+    cur, dialect = tx.cursor, tx.dialect
     cur.execute(dialect.sql(SELECT_CHAT, lock=lock), {"id": chat_id})
     row = cur.fetchone()
     if row is None:
@@ -130,9 +103,9 @@ def owned_chat(conn: Connection, identity: Identity, chat_id: str, *, lock: bool
     return ChatRecord(row[0], row[1], row[2] or None, *row[3:])
 
 
-def messages_of(conn: Connection, chat_id: str, limit: int | None) -> list[ChatMessage]:
+def messages_of(tx: Tx, chat_id: str, limit: int | None) -> list[ChatMessage]:
     """A chat's messages, oldest first; with `limit`, only the last `limit` of them. No scope check."""
-    cur, dialect = cursor_of(conn)
+    cur, dialect = tx.cursor, tx.dialect
     if limit is None:
         cur.execute(dialect.sql(SELECT_ALL_HISTORY), {"chat_id": chat_id})
         return [_message(row, dialect) for row in cur.fetchall()]
@@ -140,10 +113,10 @@ def messages_of(conn: Connection, chat_id: str, limit: int | None) -> list[ChatM
     return [_message(row, dialect) for row in reversed(cur.fetchall())]
 
 
-def start(conn: Connection, identity: Identity, run: RunRecord, chat: ChatRecord | None, new: Sequence[ChatMessage],
+def start(tx: Tx, identity: Identity, run: RunRecord, chat: ChatRecord | None, new: Sequence[ChatMessage],
           now: float) -> None:  # fmt: skip
     """Write-ahead: the chat (created on its first run), the clean input and a `running` run."""
-    cur, dialect = cursor_of(conn)
+    cur, dialect = tx.cursor, tx.dialect
     team = team_of(identity)
     if chat is None:
         title = next((m.content for m in new if m.role == "user" and isinstance(m.content, str)), "") or ""
@@ -158,10 +131,10 @@ def start(conn: Connection, identity: Identity, run: RunRecord, chat: ChatRecord
     cur.execute(dialect.sql(START_CHAT), {"count": count, "now": now, "run_id": run.id, "id": run.chat_id})
 
 
-def finish(conn: Connection, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
+def finish(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
            done: Sequence[StepRecord], now: float) -> None:  # fmt: skip
     """The deferred flush: the run's messages, its steps, its outcome and the chat's new state."""
-    cur, dialect = cursor_of(conn)
+    cur, dialect = tx.cursor, tx.dialect
     count = _append(cur, dialect, run.chat_id, chat.message_count, new)
     if done:
         cur.executemany(dialect.sql(INSERT_STEP), [_step_row(step) for step in done])

@@ -60,7 +60,7 @@ class SqlStore(ChatStore, TokenStore):
 
     async def get_role(self, scope: tuple[str, str], role: str) -> tuple[str, ...] | None:
         kind, owner = check_scope(scope)
-        return await self.db.read(lambda conn: runlog.role_connectors(conn, kind, owner, role))
+        return await self.db.read_tx(lambda tx: runlog.role_connectors(tx, kind, owner, role))
 
     async def set_role(self, scope: tuple[str, str], role: str, connectors: Sequence[str]) -> None:
         kind, owner = check_scope(scope)

@@ -53,7 +53,7 @@ class TokenStore:
 
     async def identity_for(self, token: str) -> Identity | None:
         """The identity a token stands for; None if unknown or revoked."""
-        row = await self.db.read(lambda conn: runlog.token_owner(conn, token_hash(token)))
+        row = await self.db.read_tx(lambda tx: runlog.token_owner(tx, token_hash(token)))
         return Identity(row[0], row[1] or None) if row is not None else None
 
     async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int:
