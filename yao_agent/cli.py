@@ -237,13 +237,14 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     from .pipeline import Runtime
-    from .server.serve import server
+    from .server.serve import server, settle_memory
 
     async def work() -> None:
         rt = await Runtime.open(_app_dir(args), db=args.db)
         settings = rt.app.config.server
         host, port = args.host or settings.host, args.port or settings.port
         print(f"yao-agent serving {rt.app.root.resolve()} on http://{host}:{port}/", file=out, flush=True)
+        settle_memory()
         try:
             await server(rt, host, port).serve()
         finally:

@@ -232,6 +232,17 @@ async def test_a_reader_that_stops_reading_does_not_stop_the_run(rt: Runtime, fa
     assert "".join(e.text or "" for e in waiting if isinstance(e, MessageDelta)) == "x" * 3000
 
 
+async def test_a_reader_that_fell_behind_gets_what_waited_in_one_batch(rt: Runtime, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="y" * 40, chunk_size=1))
+    handle = await begin(rt, "go on")
+    await asyncio.wait_for(asyncio.shield(handle.task), 30)  # the reader was away for the whole run
+    batches = [batch async for batch in handle.batches()]
+    assert len(batches) == 1  # what a server writes to a connection that fell behind: one write
+    [events] = batches
+    assert events[0].type == "stream_start" and ends(events) == [("completed", "completed")]
+    assert "".join(e.text or "" for e in events if isinstance(e, MessageDelta)) == "y" * 40
+
+
 class SlowFlush(SqlStore):
     """A store whose final write takes a while, so a cancel can arrive in the middle of it."""
 

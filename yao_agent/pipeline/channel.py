@@ -68,6 +68,19 @@ class EventChannel:
             self._ready.clear()
             await self._ready.wait()
 
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        """Everything waiting, at each wake-up: a writer that fell behind catches up in one write."""
+        while True:
+            if self._items:
+                batch = list(self._items)
+                self._items.clear()
+                yield batch
+                continue
+            if self._finished or self._closed:
+                return
+            self._ready.clear()
+            await self._ready.wait()
+
 
 def _same_call(last: MessageDelta, event: MessageDelta) -> bool:
     """Whether two fragments belong to one tool call (a provider names it once, in its first one)."""

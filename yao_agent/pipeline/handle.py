@@ -72,10 +72,23 @@ class RunHandle:
                 yield event
             finished = True
         finally:
-            if not finished:  # the reader left early (a closed connection, Ctrl-C): cancel the run
-                self.state.out.abandon()
-                self.cancel()
-            await self.wait()
+            await self._reader_gone(finished)
+
+    async def batches(self) -> AsyncGenerator[list[Event]]:
+        """The same events, as the lists that were waiting each time the reader came back for more."""
+        finished = False
+        try:
+            async for batch in self.state.out.batches():
+                yield batch
+            finished = True
+        finally:
+            await self._reader_gone(finished)
+
+    async def _reader_gone(self, finished: bool) -> None:
+        if not finished:  # the reader left early (a closed connection, Ctrl-C): cancel the run
+            self.state.out.abandon()
+            self.cancel()
+        await self.wait()
 
     def result(self) -> RunResult:
         run = self.state.run

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
@@ -88,11 +88,20 @@ def usable(rt: Runtime, who: Identity, assistant_id: str) -> str:
     return assistant_id
 
 
-async def sse(handle: RunHandle) -> AsyncIterator[dict[str, str]]:
-    """The run's events as SSE frames; the reader leaving (a closed connection) cancels the run."""
-    async with aclosing(handle.events()) as events:
-        async for event in events:
-            yield {"data": to_json(event)}
+async def sse(handle: RunHandle) -> AsyncIterator[bytes]:
+    """The run's events as SSE frames; the reader leaving (a closed connection) cancels the run.
+
+    Frames that were waiting together go out in one write: a connection that fell behind catches up
+    without one send per event."""
+    async with aclosing(handle.batches()) as batches:
+        async for batch in batches:
+            yield frames(to_json(event) for event in batch)
+
+
+def frames(payloads: Iterable[str]) -> bytes:
+    """SSE frames, as bytes. A lone surrogate (a model can send one) can only be written escaped,
+    and since it is always inside a JSON string, its escape is the JSON escape of the same value."""
+    return "".join(f"data: {payload}\n\n" for payload in payloads).encode("utf-8", "backslashreplace")
 
 
 def streamed(handle: RunHandle) -> EventSourceResponse:

@@ -34,7 +34,7 @@ from yao_agent.pipeline import RunHandle, RunRequest, RunResult, start
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_body
-from yao_agent.server.native import known_chat, runtime, usable, visible
+from yao_agent.server.native import frames, known_chat, runtime, usable, visible
 
 router = APIRouter()
 PASSED_ON = ("temperature", "max_tokens", "max_completion_tokens", "top_p")
@@ -107,29 +107,40 @@ def _chunk(handle: RunHandle, model: str, created: int, delta: dict[str, Any], f
     return json.dumps(body, ensure_ascii=False)
 
 
-async def chunks(handle: RunHandle, model: str, include_usage: bool) -> AsyncIterator[dict[str, str]]:
-    """The run as OpenAI stream chunks: text (and reasoning) deltas only, then finish (or an error), usage, [DONE]."""
+async def chunks(handle: RunHandle, model: str, include_usage: bool) -> AsyncIterator[bytes]:
+    """The run as OpenAI stream chunks: text (and reasoning) deltas only, then finish (or an error), usage, [DONE].
+
+    Chunks that were waiting together go out in one write (see native.sse)."""
     created = int(time.time())
-    yield {"data": _chunk(handle, model, created, {"role": "assistant", "content": ""}, None)}
+    yield frames([_chunk(handle, model, created, {"role": "assistant", "content": ""}, None)])
     end: StreamEnd | None = None
-    async with aclosing(handle.events()) as events:
-        async for event in events:
-            if isinstance(event, MessageDelta) and event.text and event.kind in ("text", "reasoning"):
-                field = "content" if event.kind == "text" else "reasoning_content"
-                yield {"data": _chunk(handle, model, created, {field: event.text}, None)}
-            elif isinstance(event, StreamEnd):
-                end = event
+    async with aclosing(handle.batches()) as batches:
+        async for batch in batches:
+            out: list[str] = []
+            for event in batch:
+                if isinstance(event, MessageDelta) and event.text and event.kind in ("text", "reasoning"):
+                    field = "content" if event.kind == "text" else "reasoning_content"
+                    out.append(_chunk(handle, model, created, {field: event.text}, None))
+                elif isinstance(event, StreamEnd):
+                    end = event
+            if out:
+                yield frames(out)
+    yield frames(_last(handle, model, created, end, include_usage))
+
+
+def _last(handle: RunHandle, model: str, created: int, end: StreamEnd | None, include_usage: bool) -> list[str]:
+    """The finish chunk (or the error), the usage chunk if asked for, then [DONE]."""
     if end is not None and end.status != "completed" and end.reason not in CUT_SHORT:
-        yield {"data": json.dumps(failure(end.reason, end.status, end.error))}  # the end: no finish_reason follows
+        out = [json.dumps(failure(end.reason, end.status, end.error))]  # the end: no finish_reason follows
     else:
         finish = "length" if end is not None and end.reason in CUT_SHORT else "stop"
-        yield {"data": _chunk(handle, model, created, {}, finish)}
+        out = [_chunk(handle, model, created, {}, finish)]
     if include_usage and end is not None:
         usage: dict[str, Any] = {"id": f"chatcmpl-{handle.run_id}", "object": "chat.completion.chunk",
                                  "created": created, "model": model, "choices": [],
                                  "usage": usage_of(end.usage)}  # fmt: skip
-        yield {"data": json.dumps(usage)}
-    yield {"data": "[DONE]"}
+        out.append(json.dumps(usage))
+    return [*out, "[DONE]"]
 
 
 async def whole(handle: RunHandle, model: str, headers: dict[str, str]) -> JSONResponse:
