@@ -12,49 +12,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench  # noqa: F401  (before litellm: it puts litellm offline)
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# isort: split
+import litellm
+import openai
 
-import litellm  # noqa: E402
-import openai  # noqa: E402
-
-from yao_agent.connectors import Engines, ModelRequest, stream_call  # noqa: E402
-from yao_agent.connectors.resolve import resolve_connectors  # noqa: E402
-from yao_agent.dsl import load_app  # noqa: E402
-from yao_agent.dsl.envvars import EnvValue  # noqa: E402
-from yao_agent.dsl.specs import ConnectorSpec  # noqa: E402
-from yao_agent.identity import Identity  # noqa: E402
-from yao_agent.store import SqlStore, open_engine, store_url  # noqa: E402
+from bench.common import start_fake
+from yao_agent.connectors import Engines, ModelRequest, stream_call
+from yao_agent.connectors.resolve import resolve_connectors
+from yao_agent.dsl import load_app
+from yao_agent.dsl.envvars import EnvValue
+from yao_agent.dsl.specs import ConnectorSpec
+from yao_agent.identity import Identity
+from yao_agent.store import SqlStore, open_engine, store_url
 
 MESSAGES = [{"role": "user", "content": "Say something in twenty chunks."}]
 MODEL = "chunks:20"
-
-
-def start_fake() -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "yao_agent.testing.fake_provider", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.startswith("READY "):
-        process.kill()
-        raise SystemExit(f"fake provider did not start: {line!r}")
-    return process, line.split(" ", 1)[1]
 
 
 async def measure(call: Callable[[], Awaitable[int]]) -> tuple[float, float]:

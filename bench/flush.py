@@ -18,13 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from yao_agent.identity import Identity  # noqa: E402
-from yao_agent.messages import ChatMessage, ToolCall  # noqa: E402
-from yao_agent.store import SqlStore, open_engine, store_url  # noqa: E402
-from yao_agent.store.records import RunRecord, StepRecord  # noqa: E402
+from bench.common import Row, print_table
+from yao_agent.identity import Identity
+from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store.records import RunRecord, StepRecord
 
 WHO = Identity("bench")
 
@@ -77,26 +77,27 @@ def drop(base: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # pyright: ignore[reportArgumentType]
 
 
-async def measure(runs: int, pg: str | None) -> dict[str, float]:
-    out = {"sqlite": await flush_ms("sqlite:///flush.db", runs)}
+PG = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+async def measure(runs: int, pg: str | None) -> list[Row]:
+    what = "flush of a run with 10 messages and 4 steps"
+    rows = [Row(f"{what}, SQLite", await flush_ms("sqlite:///flush.db", runs), "ms", "max", 2.0)]
     if pg:
         url, name = pg_database(pg)
         try:
-            out["postgresql"] = await flush_ms(url, runs)
+            rows.append(Row(f"{what}, PostgreSQL", await flush_ms(url, runs), "ms", "max", 5.0))
         finally:
             drop(pg, name)
-    return out
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument(
-        "--pg", default=os.environ.get("YAO_AGENT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-    )
+    parser.add_argument("--pg", default=os.environ.get("YAO_AGENT_BENCH_PG", PG), help="'' to skip PostgreSQL")
     args = parser.parse_args()
-    for backend, ms in asyncio.run(measure(args.runs, args.pg or None)).items():
-        print(f"flush of 10 messages + 4 steps, {backend:<10} median {ms:.2f} ms")
+    print_table(asyncio.run(measure(args.runs, args.pg or None)))
 
 
 if __name__ == "__main__":

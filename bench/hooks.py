@@ -25,13 +25,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from py_mini_racer import MiniRacer  # noqa: E402
+from py_mini_racer import MiniRacer
 
-from yao_agent.dsl.specs import HookPolicy  # noqa: E402
-from yao_agent.hooks import HookContext, HookRunner  # noqa: E402
+from bench.common import REPO, Row, print_table
+from yao_agent.dsl.specs import HookPolicy
+from yao_agent.hooks import HookContext, HookRunner
 
 CONCIERGE = (REPO / "hooks" / "concierge.js").read_text(encoding="utf-8")
 LOG_LINE = '\n  await ctx.log("info", "routing " + messages.length + " messages");'
@@ -83,7 +83,7 @@ def write(folder: Path, name: str, source: str) -> Path:
     return path
 
 
-async def measure(calls: int, warmup: int) -> dict[str, list[float]]:
+async def latencies(calls: int, warmup: int) -> dict[str, list[float]]:
     runner = HookRunner()
     ctx = context()
     racer = MiniRacer()
@@ -114,18 +114,21 @@ async def measure(calls: int, warmup: int) -> dict[str, list[float]]:
     return times
 
 
+async def measure(calls: int, warmup: int = 500) -> list[Row]:
+    times = await latencies(calls, warmup)
+    cuts = {name: statistics.quantiles(samples, n=100) for name, samples in times.items()}
+    size = len(json.dumps(list(payload(0))))
+    note = ", ".join(f"{name} p50 {c[49] * 1e3:.3f} / p99 {c[98] * 1e3:.3f} ms" for name, c in cuts.items())
+    return [Row(f"warm Create hook, {size / 1000:.1f} KB payload, p50", cuts["plain"][49] * 1e3, "ms", "max", 0.1,
+                note=note)]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Latency of a warm hook call.")
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=500)
     opts = parser.parse_args()
-    size = len(json.dumps(list(payload(0))))
-    times = asyncio.run(measure(opts.calls, opts.warmup))
-    print(f"warm Create call, payload {size} bytes of JSON, {opts.calls} calls each after {opts.warmup} warm-up")
-    print(f"{'hook':<8}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
-    for name, samples in times.items():
-        cuts = statistics.quantiles(samples, n=100)
-        print(f"{name:<8}{cuts[49] * 1e3:>10.3f}{cuts[98] * 1e3:>10.3f}{statistics.fmean(samples) * 1e3:>10.3f}")
+    print_table(asyncio.run(measure(opts.calls, opts.warmup)))
 
 
 if __name__ == "__main__":

@@ -1,129 +1,176 @@
-"""A plain run through our pipeline (one model call, stored) beside the same call made directly.
+"""Runs through our pipeline beside the same model (and tool) calls made directly, per engine.
 
     .venv/bin/python bench/pipeline.py [--runs 100]
 
-Pairs, alternating run by run (A B A B …), medians reported:
-  * pipeline, openai engine   vs  one streaming call with the `openai` SDK
-  * pipeline, litellm engine  vs  one streaming call with litellm
-The fake provider runs in its own process and streams 20 chunks; the store is a SQLite file.
-CPU is this process's `time.process_time`; wall time is shown beside it.
+A plain run: one model call streaming 20 chunks, stored. A tool run: the model calls a tool (its
+arguments in 20 pieces), the tool runs on an in-process MCP server, the model answers in 20 chunks,
+all stored. The baselines make the same calls with the `openai` SDK (or litellm) and the `mcp`
+client, storing nothing. The fake provider runs in its own process; a SQLite file holds the store.
+Each pair alternates run by run; medians of this process's CPU time, wall time beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
+import json
+import logging
 import sys
 import tempfile
-import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench  # noqa: F401  (before litellm: it puts litellm offline)
 
-import litellm  # noqa: E402
-import openai  # noqa: E402
+# isort: split
+import litellm
+import openai
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
 
-from bench.engines import MESSAGES, MODEL, start_fake  # noqa: E402
-from yao_agent.identity import Identity  # noqa: E402
-from yao_agent.pipeline import RunRequest, Runtime, run_stream  # noqa: E402
+from bench.common import Row, alternate, fake_provider, median_ms, print_table, write_app
+from yao_agent.connectors import ModelRequest, stream_call
+from yao_agent.identity import Identity
+from yao_agent.pipeline import RunRequest, Runtime, run_stream
+from yao_agent.tools import ToolManager
 
+server = MCPServer("bench")
+logging.getLogger().setLevel(logging.WARNING)  # building an MCPServer turns INFO logging on for everything
+
+
+@server.tool()
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+CONNECTOR = "type: openai\nmodel: {model}\nbase_url: {url}\napi_key: x\nengine: {engine}\n"
 APP = {
     "app.yml": "roles:\n  default: bench.openai\n",
-    "connectors/bench/openai.yml": "type: openai\nmodel: {model}\nbase_url: {url}\napi_key: x\nengine: openai\n",
-    "connectors/bench/litellm.yml": "type: openai\nmodel: {model}\nbase_url: {url}\napi_key: x\nengine: litellm\n",
-    "assistants/plain/assistant.yml": "name: Plain\nconnector: bench.openai\n",
-    "assistants/plain_litellm/assistant.yml": "name: Plain litellm\nconnector: bench.litellm\n",
+    "connectors/bench/openai.yml": CONNECTOR.replace("{engine}", "openai"),
+    "connectors/bench/litellm.yml": CONNECTOR.replace("{engine}", "litellm"),
+    "mcps/bench.yml": "command: python\n",
+    "assistants/plain_openai/assistant.yml": "name: Plain\nconnector: bench.openai\n",
+    "assistants/plain_litellm/assistant.yml": "name: Plain\nconnector: bench.litellm\n",
+    "assistants/tool_openai/assistant.yml": "name: Tooled\nconnector: bench.openai\nmcp: {{servers: [bench]}}\n",
+    "assistants/tool_litellm/assistant.yml": "name: Tooled\nconnector: bench.litellm\nmcp: {{servers: [bench]}}\n",
 }
+MODEL = "chunks:20"
+PLAIN = [{"role": "user", "content": "Say something in twenty chunks."}]
+ASK = [{"role": "user", "content": "Look up the key 'alpha'."}]
+CALL = {"name": "bench__lookup", "arguments": {"key": "alpha"}, "id": "call_1"}
+TARGETS = {"openai": (1.30, 1.35), "litellm": (1.10, 1.10)}  # plain run, tool run
 
 
-def write_app(root: Path, url: str) -> Path:
-    for rel, text in APP.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.format(model=MODEL, url=url))
-    return root
+def script_tool_run(url: str) -> Callable[[], None]:
+    """Before each tool run (not measured): its two replies, a tool call in 20 pieces, then the answer."""
+    replies = [{"tool_calls": [CALL], "chunk_size": 1}, {"text": "The value is: value of alpha. " * 2, "chunk_size": 3}]
+    body = json.dumps({"replies": replies}).encode()
+    request = urllib.request.Request(
+        url.removesuffix("/v1") + "/_fake/enqueue", body, {"Content-Type": "application/json"}
+    )
+    return lambda: urllib.request.urlopen(request).read() and None
 
 
-async def sample(call: Callable[[], Awaitable[None]]) -> tuple[float, float]:
-    cpu, wall = time.process_time(), time.perf_counter()
-    await call()
-    return time.process_time() - cpu, time.perf_counter() - wall
+class Direct:
+    """The baselines: the same calls made straight with one library, nothing stored."""
+
+    def __init__(self, engine: str, url: str, mcp: Client, tools: list[dict[str, Any]]) -> None:
+        self.engine, self.url, self.mcp, self.tools = engine, url, mcp, tools
+        self.client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+
+    async def stream(self, messages: list[dict[str, Any]], **extra: Any) -> list[Any]:
+        common: dict[str, Any] = {"messages": messages, "stream": True, "stream_options": {"include_usage": True}}
+        if self.engine == "openai":
+            chunks: Any = await self.client.chat.completions.create(model=MODEL, **common, **extra)
+        else:
+            chunks = await litellm.acompletion(model=f"openai/{MODEL}", api_base=self.url, api_key="x", max_retries=0,
+                                               **common, **extra)  # fmt: skip
+        return [chunk async for chunk in chunks]
+
+    async def plain(self) -> None:
+        await self.stream(PLAIN)
+
+    async def tool_run(self) -> None:
+        chunks = await self.stream(ASK, tools=self.tools)
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        arguments = "".join(d.tool_calls[0].function.arguments or "" for d in deltas if d.tool_calls)
+        result = await self.mcp.call_tool("lookup", json.loads(arguments))
+        function = {"name": "bench__lookup", "arguments": arguments}
+        called = {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": function}]}
+        answered = {"role": "tool", "tool_call_id": "call_1", "content": str(result.content[0].text)}  # type: ignore[union-attr]
+        await self.stream([*ASK, called, answered])
 
 
-async def bench(url: str, runs: int) -> None:
+def ours(rt: Runtime, assistant: str, messages: list[dict[str, Any]]) -> Callable[[], Awaitable[None]]:
+    who = Identity("bench")
+
+    async def call() -> None:
+        async for event in run_stream(rt, RunRequest(assistant, who, messages)):
+            if event.type == "stream_end" and event.status != "completed":
+                raise SystemExit(f"{assistant}: the run ended {event.status} ({event.reason}): {event.error}")
+
+    return call
+
+
+async def measure(url: str, runs: int, engines: tuple[str, ...] = ("openai", "litellm")) -> list[Row]:
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
-        rt = await Runtime.open(write_app(Path(tmp), url), db=f"sqlite:///{tmp}/agent.db")
-        client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
-        who = Identity("bench")
-
-        def ours(assistant: str) -> Callable[[], Awaitable[None]]:
-            async def call() -> None:
-                request = RunRequest(assistant, who, MESSAGES)
-                async for event in run_stream(rt, request):
-                    if event.type == "stream_end":
-                        assert event.status == "completed", event
-
-            return call
-
-        async def raw_openai() -> None:
-            stream = await client.chat.completions.create(
-                model=MODEL,
-                messages=MESSAGES,
-                stream=True,
-                stream_options={"include_usage": True},  # type: ignore[arg-type]
-            )
-            async for _ in stream:
-                pass
-
-        async def raw_litellm() -> None:
-            stream = await litellm.acompletion(
-                model=f"openai/{MODEL}", api_base=url, api_key="x", messages=MESSAGES, stream=True,
-                stream_options={"include_usage": True}, max_retries=0,
-            )  # fmt: skip
-            async for _ in stream:  # type: ignore[union-attr]
-                pass
-
-        pairs = {
-            "openai engine": (ours("plain"), raw_openai),
-            "litellm engine": (ours("plain_litellm"), raw_litellm),
-        }
-        for name, (a, b) in pairs.items():
-            for _ in range(10):
-                await a()
-                await b()
-            mine: list[tuple[float, float]] = []
-            base: list[tuple[float, float]] = []
-            for _ in range(runs):
-                mine.append(await sample(a))
-                base.append(await sample(b))
-            report(name, mine, base)
-        await client.close()
+        rt = await Runtime.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
+        rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"bench": server})
+        tools = [t.to_openai() for t in await rt.tools.tools_for(rt.app.assistants["tool_openai"].mcp.servers)]
+        async with Client(server) as mcp:
+            for engine in engines:
+                direct = Direct(engine, url, mcp, tools)
+                plain = await alternate({"ours": ours(rt, f"plain_{engine}", PLAIN), "direct": direct.plain,
+                                         "engine": engine_call(rt, engine)}, runs)  # fmt: skip
+                tooled = await alternate({"ours": ours(rt, f"tool_{engine}", ASK), "direct": direct.tool_run},
+                                         max(10, runs // 2), warmup=5, before=script_tool_run(url))  # fmt: skip
+                await direct.client.close()
+                rows += _rows(engine, plain, tooled)
         await rt.aclose()
+    return rows
 
 
-def report(name: str, mine: list[tuple[float, float]], base: list[tuple[float, float]]) -> None:
-    cpu_a, cpu_b = (statistics.median(s[0] for s in x) * 1000 for x in (mine, base))
-    wall_a, wall_b = (statistics.median(s[1] for s in x) * 1000 for x in (mine, base))
-    print(f"\nplain run, {name} ({len(mine)} runs each, alternating; medians)")
-    print(f"{'':<22} {'CPU ms':>8} {'wall ms':>8}")
-    print(f"{'our pipeline (stored)':<22} {cpu_a:>8.2f} {wall_a:>8.2f}")
-    print(f"{'direct call':<22} {cpu_b:>8.2f} {wall_b:>8.2f}")
-    print(f"{'ratio':<22} {cpu_a / cpu_b:>7.2f}× {wall_a / wall_b:>7.2f}×")
+def engine_call(rt: Runtime, engine: str) -> Callable[[], Awaitable[None]]:
+    """One model call through our engine alone, outside any run."""
+    chain = (rt.app.connectors[f"bench.{engine}"],)
+
+    async def call() -> None:
+        async for _ in stream_call(chain, ModelRequest(messages=PLAIN), engines=rt.engines):
+            pass
+
+    return call
+
+
+def _rows(engine: str, plain: dict[str, list[Any]], tooled: dict[str, list[Any]]) -> list[Row]:
+    plain_limit, tool_limit = TARGETS[engine]
+    p_ours, p_base, call = median_ms(plain["ours"]), median_ms(plain["direct"]), median_ms(plain["engine"])
+    t_ours, t_base = median_ms(tooled["ours"]), median_ms(tooled["direct"])
+    wall = [median_ms(x[k], 1) for x in (plain, tooled) for k in ("ours", "direct")]
+    # A tool run is a plain run's fixed cost, two model calls, the MCP call, and the tool round's own
+    # work; the gap between the runs, less the gap between one call through our engine and one made
+    # directly, leaves that last part.
+    round_cost = (t_ours - t_base) - (p_ours - p_base) + (p_base - call)
+    tool_note = f"wall {wall[2]:.2f} ms vs {wall[3]:.2f} ms; the tool round itself adds {round_cost:.2f} ms CPU of ours"
+    return [
+        Row(f"plain run, {engine} engine (CPU)", p_ours, "ms", "ratio", plain_limit, p_base,
+            note=f"wall {wall[0]:.2f} ms vs {wall[1]:.2f} ms"),
+        Row(f"run with one tool round, {engine} engine (CPU)", t_ours, "ms", "ratio", tool_limit, t_base,
+            note=tool_note),
+    ]  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--engine", choices=["openai", "litellm"], action="append")
     args = parser.parse_args()
-    process, url = start_fake()
-    try:
-        asyncio.run(bench(url, args.runs))
-    finally:
-        process.terminate()
-        process.wait(10)
+    with fake_provider() as url:
+        print_table(asyncio.run(measure(url, args.runs, tuple(args.engine or ("openai", "litellm")))))
 
 
 if __name__ == "__main__":

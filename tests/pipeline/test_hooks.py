@@ -87,16 +87,6 @@ async def test_null_and_missing_functions_change_nothing(make: Make, fake: FakeP
     await close(rt)
 
 
-async def test_create_returning_an_unknown_key_is_a_hook_error(make: Make, fake: FakeProvider) -> None:
-    rt = make("function Create() { return {temprature: 0.2} }")
-    end = end_of(await turn(rt, "hi", assistant="hooked"))
-    assert (end.status, end.reason) == ("failed", "hook_error")
-    assert end.error["file"] == "hooks/h.js"
-    assert end.error["message"].startswith("Create returned unknown key 'temprature'")
-    assert fake.requests == []
-    await close(rt)
-
-
 async def test_a_throw_names_the_file_and_line(make: Make, fake: FakeProvider) -> None:
     rt = make("""\
         function Create(ctx, messages) {
@@ -358,6 +348,12 @@ async def test_create_metadata_is_merged_into_the_runs(make: Make, fake: FakePro
 @pytest.mark.parametrize(
     ("returned", "message"),
     [
+        (
+            "{temprature: 0.2}",
+            "Create returned unknown key 'temprature' (expected one of: messages, connector, "
+            "prompt_preset, temperature, max_tokens, max_completion_tokens, top_p, metadata, locale, mcp_servers, "
+            "disable_global_prompts, delegate)",
+        ),
         ("5", "Create returned int (expected an object or null)"),
         ("[{temperature: 1}]", "Create returned list (expected an object or null)"),
         ("'terse'", "Create returned str (expected an object or null)"),

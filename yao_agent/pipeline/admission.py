@@ -19,8 +19,9 @@ import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
+from yao_agent.aio import uncancel, wait_despite_cancel
 from yao_agent.errors import UsageError
 
 if TYPE_CHECKING:
@@ -160,13 +161,13 @@ class Admission:
         holds_lease = False
         try:
             cancelled = await self._interrupt_elsewhere(ticket)
-            cancelled = await _wait_despite_cancel(ticket.turn.wait()) or cancelled
+            cancelled = await wait_despite_cancel(ticket.turn.wait()) or cancelled
             if self.lease is not None and not (cancelled or self.is_cancelled(ticket)):
                 try:
                     await self.lease.acquire(ticket.chat_id, ticket.state.run_id)
                     holds_lease = True
                 except asyncio.CancelledError:
-                    _uncancel()  # (a cancelled acquire holds nothing)
+                    uncancel()  # (a cancelled acquire holds nothing)
                     cancelled = True
             yield cancelled or self.is_cancelled(ticket)
         finally:
@@ -181,7 +182,7 @@ class Admission:
         if not ticket.interrupts or self.lease is None:
             return False
         try:
-            return await _wait_despite_cancel(self.lease.cancel_everywhere(ticket.chat_id, ticket.accepted_at))
+            return await wait_despite_cancel(self.lease.cancel_everywhere(ticket.chat_id, ticket.accepted_at))
         except Exception:
             log.exception("could not tell the other processes to cancel chat %s", ticket.chat_id)
             return False
@@ -189,27 +190,6 @@ class Admission:
     async def _release(self, lease: Lease, ticket: Ticket) -> None:
         """Let go of the lease to the end: a cancel now (a client leaving, a repeated cancel) is absorbed."""
         try:
-            await _wait_despite_cancel(lease.release(ticket.chat_id, ticket.state.run_id))
+            await wait_despite_cancel(lease.release(ticket.chat_id, ticket.state.run_id))
         except Exception:
             log.exception("could not release chat %s (its lease expires by itself)", ticket.chat_id)
-
-
-async def _wait_despite_cancel(waiting: Any) -> bool:
-    """Wait to the end; whether a cancel arrived meanwhile (it is absorbed, and reported instead)."""
-    task = asyncio.ensure_future(waiting)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.cancelled():
-                raise
-            _uncancel()
-            cancelled = True
-    return cancelled
-
-
-def _uncancel() -> None:
-    current = asyncio.current_task()
-    if current is not None:
-        current.uncancel()

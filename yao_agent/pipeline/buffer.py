@@ -8,17 +8,15 @@ step records what the hook was given.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from yao_agent.messages import ChatMessage
 from yao_agent.store.records import StepRecord
 
 log = logging.getLogger("yao_agent.run")
-T = TypeVar("T")
 
 
 @dataclass
@@ -61,20 +59,3 @@ class Buffer:
         for step in self.steps:
             if step.status == "running":
                 self.end(step, status, error=error)
-
-
-async def finish_despite_cancel(work: Awaitable[T]) -> T:
-    """Await `work` to the end even if this task is cancelled meanwhile; re-raise the cancel after."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return result

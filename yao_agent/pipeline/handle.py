@@ -7,8 +7,8 @@ from collections.abc import AsyncGenerator, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from yao_agent.aio import finish_despite_cancel
 from yao_agent.events import Event
-from yao_agent.pipeline.buffer import finish_despite_cancel
 from yao_agent.pipeline.state import RunState
 
 if TYPE_CHECKING:

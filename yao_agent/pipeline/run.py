@@ -14,11 +14,12 @@ import asyncio
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
+from yao_agent.aio import finish_despite_cancel, uncancel
 from yao_agent.errors import RunError
 from yao_agent.events import Event, StreamStart
 from yao_agent.pipeline import close, connector, history, permission, turns
 from yao_agent.pipeline.admission import ChatBusy, Ticket
-from yao_agent.pipeline.buffer import finish_despite_cancel, log
+from yao_agent.pipeline.buffer import log
 from yao_agent.pipeline.guards import RunTimeout
 from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.runtime import Runtime
@@ -44,7 +45,7 @@ async def execute(rt: Runtime, state: RunState, ticket: Ticket) -> None:
                 )
             except asyncio.CancelledError as exc:
                 outcome = exc
-                _uncancel()
+                uncancel()  # the cancel was for the run, and the run has handled it
             except Exception as exc:  # RunError, or a bug: either way the run is stored, then reported
                 outcome = exc
             finally:
@@ -53,7 +54,7 @@ async def execute(rt: Runtime, state: RunState, ticket: Ticket) -> None:
                 try:
                     await finish_despite_cancel(flush(rt, state))
                 except asyncio.CancelledError:
-                    _uncancel()  # a cancel during the flush: the outcome was already settled and is now stored
+                    uncancel()  # a cancel during the flush: the outcome was already settled and is now stored
     finally:
         await state.emit(close.stream_end(state))  # 10. close
         state.out.close()
@@ -75,12 +76,6 @@ async def flush(rt: Runtime, state: RunState) -> None:
         await rt.store.finish_run(state.identity, state.run, state.buffer.messages, state.buffer.steps)
     except Exception:
         log.exception("run %s could not be stored", state.run_id)
-
-
-def _uncancel() -> None:
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()  # the cancel was for the run, and the run has handled it
 
 
 async def start(rt: Runtime, request: RunRequest) -> RunHandle:

@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.dialects import postgresql
 
+from yao_agent.aio import finish_despite_cancel
 from yao_agent.store.chats import mark_interrupted
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import chat_leases, runs
@@ -29,7 +30,6 @@ CHANNEL = "yao_agent_chats"
 TTL_S = 15.0  # a dead process blocks a chat at most this long
 RENEW_S = 4.0
 POLL_S = 1.0  # re-check a held chat this often even if no release notice arrives
-T = TypeVar("T")
 
 
 class PgLease:
@@ -103,7 +103,7 @@ class PgLease:
         try:
             return await asyncio.shield(claim)
         except asyncio.CancelledError:
-            await _despite_cancel(self._give_back(claim, chat_id, run_id))
+            await finish_despite_cancel(self._give_back(claim, chat_id, run_id))
             raise
 
     async def _give_back(self, claim: asyncio.Future[bool], chat_id: str, run_id: str) -> None:
@@ -207,23 +207,6 @@ class PgLease:
                 released.set()
         elif message.get("op") == "cancel" and message.get("from") != self.owner:  # ours was done here
             self.on_cancel(chat_id, float(message.get("at", self.clock())))
-
-
-async def _despite_cancel(work: Awaitable[T]) -> T:
-    """Await `work` to its end even if this task is cancelled meanwhile (the cancel is re-raised)."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return result
 
 
 def _notify(conn: Connection, message: dict[str, Any]) -> None:

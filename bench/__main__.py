@@ -1,0 +1,61 @@
+"""Every benchmark, one table: measure, ours, baseline, ratio, target, verdict.
+
+    .venv/bin/python -m bench [--quick] [--only NAME ...]      (or: ./dev bench)
+
+All model traffic goes to the loopback fake provider, in a process of its own. Each benchmark can
+also run alone (`bench/<name>.py --help`) with more knobs. Exits 1 if any target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bench import flush, hooks, load_app, pipeline, server
+from bench.common import Row, fake_provider, print_table
+
+
+def with_fake(measure: Callable[..., Awaitable[list[Row]]], **knobs: Any) -> Callable[[], list[Row]]:
+    """A benchmark against its own fake provider process, fresh for it."""
+
+    def run() -> list[Row]:
+        with fake_provider() as url:
+            return asyncio.run(measure(url, **knobs))
+
+    return run
+
+
+def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
+    scale = 4 if quick else 1
+    return {
+        "pipeline": with_fake(pipeline.measure, runs=100 // scale),
+        "hooks": lambda: asyncio.run(hooks.measure(5000 // scale)),
+        "server": with_fake(
+            server.measure, chats=1000, chunks=40 // scale, every_ms=500, ramp_s=20 / scale, idle=2000 // scale
+        ),
+        "flush": lambda: asyncio.run(flush.measure(300 // scale, flush.PG)),
+        "validate": lambda: load_app.measure(7 // scale + 1, 1000),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer samples: a first look, not a verdict")
+    parser.add_argument("--only", action="append", choices=list(jobs(False)), help="run just this one")
+    args = parser.parse_args()
+    rows: list[Row] = []
+    for name, run in jobs(args.quick).items():
+        if args.only and name not in args.only:
+            continue
+        print(f"… {name}", file=sys.stderr, flush=True)
+        rows += run()
+    print()
+    print_table(rows)
+    sys.exit(0 if all(row.met for row in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
