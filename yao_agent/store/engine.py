@@ -1,8 +1,9 @@
 """Open the store: the URL the operator gave → a database tuned for it, its schema migrated.
 
-The store talks to the database with SQLAlchemy's synchronous engine, one trip to a worker thread
-per store operation (a whole transaction): measured here, the asyncio engine costs six times the CPU
-for the same statements, since every statement of it is several thread hand-offs.
+The store talks to the database with SQLAlchemy's synchronous engine, each store operation one
+whole transaction — on a worker thread for PostgreSQL, inline for SQLite (see `Database`): measured
+here, the asyncio engine cost six times the CPU for the same statements, since each of its
+statements is several thread hand-offs.
 
 SQLite runs in WAL mode and takes its write lock at the start of a write transaction
 (`BEGIN IMMEDIATE`): with Python's default sqlite3 handling a read-modify-write silently loses
