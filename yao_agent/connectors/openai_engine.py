@@ -79,7 +79,7 @@ class OpenAIEngine:
         try:
             response = await client.post("/chat/completions", cast_to=httpx2.Response, body=body, stream=True)
         except openai.APIError as exc:
-            raise _classify(exc, connector, endpoint, started=False) from None
+            raise _classify(exc, connector, endpoint) from None
         started = False
         try:
             async for chunk in _events(response.aiter_lines()):
@@ -166,9 +166,8 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _classify(exc: openai.APIError, connector: ConnectorSpec, endpoint: Endpoint, *, started: bool) -> ModelError:
-    if started:
-        return model_error("incomplete", connector.id, exc.message, secrets=endpoint.secrets)
+def _classify(exc: openai.APIError, connector: ConnectorSpec, endpoint: Endpoint) -> ModelError:
+    """A failed request (before any of the answer arrived: once the body streams, only transport errors come)."""
     if isinstance(exc, openai.APITimeoutError) and not _refused(exc):
         return model_error("timeout", connector.id, f"no answer within {connector.timeout_s:g} s")
     if isinstance(exc, openai.APIConnectionError):

@@ -81,7 +81,7 @@ class ChatStore:
         def work(tx: Tx) -> list[ChatMessage]:
             chat = _locked(tx, identity, run)
             try:
-                past = self.read_history(tx, identity, run.chat_id, limit) if chat is not None else []
+                past = self.read_history(tx, run.chat_id, limit) if chat is not None else []
             except Exception as exc:
                 raise HistoryUnavailable(str(exc) or type(exc).__name__) from exc
             runlog.start(tx, identity, run, chat, clean(past), now)
@@ -123,12 +123,15 @@ class ChatStore:
     async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
         """The chat's messages in order; with `limit`, only the last `limit` of them."""
         identity = _require(identity)
-        return await self.db.read_tx(lambda tx: self.read_history(tx, identity, chat_id, limit))
 
-    def read_history(self, tx: Tx, identity: Identity, chat_id: str, limit: int | None) -> list[ChatMessage]:
-        """The messages of the caller's chat, oldest first (the last `limit` of them, with a limit)."""
-        if runlog.owned_chat(tx, identity, chat_id, lock=False) is None:
-            return []
+        def work(tx: Tx) -> list[ChatMessage]:
+            owned = runlog.owned_chat(tx, identity, chat_id, lock=False) is not None
+            return self.read_history(tx, chat_id, limit) if owned else []
+
+        return await self.db.read_tx(work)
+
+    def read_history(self, tx: Tx, chat_id: str, limit: int | None) -> list[ChatMessage]:
+        """The messages of a chat whose owner was checked in this transaction, oldest first."""
         return runlog.messages_of(tx, chat_id, limit)
 
     async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]:
