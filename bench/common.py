@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Literal
 
 REPO = Path(__file__).resolve().parents[1]
+MODEL = "chunks:20"  # the fake provider's 20-chunk reply: what every call of the CPU benchmarks streams
+PLAIN = [{"role": "user", "content": "Say something in twenty chunks."}]
 Sample = tuple[float, float]  # (CPU seconds of this process, wall seconds)
 
 

@@ -26,7 +26,7 @@ import bench  # noqa: F401  (before litellm: it puts litellm offline)
 import litellm
 import openai
 
-from bench.common import start_fake
+from bench.common import MODEL, PLAIN, start_fake
 from yao_agent.connectors import Engines, ModelRequest, stream_call
 from yao_agent.connectors.resolve import resolve_connectors
 from yao_agent.dsl import load_app
@@ -34,9 +34,6 @@ from yao_agent.dsl.envvars import EnvValue
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore, open_engine, store_url
-
-MESSAGES = [{"role": "user", "content": "Say something in twenty chunks."}]
-MODEL = "chunks:20"
 
 
 async def measure(call: Callable[[], Awaitable[int]]) -> tuple[float, float]:
@@ -61,7 +58,7 @@ async def engines_side_by_side(base_url: str, calls: int) -> None:
     async def raw_openai() -> int:
         stream = await client.chat.completions.create(
             model=MODEL,
-            messages=MESSAGES,
+            messages=PLAIN,
             stream=True,
             stream_options={"include_usage": True},  # type: ignore[arg-type]
         )
@@ -69,14 +66,14 @@ async def engines_side_by_side(base_url: str, calls: int) -> None:
 
     async def raw_litellm() -> int:
         stream = await litellm.acompletion(
-            model=f"openai/{MODEL}", api_base=base_url, api_key="x", messages=MESSAGES, stream=True,
+            model=f"openai/{MODEL}", api_base=base_url, api_key="x", messages=PLAIN, stream=True,
             stream_options={"include_usage": True}, max_retries=0,
         )  # fmt: skip
         return sum([1 async for _ in stream])  # type: ignore[union-attr]
 
     def our(engine: str) -> Callable[[], Awaitable[int]]:
         async def call() -> int:
-            request = ModelRequest(messages=MESSAGES)
+            request = ModelRequest(messages=PLAIN)
             return sum([1 async for _ in stream_call([ours[engine]], request, engines=engines)])
 
         return call

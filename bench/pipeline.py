@@ -31,7 +31,7 @@ import openai
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from bench.common import Row, alternate, fake_provider, median_ms, print_table, write_app
+from bench.common import MODEL, PLAIN, Row, alternate, fake_provider, median_ms, print_table, write_app
 from yao_agent.connectors import ModelRequest, stream_call
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime, run_stream
@@ -58,8 +58,6 @@ APP = {
     "assistants/tool_openai/assistant.yml": "name: Tooled\nconnector: bench.openai\nmcp: {{servers: [bench]}}\n",
     "assistants/tool_litellm/assistant.yml": "name: Tooled\nconnector: bench.litellm\nmcp: {{servers: [bench]}}\n",
 }
-MODEL = "chunks:20"
-PLAIN = [{"role": "user", "content": "Say something in twenty chunks."}]
 ASK = [{"role": "user", "content": "Look up the key 'alpha'."}]
 CALL = {"name": "bench__lookup", "arguments": {"key": "alpha"}, "id": "call_1"}
 TARGETS = {"openai": (1.30, 1.35), "litellm": (1.10, 1.10)}  # plain run, tool run
