@@ -29,7 +29,19 @@ _T = TypeVar("_T")
 class ToolCall:
     id: str
     name: str
-    arguments: str  # JSON text as the model wrote it, which may be invalid
+    arguments: str  # a JSON object as text: what the model wrote, or "{}" when that was not one
+    # What the model wrote when it was not a JSON object: the call is answered with an error quoting it,
+    # but it is never stored or sent to a provider again (strict providers refuse such a history).
+    invalid: str | None = None
+
+    @classmethod
+    def written(cls, call_id: str, name: str, arguments: str) -> ToolCall:
+        """A call as a model (or a stored chat) has it, with arguments any provider accepts back."""
+        if not arguments.strip():
+            return cls(call_id, name, "{}")  # no arguments: an empty object, as the tool sees it
+        if is_json_object(arguments):
+            return cls(call_id, name, arguments)
+        return cls(call_id, name, "{}", invalid=arguments)
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
@@ -52,6 +64,9 @@ class ChatMessage:
     created_at: float = 0.0
     seq: int = 0  # position in the chat, given when stored
     hidden: bool = False  # a hook's ctx.call turn: kept and shown in history, never sent to a model again
+    # A resumed tool call's result: it takes the place (id and position) of the result stored for the
+    # call before, so the chat keeps exactly one result per call, right after the call.
+    replaces: bool = False
 
     def to_api(self) -> dict[str, Any]:
         """The stored-message shape of CONTRACT §6."""
@@ -75,6 +90,16 @@ class ChatMessage:
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out
+
+
+def is_json_object(text: str) -> bool:
+    """Whether `text` is a JSON object: the only arguments a tool call may carry to a provider."""
+    if not text.lstrip().startswith("{"):  # a cheap first look: anything else is no object
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def iso_time(ts: float) -> str:
@@ -192,9 +217,21 @@ def _tool_calls(value: object, where: str) -> list[dict[str, Any]]:
             raise UsageError(f"{where}[{index}]: expected {{id, type: function, function: {{name, arguments}}}}")
         call_id = _call_id(data["id"], f"{where}[{index}].id", "(a non-empty string)")
         check_text(name, f"{where}[{index}].function.name")
-        check_text(arguments, f"{where}[{index}].function.arguments")
+        arguments = _arguments(arguments, f"{where}[{index}].function.arguments")
         out.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
     return out
+
+
+def _arguments(text: str, where: str) -> str:
+    """A call's arguments as given in a request: a JSON object as text ("" meaning none), or a UsageError.
+
+    A chat holding other arguments would be refused by strict providers on every later turn."""
+    if not text.strip():
+        return "{}"
+    check_text(text, where)  # first: a lone surrogate cannot even be quoted back in the message below
+    if not is_json_object(text):
+        raise UsageError(f"{where}: expected a JSON object as text, got {text[:80]!r}")
+    return text
 
 
 # A lone surrogate ("\ud800" in JSON) decodes to a str that no UTF-8 encoder accepts: not the store, not a response.
@@ -259,7 +296,7 @@ def from_provider(message: Mapping[str, Any], message_id: str, run_id: str, crea
     """A validated input message → a ChatMessage to store."""
     calls = tuple(
         ToolCall(str(c["id"]), str(c["function"]["name"]), str(c["function"]["arguments"]))
-        for c in as_list(message.get("tool_calls"))
+        for c in as_list(message.get("tool_calls"))  # checked by parse_input: no call here needs `written`
     )
     return ChatMessage(
         id=message_id,

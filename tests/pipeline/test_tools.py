@@ -96,8 +96,12 @@ EXPECTED = "(expected a JSON object matching the tool's schema)"
 @pytest.mark.parametrize(
     ("arguments", "told"),
     [
-        ('{"a": 2, "b": ', f"Error: invalid JSON in the arguments: Expecting value at line 1 column 15 {EXPECTED}"),
-        ("[2, 3]", f"Error: the arguments are an array, not an object {EXPECTED}"),
+        (
+            '{"a": 2, "b": ',
+            f"Error: invalid JSON in the arguments: Expecting value at line 1 column 15 {EXPECTED}"
+            '; the arguments received were: {"a": 2, "b": ',
+        ),
+        ("[2, 3]", f"Error: the arguments are an array, not an object {EXPECTED}; the arguments received were: [2, 3]"),
         ({"a": "two", "b": 3}, "Error: arguments.a: 'two' is not of type 'integer'"),
         ({"a": 2}, "Error: arguments: 'b' is a required property"),
     ],
@@ -111,9 +115,10 @@ async def test_bad_arguments_go_back_to_the_model_in_plain_words(
     )
     events = await turn(rt, "add", assistant="tooled")
     assert end_of(events).status == "completed"
+    sent = bad.arguments if isinstance(arguments, dict) else "{}"  # not a JSON object: never sent back as it came
     assert fake.requests[1].messages[-3:] == [
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "testing__add", "arguments": bad.arguments}}]},
+            {"id": "c1", "type": "function", "function": {"name": "testing__add", "arguments": sent}}]},
         {"role": "tool", "tool_call_id": "c1", "content": told},
         {"role": "system", "content": RETRY_PROMPT},
     ]  # fmt: skip
@@ -347,8 +352,7 @@ async def test_resume_after_a_cancelled_tool_round_runs_the_calls_again(rt: Runt
     assert await stored(rt) == [
         ("user", "rest", "completed"),
         ("assistant", None, "completed"),
-        ("tool", "cancelled", "completed"),
-        ("tool", "woke one", "completed"),
+        ("tool", "woke one", "completed"),  # in the place of the "cancelled" stored before: one result per call
         ("assistant", "Rested.", "completed"),
     ]
 
@@ -386,16 +390,38 @@ async def test_a_tool_that_times_out_ends_the_run(tmp_path: Path, store: SqlStor
         await close(rt)
 
 
-async def test_an_unreachable_server_ends_the_run_before_the_model_is_called(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+async def test_an_unreachable_server_leaves_its_tools_out_and_the_model_is_told(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = tooled(tmp_path / "app", store, fake, mcp=f"transport: http\nurl: http://127.0.0.1:{free_port()}/mcp\n")
+    fake.enqueue(Reply(text="I cannot check that right now."))
     try:
         end = end_of(await turn(rt, "go", assistant="tooled"))
+        assert (end.status, end.reason) == ("completed", "completed")
+        [request] = fake.requests
+        assert request.tools is None
+        [note] = [m for m in request.messages if m["role"] == "system" and "unavailable" in m["content"]]
+        assert "The tools of 'testing' are unavailable right now" in note["content"]
+        assert "MCP server 'testing' (mcps/testing.yml) is unreachable: ConnectError" in caplog.text
+    finally:
+        await close(rt)
+
+
+async def test_one_broken_server_fails_only_the_calls_of_its_tools(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    assistant = "name: Tooled\nmcp:\n  servers: [testing, broken]\n"
+    rt = in_process(tooled(tmp_path / "app", store, fake, assistant=assistant,
+                           more={"mcps/broken.yml": "command: /nonexistent/mcp-server\n"}))  # fmt: skip
+    fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),)), Reply(text="It is 5."))
+    try:
+        assert end_of(await turn(rt, "add", assistant="tooled")).status == "completed"  # broken is never needed
+        offered = [t["function"]["name"] for t in fake.requests[0].tools or ()]
+        assert "testing__add" in offered and not [name for name in offered if name.startswith("broken__")]
+        fake.enqueue(Reply(tool_calls=(call("broken__anything", {}, "c2"),)))
+        end = end_of(await turn(rt, "use the broken one", assistant="tooled"))
         assert (end.status, end.reason) == ("failed", "tool_error")
-        assert end.error["message"].startswith("MCP server 'testing' (mcps/testing.yml) is unreachable: ConnectError")
-        assert fake.requests == []
-        assert await stored(rt) == [("user", "go", "completed")]
+        assert "MCP server 'broken'" in end.error["message"] and "/nonexistent/mcp-server" in end.error["message"]
     finally:
         await close(rt)
 
@@ -501,14 +527,14 @@ async def test_next_sees_the_corrected_reply_and_only_its_results(
 ) -> None:
     rt = in_process(tooled(
         tmp_path / "app", store, fake, assistant="name: Tooled\nhook: hooks/next.js\nmcp: {servers: [testing]}\n",
-        more={"hooks/next.js": "function Next(ctx, payload) { return {data: payload} }\n"}))  # fmt: skip
+        more={"hooks/next.js": "function Next(ctx, p) { return p.tools.length ? {data: p} : null }\n"}))  # fmt: skip
     bad, good = call("testing__add", {"a": "x", "b": 1}, "c1"), call("testing__add", {"a": 2, "b": 3}, "c2")
-    fake.enqueue(Reply(tool_calls=(bad,)), Reply(tool_calls=(good,)))
+    fake.enqueue(Reply(tool_calls=(bad,)), Reply(tool_calls=(good,)), Reply(text="It is 5."))
     try:
         end = end_of(await turn(rt, "add", assistant="tooled"))
-        assert end.status == "completed" and len(fake.requests) == 2
+        assert end.status == "completed" and len(fake.requests) == 3  # the hook only observes: the loop goes on
         seen = end.next
-        [_, _, _, corrected, _] = await rt.store.history(ALICE, "c1")
+        [_, _, _, corrected, _, _] = await rt.store.history(ALICE, "c1")
         assert seen["completion"] == {
             "message_id": corrected.id, "content": None, "reasoning": None,
             "tool_calls": [{"id": "c2", "name": "testing__add", "arguments": good.arguments}],

@@ -50,6 +50,11 @@ class Buffer:
         if status == "completed" and not keep_input:
             step.input = None  # nothing will run it again
 
+    def recovered(self, step: StepRecord) -> None:
+        """A failed step the run went on past (a tool call the model was asked to correct, a hook failure
+        that `on_error: ignore` lets by): kept in the record with its error, never where a resume starts."""
+        step.status = "recovered"
+
     def drop(self, step: StepRecord) -> None:
         """Forget a step that turned out not to happen (a hook file without that function)."""
         self.steps.remove(step)

@@ -30,6 +30,9 @@ async def settle(rt: Runtime, state: RunState, outcome: BaseException | None) ->
         run.status, run.reason, run.error = "cancelled", "cancelled", None
     elif isinstance(outcome, RunError):
         run.status, run.reason, run.error = "failed", outcome.reason, error_detail(outcome)
+        # Clients show a failure in plain words with the run id; the details are here, for whoever runs the server.
+        log.warning("run %s of chat %s (%s) failed: %s: %s", run.id, run.chat_id, run.assistant_id, run.reason,
+                    outcome.message, extra={"run_outcome": True})  # fmt: skip
     else:
         log.error("run %s failed on an unexpected error", run.id, exc_info=outcome)
         run.status, run.reason = "failed", "internal_error"

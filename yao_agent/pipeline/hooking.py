@@ -52,6 +52,7 @@ async def call_hook(
     except HookError as exc:
         state.buffer.end(step, "failed", error=exc.detail())
         if spec.hook_policy.on_error == "ignore":
+            state.buffer.recovered(step)
             log.warning("%s:%s %s failed and is ignored (on_error: ignore): %s", exc.file, exc.line or "?", function,
                         exc.message)  # fmt: skip
             return True, None

@@ -1,9 +1,10 @@
 """Stage 9: after the model (and its tools), who decides what happens next.
 
-With a `Next` hook, the hook decides: null keeps the reply, `{data}` attaches data to `stream_end`,
-`{delegate}` hands the conversation to another assistant, `{continue: {messages}}` runs one more model
-turn with those messages appended (bounded by `limits.max_turns`). Without one, the tool loop feeds
-tool results back to the model; otherwise the reply stands.
+A `Next` hook may decide: `{delegate}` hands the conversation to another assistant, `{continue:
+{messages}}` runs one more model turn with those messages appended (bounded by `limits.max_turns`),
+`{stop: true}` ends the run with what has been said. `{data}` goes to `stream_end.next`. A hook that
+decides nothing (null, or only `data`) changes nothing: as without a hook, the tool loop feeds tool
+results back to the model, and otherwise the reply stands.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from yao_agent.pipeline.hooking import call_hook
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
-ALLOWED = ("data", "delegate", "continue")  # CONTRACT §3.5: anything else is a hook error
+ALLOWED = ("data", "delegate", "continue", "stop")  # CONTRACT §3.5: anything else is a hook error
+DECISIONS = ("delegate", "continue", "stop")  # at most one: each decides what happens next
 
 
 def payload(state: RunState, reply: ChatMessage, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -65,6 +67,13 @@ def check(state: RunState, value: Any) -> Mapping[str, Any] | None:
     for key in answer:
         if key not in ALLOWED:
             raise _bad(state, f"Next returned unknown key '{key}' (expected one of: {', '.join(ALLOWED)})")
+    if answer.get("stop") is not None and not isinstance(answer["stop"], bool):
+        raise _bad(state, f"Next returned stop of type {type(answer['stop']).__name__} (expected true or false)")
+    chosen = [key for key in DECISIONS if answer.get(key) not in (None, False)]
+    if len(chosen) > 1:
+        raise _bad(
+            state, f"Next returned both {' and '.join(chosen)} (expected at most one of: {', '.join(DECISIONS)})"
+        )
     more = answer.get("continue")
     if more is not None:
         try:

@@ -15,7 +15,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.store.records import ResumePoint, RunRecord
-from yao_agent.tools import ToolSpec
+from yao_agent.tools import Offer
 
 OnBusy = Literal["queue", "reject", "interrupt"]
 
@@ -62,7 +62,7 @@ class RunState:
     depth: int = 0  # how deeply delegated (0 = root)
     hidden: bool = False  # a ctx.call child: its turns are kept but never sent to a model again
     parent: RunState | None = None
-    tools: list[ToolSpec] | None = None  # the tools offered this run, listed on first use
+    tools: Offer | None = None  # the tools offered this run (and the servers that could not be had), on first use
     signatures: list[str] = field(default_factory=list[str])  # one per tool step, for loop detection
     tool_turns: int = 0  # model turns that answered tool results (the tool loop's count)
 

@@ -11,7 +11,8 @@ answers in text instead of retrying, that answer ends the round normally.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -23,8 +24,11 @@ from yao_agent.pipeline import guards
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
-from yao_agent.tools import ToolOutcome, ToolSpec
+from yao_agent.tools import Offer, ToolOutcome, ToolSpec
 from yao_agent.tools.outcome import failure
+from yao_agent.tools.validate import invalid_arguments
+
+log = logging.getLogger("yao_agent.tools")
 
 RETRY_PROMPT = (
     "One or more of your tool calls failed; the error is in each tool result above. Correct the call "
@@ -50,20 +54,40 @@ class _Done:
     message: ChatMessage
 
 
-async def offered(rt: Runtime, state: RunState) -> list[ToolSpec]:
-    """The tools this run may use: the Create hook's `mcp_servers`, else the assistant's; listed once."""
+async def offered(rt: Runtime, state: RunState) -> Offer:
+    """The tools this run may use: the Create hook's `mcp_servers`, else the assistant's; listed once.
+
+    A server that cannot be started is left out (with a warning naming it): the model is told its tools
+    are unavailable, and a run that needs none of them goes on as usual."""
     if state.tools is None:
         uses: Sequence[McpUse] = state.options.get("mcp_servers", state.assistant.mcp.servers)
-        state.tools = await rt.tools.tools_for(uses) if uses else []
+        state.tools = await rt.tools.offer(uses) if uses else Offer([])
+        for message in state.tools.unavailable.values():
+            log.warning("run %s: the tools of a server are not offered: %s", state.run_id, message)
     return state.tools
 
 
-async def run(rt: Runtime, state: RunState, reply: ChatMessage, model_turn: Any) -> Round:
-    """Execute `reply`'s calls; on retryable failures, ask the model to fix them (bounded)."""
+def unavailable_note(offer: Offer) -> list[dict[str, Any]]:
+    """A system message telling the model which tool servers could not be reached, so it can say so."""
+    if not offer.unavailable:
+        return []
+    names = ", ".join(f"'{server}'" for server in offer.unavailable)
+    text = (f"The tools of {names} are unavailable right now (the server could not be reached). If the user "
+            "needs them, say that they are unavailable; do not pretend to have used them.")  # fmt: skip
+    return [{"role": "system", "content": text}]
+
+
+async def run(
+    rt: Runtime, state: RunState, reply: ChatMessage, model_turn: Any, replacing: Mapping[str, str] | None = None
+) -> Round:
+    """Execute `reply`'s calls; on retryable failures, ask the model to fix them (bounded).
+
+    `replacing` (a resumed round: call id → the stored result it replaces) is for the first attempt only:
+    a correction the model makes is a new reply with new calls."""
     limit = rt.app.config.limits.max_tool_retries
     done = Round(reply)
     for attempt in range(1, limit + 1):
-        outcomes = await execute(rt, state, reply.tool_calls, attempt)
+        step, outcomes = await execute(rt, state, reply.tool_calls, attempt, replacing if attempt == 1 else None)
         done.results = [r for _, r in outcomes]
         failed = [(call, o) for call, (o, _) in zip(reply.tool_calls, outcomes, strict=True) if not o.ok]
         if not failed:
@@ -72,6 +96,7 @@ async def run(rt: Runtime, state: RunState, reply: ChatMessage, model_turn: Any)
             raise ToolError(_summary("a tool call failed and cannot be retried", failed))
         if attempt == limit:
             raise ToolError(_summary(f"tool calls failed after {limit} attempts", failed))
+        state.buffer.recovered(step)  # the model is asked to correct it: a resume never runs it again
         reply = await model_turn(rt, state, [{"role": "system", "content": RETRY_PROMPT}])
         done.reply, done.results = reply, []
         if not reply.tool_calls:
@@ -85,18 +110,18 @@ def _summary(head: str, failed: Sequence[tuple[ToolCall, ToolOutcome]]) -> str:
 
 
 async def execute(
-    rt: Runtime, state: RunState, calls: Sequence[ToolCall], attempt: int
-) -> list[tuple[ToolOutcome, dict[str, Any]]]:
+    rt: Runtime, state: RunState, calls: Sequence[ToolCall], attempt: int, replacing: Mapping[str, str] | None = None
+) -> tuple[StepRecord, list[tuple[ToolOutcome, dict[str, Any]]]]:
     """Run calls concurrently (cancelling the task reaches each running call); results keep call order.
 
     Each result is kept as its call finishes, so a round cut short (cancel, timeout, a bug) still
     stores the results it got; only the calls that had none are left for `close` to pair.
     """
-    tools = await offered(rt, state)
+    tools = (await offered(rt, state)).tools
     step = state.buffer.begin("tool", {"calls": [c.to_dict() for c in calls], "attempt": attempt}, state.thread_id)
     finished: dict[int, _Done] = {}
     try:
-        await _run_all(rt, state, calls, tools, attempt, finished)
+        await _run_all(rt, state, calls, tools, attempt, finished, replacing or {})
     except BaseExceptionGroup as group:  # a call raised (a bug): its siblings were stopped
         _cut_short(state, step, calls, attempt, finished, group)
         raise _first(group) from None
@@ -112,15 +137,18 @@ async def execute(
     state.signatures.append(
         guards.step_signature((c.name, c.arguments, d.outcome.result, d.outcome.error) for c, d in pairs)
     )
-    return [(d.outcome, d.result) for d in done]
+    return step, [(d.outcome, d.result) for d in done]
 
 
 async def _run_all(
     rt: Runtime, state: RunState, calls: Sequence[ToolCall], tools: Sequence[ToolSpec], attempt: int,
-    finished: dict[int, _Done],
+    finished: dict[int, _Done], replacing: Mapping[str, str],
 ) -> None:  # fmt: skip
     async def one(index: int, call: ToolCall) -> None:
-        finished[index] = await _one(rt, state, call, tools, attempt)
+        done = finished[index] = await _one(rt, state, call, tools, attempt)
+        stored = replacing.get(call.id)
+        if stored is not None:  # a resumed call: its result takes the place of the one stored before
+            done.message.id, done.message.replaces = stored, True
 
     async with asyncio.TaskGroup() as group:  # one call failing (or a cancel) stops the others
         for index, call in enumerate(calls):
@@ -146,6 +174,15 @@ def _cut_short(
     state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)
 
 
+def _not_offered(rt: Runtime, state: RunState, name: str, tools: Sequence[ToolSpec]) -> str:
+    """Why a call names no offered tool: its server could not be reached (say which, and why), or no such tool."""
+    unavailable: Mapping[str, str] = state.tools.unavailable if state.tools is not None else {}
+    why = unavailable.get(rt.tools.server_of(name) or "")
+    if why is not None:
+        return why
+    return f"unknown tool '{name}' (offered: {', '.join(t.name for t in tools) or 'none'})"
+
+
 def _first(exc: BaseException) -> BaseException:
     """The first real error inside the exception groups a failed task group raises."""
     if isinstance(exc, BaseExceptionGroup):
@@ -157,8 +194,9 @@ def _first(exc: BaseException) -> BaseException:
 async def _one(rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[ToolSpec], attempt: int) -> _Done:
     spec = rt.tools.find(call.name, tools)
     if spec is None:
-        names = ", ".join(t.name for t in tools) or "none"
-        outcome = failure(f"unknown tool '{call.name}' (offered: {names})", retryable=False)
+        outcome = failure(_not_offered(rt, state, call.name, tools), retryable=False)
+    elif call.invalid is not None:
+        outcome = failure(invalid_arguments(call.invalid), retryable=True)
     else:
         outcome = await rt.tools.call(spec, call.arguments)
     server, tool = (spec.server, spec.tool) if spec is not None else ("", call.name)

@@ -53,8 +53,10 @@ async def model_turn(
 ) -> ChatMessage:
     guards.before_model_call(state, rt.app.config.limits.max_turns)
     fold_appended(rt, state)
-    tools = [t.to_openai() for t in await tool_round.offered(rt, state)] if with_tools else []
-    messages = [*prompts.system_messages(rt, state), *state.conversation, *extra]
+    offer = await tool_round.offered(rt, state)
+    tools = [t.to_openai() for t in offer.tools] if with_tools else []
+    notes = tool_round.unavailable_note(offer)
+    messages = [*prompts.system_messages(rt, state), *notes, *state.conversation, *extra]
     reply = await llm.call(rt, state, messages, tools, options=prompts.call_options(state))
     state.conversation.append(reply.to_provider())
     return reply
@@ -76,12 +78,16 @@ def fold_appended(rt: Runtime, state: RunState) -> None:
         state.conversation.append(stored.to_provider())
 
 
-async def after_reply(rt: Runtime, state: RunState, reply: ChatMessage, results: list[dict[str, Any]]) -> bool:
-    """Whether the model should speak again: the Next hook decides; without one, the tool loop."""
+async def after_reply(rt: Runtime, state: RunState, reply: ChatMessage, results: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the model should speak again: a Next hook's answer decides; without one (or when it
+    returns null or only `data`), the tool loop does."""
     guards.check_loop(state)
-    ran, answer = await next_hook.decide(rt, state, next_hook.arguments(state, reply, results))
-    if ran:
-        return await _follow_next(rt, state, answer)
+    _, answer = await next_hook.decide(rt, state, next_hook.arguments(state, reply, results))
+    decided = await _follow_next(rt, state, answer)
+    return decided if decided is not None else await _tool_loop(rt, state, results)
+
+
+async def _tool_loop(rt: Runtime, state: RunState, results: Sequence[Mapping[str, Any]]) -> bool:
     if not results or not state.assistant.mcp.tool_loop:
         return False
     if state.tool_turns < state.assistant.mcp.max_turns:
@@ -91,11 +97,15 @@ async def after_reply(rt: Runtime, state: RunState, reply: ChatMessage, results:
     return False
 
 
-async def _follow_next(rt: Runtime, state: RunState, answer: Mapping[str, Any] | None) -> bool:
+async def _follow_next(rt: Runtime, state: RunState, answer: Mapping[str, Any] | None) -> bool | None:
+    """What a Next hook's answer decides: True, speak again; False, the run ends; None, it left it to the
+    tool loop (null, or only `data`: a hook that only observes never changes what the run does)."""
     if answer is None:
-        return False
+        return None
     if answer.get("data") is not None:
         state.next = answer["data"]
+    if answer.get("stop"):
+        return False  # ended on purpose, also with tool results waiting for an answer
     target = answer.get("delegate")
     if isinstance(target, Mapping):
         await delegate.hand_over(rt, state, target)  # pyright: ignore[reportUnknownArgumentType]
@@ -104,18 +114,21 @@ async def _follow_next(rt: Runtime, state: RunState, answer: Mapping[str, Any] |
     if more is not None:
         state.conversation.extend(more)
         return True
-    return False
+    return None
 
 
 async def _resume_step(rt: Runtime, state: RunState, kind: str, given: Any) -> bool:
     """Run the step a run stopped at again, with what it was given; whether the model speaks next."""
     if kind == "hook_next":  # a Next hook failed after the model replied: only the hook runs again
-        ran, answer = await next_hook.decide(rt, state, given["args"])
-        return await _follow_next(rt, state, answer) if ran else False
-    # the tool calls run again; their results supersede the ones synthesized when the run stopped
-    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in given["calls"])
+        payload, _ = given["args"]
+        _, answer = await next_hook.decide(rt, state, given["args"])
+        decided = await _follow_next(rt, state, answer)
+        return decided if decided is not None else await _tool_loop(rt, state, payload.get("tools") or [])
+    # The calls run again; each new result takes the place of the one stored for it when the run stopped.
+    calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in given["calls"])
     ids = {c.id for c in calls}
+    stored = {m.tool_call_id: m.id for m in state.root.history if m.role == "tool" and m.tool_call_id in ids}
     state.conversation = [m for m in state.conversation if not (m["role"] == "tool" and m.get("tool_call_id") in ids)]
     reply = ChatMessage(rt.ids.new("msg"), "assistant", None, run_id=state.run_id, tool_calls=calls)
-    done = await tool_round.run(rt, state, reply, model_turn)
+    done = await tool_round.run(rt, state, reply, model_turn, replacing=stored)
     return not done.answered_in_text and await after_reply(rt, state, done.reply, done.results)

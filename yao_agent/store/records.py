@@ -65,7 +65,7 @@ class StepRecord:
     run_id: str
     seq: int
     type: str  # hook_create | llm | tool | hook_next | delegate
-    status: str  # running | completed | failed | interrupted | cancelled
+    status: str  # running | completed | failed | recovered (failed, and the run went on) | interrupted | cancelled
     started_at: float
     thread_id: str | None = None
     input: Any = None

@@ -47,6 +47,10 @@ INSERT_CHAT = (
     " VALUES (:id, :user_id, :team_id, :assistant_id, :title, :now, :now, 0)"
 )
 INSERT_MESSAGE = f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES ({_values(MESSAGE_COLUMNS)})"
+REPLACE_MESSAGE = (
+    "UPDATE messages SET run_id = :run_id, content = :content, status = :status, created_at = :created_at,"
+    " hidden = :hidden WHERE id = :id AND chat_id = :chat_id"
+)
 INSERT_STEP = f"INSERT INTO steps ({STEP_COLUMNS}) VALUES ({_values(STEP_COLUMNS)})"
 INSERT_RUN = (
     "INSERT INTO runs (id, chat_id, user_id, team_id, assistant_id, trace_id, status, owner, resumed_from,"
@@ -146,11 +150,16 @@ def finish(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
                                            "id": run.chat_id})  # fmt: skip
 
 
-def _append(cur: Any, dialect: Dialect, chat_id: str, start: int, new: Sequence[ChatMessage]) -> int:
+def _append(cur: Any, dialect: Dialect, chat_id: str, start: int, given: Sequence[ChatMessage]) -> int:
+    """Add messages after the chat's last; a replacing one overwrites its predecessor in place."""
+    new = [m for m in given if not m.replaces]
     for offset, message in enumerate(new):
         message.seq = start + offset + 1
     if new:
         cur.executemany(dialect.sql(INSERT_MESSAGE), [_message_row(m, chat_id) for m in new])
+    replacing = [m for m in given if m.replaces]
+    if replacing:
+        cur.executemany(dialect.sql(REPLACE_MESSAGE), [_message_row(m, chat_id) for m in replacing])
     return start + len(new)
 
 
@@ -170,7 +179,8 @@ def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
 def _message(row: Sequence[Any], dialect: Dialect) -> ChatMessage:
     (id_, _chat, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at,
      hidden) = row  # fmt: skip
-    tool_calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in dialect.json_value(calls) or ())
+    # `written`: a chat stored before invalid arguments were replaced must not carry them to a provider
+    tool_calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in dialect.json_value(calls) or ())
     return ChatMessage(
         id=id_, role=role, content=dialect.json_value(content), run_id=run_id, tool_calls=tool_calls,
         tool_call_id=tool_call_id, reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at,

@@ -86,7 +86,7 @@ steps = Table(
     Column("run_id", String(64), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
     Column("seq", Integer, nullable=False),
     Column("type", String(16), nullable=False),  # hook_create | llm | tool | hook_next | delegate
-    Column("status", String(16), nullable=False),  # completed | failed | interrupted | cancelled
+    Column("status", String(16), nullable=False),  # completed | failed | recovered | interrupted | cancelled
     Column("thread_id", String(64), nullable=True),
     Column("input", JSON, nullable=True),  # kept only for steps a resume may re-run
     Column("output", JSON, nullable=True),

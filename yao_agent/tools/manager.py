@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,14 @@ if TYPE_CHECKING:
     from yao_agent.tools.connection import ServerLink
 
 IN_PROCESS_FILE = "<in-process>"
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What a run may call: the tools of the servers that answered, and why the others could not."""
+
+    tools: list[ToolSpec]
+    unavailable: Mapping[str, str] = field(default_factory=dict[str, str])  # server id → what went wrong
 
 
 class ToolManager:
@@ -61,24 +70,41 @@ class ToolManager:
         await self.aclose()
 
     async def tools_for(self, uses: Sequence[McpUse]) -> list[ToolSpec]:
+        """The tools of `uses`, starting their servers (in parallel) if needed; a `ToolError` naming the
+        server when one cannot be started or reached."""
+        offer = await self.offer(uses)
+        for message in offer.unavailable.values():
+            raise ToolError(message)
+        return offer.tools
+
+    async def offer(self, uses: Sequence[McpUse]) -> Offer:
         """The tools an assistant offers the model, starting its servers (in parallel) if needed.
 
-        Raises `ToolError` naming the server when one cannot be started or reached: an assistant
-        without the tools it was written for must not run as if it had them.
+        A server that cannot be started or reached is left out and named, with why, in `unavailable`:
+        one broken server must not fail runs that would call none of its tools. (An unknown server id
+        is a `ToolError`: the app is wrong, not the server.)
         """
         links = [(use, self._link(use.server)) for use in uses]
         cold = {link.spec.id: link for _, link in links if link.catalogue is None}
+        unavailable: dict[str, str] = {}
         if cold:
             results = await asyncio.gather(*(link.tools() for link in cold.values()), return_exceptions=True)
-            for result in results:
-                if isinstance(result, BaseException):
+            for server_id, result in zip(cold, results, strict=True):
+                if isinstance(result, ToolError):
+                    unavailable[server_id] = result.message
+                elif isinstance(result, BaseException):
                     raise result
         offered: dict[str, ToolSpec] = {}
         for use, link in links:
-            assert link.catalogue is not None
-            for spec in catalog.select(link.spec, link.catalogue, use.tools, self._warned):
-                offered.setdefault(spec.name, spec)
-        return list(offered.values())
+            if link.spec.id not in unavailable and link.catalogue is not None:
+                for spec in catalog.select(link.spec, link.catalogue, use.tools, self._warned):
+                    offered.setdefault(spec.name, spec)
+        return Offer(list(offered.values()), unavailable)
+
+    def server_of(self, tool_name: str) -> str | None:
+        """The id of the server whose tools are named like `tool_name` (`<prefix>__<tool>`), if any."""
+        prefix = tool_name.partition("__")[0]
+        return next((spec.id for spec in self._specs.values() if spec.tool_prefix == prefix), None)
 
     async def call(self, spec: ToolSpec, arguments: str) -> ToolOutcome:
         """Run one tool call the model made; `arguments` is the JSON text it wrote. Never raises but

@@ -42,6 +42,23 @@ def parse_arguments(text: str) -> dict[str, Any]:
     return cast(dict[str, Any], value)
 
 
+QUOTED_CHARS = 200  # of arguments that are no JSON object, quoted back to the model
+
+
+def invalid_arguments(text: str) -> str:
+    """What the model is told about arguments that are not a JSON object: why, and what it sent.
+
+    The call itself is stored (and re-sent) with `{}`, so this message is the only place the model
+    sees what it wrote."""
+    try:
+        parse_arguments(text)
+        reason = f"the arguments are not a JSON object ({EXPECTED})"
+    except ArgumentError as exc:
+        reason = str(exc)
+    more = "…" if len(text) > QUOTED_CHARS else ""
+    return f"{reason}; the arguments received were: {text[:QUOTED_CHARS]}{more}"
+
+
 def _json_kind(value: object) -> str:
     if value is None:
         return "null"
