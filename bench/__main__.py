@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import flush, hooks, load_app, pipeline, server
+from bench import cold_chat, flush, hooks, load_app, pipeline, server
 from bench.common import Row, fake_provider, print_table
 
 
@@ -24,6 +24,16 @@ def with_fake(measure: Callable[..., Awaitable[list[Row]]], **knobs: Any) -> Cal
     def run() -> list[Row]:
         with fake_provider() as url:
             return asyncio.run(measure(url, **knobs))
+
+    return run
+
+
+def with_fake_sync(measure: Callable[..., list[Row]], **knobs: Any) -> Callable[[], list[Row]]:
+    """A benchmark of fresh processes against its own fake provider process."""
+
+    def run() -> list[Row]:
+        with fake_provider() as url:
+            return measure(url, **knobs)
 
     return run
 
@@ -38,6 +48,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         ),
         "flush": lambda: asyncio.run(flush.measure(300 // scale, flush.PG)),
         "validate": lambda: load_app.measure(7 // scale + 1, 1000),
+        "cold_chat": with_fake_sync(cold_chat.measure, runs=7 // scale + 1),
     }
 
 

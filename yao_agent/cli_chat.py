@@ -1,8 +1,11 @@
 """`yao-agent chat`, `history` and `resume`: a run's events rendered live in the terminal.
 
 Text streams as it arrives, reasoning dimmed, tool calls and results on their own lines, and a final
-line with the outcome, usage and duration. `--json` prints the events themselves, one per line.
-Ctrl-C cancels the run cleanly: it is stored as cancelled and can be resumed.
+line with the outcome, usage and how long the user waited: since the command started (in the REPL,
+since the line was entered), then the run's own duration, which leaves out start-up. `--json` prints
+the events themselves, one per line, with the run's `duration_ms`. Ctrl-C cancels the run cleanly:
+it is stored as cancelled and can be resumed. The REPL edits lines with readline where Python has
+it, with a history of the last 1,000 lines in ~/.yao-agent_history.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Generator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,14 +33,26 @@ from yao_agent.identity import Identity
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start, start_resume
+from yao_agent.startup import loading
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+HISTORY_FILE = "~/.yao-agent_history"  # one history for every app, like the shells' and Python's own
+HISTORY_LINES = 1000
+Clock = Callable[[], float]
 
 
 class Renderer:
-    def __init__(self, out: TextIO, *, as_json: bool) -> None:
+    """A run's events for a person (or, with `as_json`, for a program).
+
+    `started` is when the user began to wait (`clock`'s time; default: now)."""
+
+    def __init__(
+        self, out: TextIO, *, as_json: bool, started: float | None = None, clock: Clock = time.monotonic
+    ) -> None:
         self.as_json = as_json
         self.out = out
+        self.clock = clock
+        self.started = clock() if started is None else started
         self.console = Console(file=out, highlight=False, soft_wrap=True)
         self.midline = False
         self.streaming: str | None = None  # the message whose text is being printed
@@ -90,7 +107,8 @@ class Renderer:
 
     def _stream_end(self, event: StreamEnd) -> None:
         tokens = event.usage.get("total_tokens", 0)
-        line = f"── {event.status} · {tokens} tokens · {event.duration_ms / 1000:.1f} s"
+        waited = self.clock() - self.started
+        line = f"── {event.status} · {tokens} tokens · {waited:.1f} s (run {event.duration_ms / 1000:.1f} s)"
         if event.status == "completed":
             self.console.print(line, style="dim")
         else:
@@ -148,6 +166,7 @@ def terminal_logging(root: logging.Logger | None = None, stream: TextIO | None =
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setLevel(logging.WARNING)
     handler.setFormatter(_OneLine())
+    handler.addFilter(lambda record: not getattr(record, "run_outcome", False))  # the run's own last line says it
     root.addHandler(handler)
     try:
         yield
@@ -161,12 +180,15 @@ async def chat(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _chat(args: argparse.Namespace, out: TextIO) -> int:
-    rt = await _open(args)
+    with loading():  # the app and the store
+        rt = await _open(args)
     try:
-        await rt.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
+        with loading():  # the engines (and their SDKs) the assistant's connectors need
+            await rt.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
         if args.message is not None:
             return await _turn(rt, args, args.message, args.chat, out)
-        return await _repl(rt, args, out)
+        with line_editing():
+            return await _repl(rt, args, out)
     finally:
         await rt.aclose()
 
@@ -174,7 +196,13 @@ async def _chat(args: argparse.Namespace, out: TextIO) -> int:
 async def _turn(rt: Runtime, args: argparse.Namespace, text: str, chat_id: str | None, out: TextIO) -> int:
     request = RunRequest(args.assistant, identity_of(args), [{"role": "user", "content": text}], chat_id=chat_id)
     handle = await start(rt, request)
-    return await _follow(handle, Renderer(out, as_json=args.json))
+    return await _follow(handle, Renderer(out, as_json=args.json, started=_command_start(args)))
+
+
+def _command_start(args: argparse.Namespace) -> float | None:
+    """When `main` began (time.monotonic), if it said so: the user has waited since then."""
+    started = getattr(args, "started", None)
+    return started if isinstance(started, float) else None
 
 
 async def _repl(rt: Runtime, args: argparse.Namespace, out: TextIO) -> int:
@@ -184,19 +212,74 @@ async def _repl(rt: Runtime, args: argparse.Namespace, out: TextIO) -> int:
     async for line in _lines(loop):
         if not line.strip():
             continue
+        entered = time.monotonic()
         request = RunRequest(args.assistant, identity_of(args), [{"role": "user", "content": line}], chat_id=chat_id)
         handle = await start(rt, request)
         chat_id = handle.state.chat_id
-        code = await _follow(handle, Renderer(out, as_json=args.json))
+        code = await _follow(handle, Renderer(out, as_json=args.json, started=entered))
     return code
 
 
 async def _lines(loop: asyncio.AbstractEventLoop) -> AsyncIterator[str]:
     while True:
         try:
-            yield await loop.run_in_executor(None, input, "you> ")
+            yield await _read_line(loop, "you> ")
         except (EOFError, KeyboardInterrupt):
             return
+
+
+def _read_line(loop: asyncio.AbstractEventLoop, prompt: str) -> asyncio.Future[str]:
+    """`input()` on a daemon thread, so the loop runs meanwhile. Not on the loop's default executor:
+    `asyncio.run` waits for its threads at exit, and Ctrl-C at the prompt would wait for a line."""
+    future: asyncio.Future[str] = loop.create_future()
+
+    def read() -> None:
+        try:
+            line, error = input(prompt), None
+        except BaseException as exc:  # EOFError at Ctrl-D: handed to the REPL, which ends
+            line, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for the line
+            loop.call_soon_threadsafe(_settle, future, line, error)
+
+    threading.Thread(target=read, name="yao-repl-input", daemon=True).start()
+    return future
+
+
+def _settle(future: asyncio.Future[str], line: str | None, error: BaseException | None) -> None:
+    if future.done():  # the REPL was cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(line or "")
+
+
+@contextlib.contextmanager
+def line_editing(history: str = HISTORY_FILE, terminal: TextIO | None = None) -> Generator[None]:
+    """Editing keys (arrows, Home, Ctrl-R …) and the history of earlier lines for `input()`, through
+    readline, when the REPL reads a terminal and Python has readline (Windows' has not)."""
+    tty: TextIO = terminal or sys.stdin
+    if not tty.isatty():
+        yield
+        return
+    try:
+        import readline  # input() uses it from now on, on whichever thread calls it
+        import termios
+    except ImportError:
+        yield
+        return
+    path = os.path.expanduser(history)
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+    readline.set_history_length(HISTORY_LINES)
+    mode = termios.tcgetattr(tty)
+    try:
+        yield
+    finally:
+        # Leaving at Ctrl-C, readline may still hold the terminal in its own mode (no echo): give it back.
+        termios.tcsetattr(tty, termios.TCSADRAIN, mode)
+        with contextlib.suppress(OSError):
+            readline.write_history_file(path)
 
 
 async def history(args: argparse.Namespace, out: TextIO) -> int:
@@ -235,6 +318,6 @@ async def resume(args: argparse.Namespace, out: TextIO) -> int:
         rt = await _open(args)
         try:
             handle = await start_resume(rt, identity_of(args), args.chat_id)
-            return await _follow(handle, Renderer(out, as_json=args.json))
+            return await _follow(handle, Renderer(out, as_json=args.json, started=_command_start(args)))
         finally:
             await rt.aclose()

@@ -6,9 +6,12 @@ import io
 import json
 import logging
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +21,8 @@ import pytest
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from yao_agent.cli import main
-from yao_agent.cli_chat import terminal_logging
+from yao_agent.cli_chat import Renderer, terminal_logging
+from yao_agent.events import StreamEnd
 from yao_agent.testing import FakeProvider, Reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,7 +136,7 @@ def test_ctrl_c_cancels_the_run_cleanly_and_it_can_be_resumed(app: Path, fake: F
     assert process.returncode == 1, err
     assert "Traceback" not in err
     last = out.splitlines()[-1]
-    assert last.startswith("── cancelled · ") and last.endswith(" s")  # no empty reason after it
+    assert re.fullmatch(r"── cancelled · \d+ tokens · [\d.]+ s \(run [\d.]+ s\)", last)  # no empty reason after it
     history = cli(app, "history", "k2")[1].splitlines()
     assert history[0] == "user: long please" and history[1].startswith("assistant (incomplete): zzzz")
     code, shown = cli(app, "resume", "k2")
@@ -165,3 +169,112 @@ def test_warnings_reach_the_terminal_as_one_line_without_a_traceback(monkeypatch
     monkeypatch.setenv("YAO_AGENT_DEBUG", "1")
     with terminal_logging(root, err):
         assert root.handlers == []  # a developer who asks gets Python's own output, tracebacks included
+
+
+def test_the_closing_line_says_how_long_the_user_waited_and_how_long_the_run_took() -> None:
+    out, now = io.StringIO(), [100.0]
+    renderer = Renderer(out, as_json=False, started=88.0, clock=lambda: now[0])
+    renderer.show(StreamEnd("run_1", "completed", "completed", {"total_tokens": 60}, duration_ms=1000))
+    assert out.getvalue() == "── completed · 60 tokens · 12.0 s (run 1.0 s)\n"
+    as_json = io.StringIO()
+    Renderer(as_json, as_json=True, started=88.0, clock=lambda: now[0]).show(
+        StreamEnd("run_1", "completed", "completed", {"total_tokens": 60}, duration_ms=1000)
+    )
+    assert json.loads(as_json.getvalue())["duration_ms"] == 1000  # --json keeps the run's own figure
+
+
+def test_a_chat_reports_the_time_since_the_command_started(app: Path, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="Hello"))
+    code, shown = cli(app, "chat", "chat", "hi")
+    found = re.fullmatch(r"── completed · \d+ tokens · ([\d.]+) s \(run ([\d.]+) s\)", shown.splitlines()[-1])
+    assert code == 0 and found is not None
+    assert float(found[1]) >= float(found[2])
+
+
+# A cold process: what it imported is only what its connectors need.
+COLD = (
+    "import sys; from yao_agent.cli import main; rc = main(sys.argv[1:]);"
+    "print('SDKS', sorted(m for m in ('litellm', 'openai') if m in sys.modules)); sys.exit(rc)"
+)
+
+
+LONG = "Could you explain in detail how the tides work and why most coasts get two of them a day?"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["chat", "chat", "Hello"], ["validate"], ["chat", "concierge", LONG]],
+    ids=["chat", "validate", "fallback-from-a-connector-without-its-key"],
+)
+def test_a_scripted_chat_and_validate_import_no_model_sdk(tmp_path: Path, command: list[str]) -> None:
+    db = f"sqlite:///{tmp_path / 'agent.db'}"
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", COLD, "--app", str(REPO), "--db", db, *command],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "SDKS []"
+
+
+class Terminal:
+    """`yao-agent` on a pseudo-terminal, as a person at a keyboard has it."""
+
+    def __init__(self, home: Path, *args: str) -> None:
+        self.master, slave = os.openpty()
+        self.mode = termios.tcgetattr(self.master)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(home), "TERM": "xterm"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "yao_agent.cli", *args],
+            stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+        )  # fmt: skip
+        os.close(slave)
+        self.seen = b""
+
+    def wait_for(self, text: bytes, timeout: float = 60) -> bytes:
+        """Read until `text` has appeared (again), and return what came since the last wait."""
+        start, deadline = len(self.seen), time.monotonic() + timeout
+        while text not in self.seen[start:] and time.monotonic() < deadline:
+            if select.select([self.master], [], [], 0.1)[0]:
+                self.seen += os.read(self.master, 4096)
+        assert text in self.seen[start:], self.seen.decode(errors="replace")
+        return self.seen[start:]
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+        os.close(self.master)
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[Terminal]:
+    db = f"sqlite:///{tmp_path / 'agent.db'}"
+    shell = Terminal(tmp_path, "--app", str(REPO), "--db", db, "chat", "chat", "--chat", "t1")
+    try:
+        yield shell
+    finally:
+        shell.close()
+
+
+def test_the_repl_edits_lines_and_recalls_them_with_the_up_arrow(terminal: Terminal, tmp_path: Path) -> None:
+    terminal.wait_for(b"you> ")
+    terminal.type(b"first wordz\x7fs\r")  # Backspace fixes a typo
+    assert b"You said: first words" in terminal.wait_for(b"you> ")
+    terminal.type(b"\x1b[A\r")  # Up, then Enter: the same line again
+    assert b"You said: first words" in terminal.wait_for(b"you> ")
+    terminal.type(b"\x04")  # Ctrl-D leaves
+    assert terminal.process.wait(30) == 0
+    db = f"sqlite:///{tmp_path / 'agent.db'}"
+    assert cli(REPO, "--db", db, "history", "t1")[1].splitlines()[::2] == ["user: first words"] * 2
+    assert (tmp_path / ".yao-agent_history").read_text().splitlines()[-1] == "first words"
+
+
+def test_ctrl_c_at_the_prompt_leaves_at_once_and_gives_the_terminal_back(terminal: Terminal) -> None:
+    terminal.wait_for(b"you> ")
+    terminal.process.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
+    assert terminal.process.wait(10) == 130  # not waiting for a line nobody will type
+    assert termios.tcgetattr(terminal.master) == terminal.mode  # echo and line mode as they were

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.pipeline.helpers import stored, turn
+from yao_agent.dsl import load_app
 from yao_agent.messages import ChatMessage, ToolCall, provider_messages
 from yao_agent.pipeline import Runtime
 from yao_agent.pipeline.history import overlap
@@ -77,6 +78,9 @@ async def test_input_equal_to_history_stores_nothing_new_from_the_input(rt: Runt
 
 
 async def test_multimodal_input_is_stored_once(rt: Runtime, fake: FakeProvider) -> None:
+    model = rt.app.root / "connectors/fake/model.yml"
+    model.write_text(model.read_text() + "capabilities: {vision: true}\n")  # images go only to models that see
+    rt.app = load_app(rt.app.root)
     fake.enqueue(Reply(text="reply one"), Reply(text="reply two"))
     await turn(rt, [IMAGE])
     await turn(rt, [IMAGE, A1, U2])

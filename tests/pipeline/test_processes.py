@@ -17,6 +17,7 @@ from tests.pipeline.helpers import stored
 from yao_agent.events import StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime, start
+from yao_agent.store.leases import ANSWER_S
 from yao_agent.testing import FakeProvider, Reply
 
 pytestmark = pytest.mark.postgres
@@ -52,6 +53,13 @@ async def other_process(app: Path, pg_url: str, text: str) -> asyncio.subprocess
         assert chunk, (await process.stderr.read()).decode() if process.stderr else "no output"  # type: ignore[union-attr]
         seen += chunk
     return process
+
+
+async def ended(process: asyncio.subprocess.Process) -> None:
+    """Kill `process` if a failed test left it running, so it cannot hold the next test's chat."""
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
 
 
 async def our_runtime(app: Path, pg_url: str) -> Runtime:
@@ -94,7 +102,7 @@ async def test_a_cancel_in_one_process_reaches_a_run_in_another(
     process = await other_process(app, pg_url, "long one")
     rt = await our_runtime(app, pg_url)
     try:
-        assert await rt.cancel(LOCAL, "k1") == 0  # nothing of this chat runs here; the other process hears it
+        assert await rt.cancel(LOCAL, "k1") == 1  # the run in the other process, which heard it and said so
         out, _ = await asyncio.wait_for(process.communicate(), 30)
         assert process.returncode == 1 and b"cancelled" in out
         handle = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "next"}], chat_id="k1"))
@@ -105,6 +113,50 @@ async def test_a_cancel_in_one_process_reaches_a_run_in_another(
         assert [r[2] for r in rows] == ["completed", "incomplete", "completed", "completed"]
         assert [r[0] for r in rows] == ["user", "assistant", "user", "assistant"]
     finally:
+        await ended(process)
+        await rt.aclose()
+
+
+async def test_a_cancel_counts_what_it_cancelled_here_and_in_the_process_holding_the_chat(
+    tmp_path: Path, pg_url: str, fake: FakeProvider
+) -> None:
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
+    process = await other_process(app, pg_url, "long one")
+    rt = await our_runtime(app, pg_url)
+    try:
+        queued = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "me next"}], chat_id="k1"))
+        assert await rt.cancel(LOCAL, "k1") == 2  # the request waiting here, and the run over there
+        assert (await ending(queued.events())).status == "cancelled"
+        out, _ = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 1 and b"cancelled" in out
+        assert len(fake.requests) == 1  # the queued request never reached the model
+    finally:
+        await ended(process)
+        await rt.aclose()
+
+
+async def test_a_holder_that_does_not_answer_still_counts_for_its_run(
+    tmp_path: Path, pg_url: str, fake: FakeProvider
+) -> None:
+    """A process that holds the chat but cannot answer now (stopped here; busy, or dead before its lease
+    expires) counts for the run it holds: the cancel stops it once heard."""
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
+    process = await other_process(app, pg_url, "long one")
+    rt = await our_runtime(app, pg_url)
+    try:
+        process.send_signal(signal.SIGSTOP)
+        try:
+            started = asyncio.get_running_loop().time()
+            assert await rt.cancel(LOCAL, "k1") == 1
+            assert asyncio.get_running_loop().time() - started >= ANSWER_S  # it waited for the answer, in vain
+        finally:
+            process.send_signal(signal.SIGCONT)
+        out, _ = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 1 and b"cancelled" in out  # heard once it went on
+    finally:
+        await ended(process)
         await rt.aclose()
 
 

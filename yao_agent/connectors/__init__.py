@@ -1,6 +1,8 @@
-"""Model connectors: role resolution, the model call (two engines, one stream of deltas), scripted."""
+"""Model connectors: role resolution, the model call (three engines — openai, litellm, scripted — one stream of
+deltas), fallback cooldowns and capabilities."""
 
 from yao_agent.connectors.call import Engine, Engines, RetryPolicy, stream_call
+from yao_agent.connectors.cooldown import Cooldowns
 from yao_agent.connectors.deltas import (
     CallEvent,
     Delta,
@@ -16,6 +18,7 @@ from yao_agent.connectors.resolve import Resolution, RoleSettings, resolve_conne
 
 __all__ = [
     "CallEvent",
+    "Cooldowns",
     "Delta",
     "Engine",
     "Engines",

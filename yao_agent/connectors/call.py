@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Protocol
 
-from yao_agent.connectors.classify import FALLBACK
+from yao_agent.connectors.capabilities import refusal
+from yao_agent.connectors.classify import FALLBACK, RETRYABLE
+from yao_agent.connectors.cooldown import Cooldowns
 from yao_agent.connectors.deltas import CallEvent, Delta, Fallback
-from yao_agent.connectors.providers import engine_for
+from yao_agent.connectors.providers import engine_for, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
@@ -46,7 +48,8 @@ class RetryPolicy:
 
 
 class Engines:
-    """The engines of one runtime. litellm's is created (and imported) only when first needed."""
+    """The engines of one runtime, each created (and its SDK imported) only when a connector first needs
+    it: litellm takes seconds to import, the `openai` SDK most of a second, the scripted engine nothing."""
 
     def __init__(self, overrides: Mapping[str, Engine] | None = None) -> None:
         self._engines: dict[str, Engine] = dict(overrides or {})
@@ -65,10 +68,17 @@ class Engines:
 
 
 def _create(name: str) -> Engine:
+    if name == "scripted":
+        from yao_agent.connectors.scripted_engine import ScriptedEngine
+
+        return ScriptedEngine()
     if name == "openai":
+        from yao_agent.connectors.tls import on_thread
+
+        tls = on_thread()  # the CA bundle loads (outside the GIL) while the SDK is imported
         from yao_agent.connectors.openai_engine import OpenAIEngine
 
-        return OpenAIEngine()
+        return OpenAIEngine(tls)
     from yao_agent.connectors.litellm_engine import LiteLLMEngine
 
     return LiteLLMEngine()
@@ -83,17 +93,35 @@ async def stream_call(
     sleep: Sleep = asyncio.sleep,
     clock: Clock = time.monotonic,
     environ: Mapping[str, str] | None = None,
+    cooldowns: Cooldowns | None = None,
 ) -> AsyncIterator[CallEvent]:
-    """Stream one model call through the first connector of `chain` that answers."""
-    for position, connector in enumerate(chain):
+    """Stream one model call through the first connector of `chain` that answers.
+
+    With `cooldowns` (the runtime's), links that failed lately are skipped, each with a `Fallback` that
+    says so, unless every link is cooling down."""
+    cooldowns = cooldowns if cooldowns is not None else Cooldowns(clock)
+    able = [c for c in chain if refusal(c, request) is None]
+    if not able:
+        raise ModelError(str(refusal(chain[0], request)), kind="bad_request", connector=chain[0].id)
+    links = cooldowns.usable(able) if len(able) > 1 else able
+    passed = 0  # how much of the chain is behind us
+    for position, connector in enumerate(links):
+        here = chain.index(connector)
+        for skipped in chain[passed:here]:  # said, so a chain never changes hands silently
+            why = refusal(skipped, request) or f"it failed lately ({cooldowns.remaining(skipped):.0f} s more)"
+            yield Fallback(skipped.id, connector.id, f"skipped: {why}")
+        passed = here + 1
         try:
             async for delta in _with_retries(connector, request, engines, policy, sleep, clock, environ):
                 yield delta
+            cooldowns.succeeded(connector)
             return
         except ModelError as exc:
-            if exc.kind not in FALLBACK or position == len(chain) - 1:
+            if exc.kind in RETRYABLE:
+                cooldowns.failed(connector)
+            if exc.kind not in FALLBACK or position == len(links) - 1:
                 raise
-            yield Fallback(connector.id, chain[position + 1].id, exc.message)
+            yield Fallback(connector.id, links[position + 1].id, exc.message)
 
 
 async def _with_retries(
@@ -105,6 +133,7 @@ async def _with_retries(
     clock: Clock,
     environ: Mapping[str, str] | None,
 ) -> AsyncIterator[Delta]:
+    resolve_endpoint(connector, environ)  # a key that is not set fails here, before its engine's SDK is imported
     engine = engines.get(connector)
     deadline = clock() + connector.timeout_s
     for attempt in range(1, policy.max_attempts + 1):

@@ -1,4 +1,4 @@
-"""The `litellm` engine: every provider that does not speak OpenAI's API, and the offline `scripted` one.
+"""The `litellm` engine: every provider that does not speak OpenAI's API.
 
 Imported only when such a connector is first called: litellm takes seconds to import. The package
 sets LITELLM_LOCAL_MODEL_COST_MAP / LITELLM_OFFLINE_MODE before that, so the import opens no socket.
@@ -6,92 +6,22 @@ sets LITELLM_LOCAL_MODEL_COST_MAP / LITELLM_OFFLINE_MODE before that, so the imp
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, cast
+from typing import Any
 
 import litellm
 import openai
 from litellm import exceptions as llm_errors
-from litellm.llms.custom_llm import CustomLLM
 
 from yao_agent.connectors.classify import kind_for_status, model_error
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.connectors.openai_engine import call_params
 from yao_agent.connectors.providers import Endpoint, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
-from yao_agent.connectors.scripted import NoRuleMatched, pieces, plan_reply
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 
 litellm.suppress_debug_info = True
-SCRIPTED_PROVIDER = "scripted"
-
-
-class ScriptedProvider(CustomLLM):
-    """litellm's custom provider for `type: scripted` connectors, so they travel a real model's path."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.connectors: dict[str, ConnectorSpec] = {}
-
-    def register(self, connector: ConnectorSpec) -> str:
-        key = f"{connector.id}~{id(connector):x}"  # two apps in one process may reuse an id
-        self.connectors[key] = connector
-        return f"{SCRIPTED_PROVIDER}/{key}"
-
-    async def astreaming(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
-        connector = self.connectors[model]
-        try:
-            reply = plan_reply(connector, messages)
-        except NoRuleMatched as exc:
-            raise _scripted_error(400, str(exc), model) from None
-        if reply.error_status is not None:
-            raise _scripted_error(reply.error_status, reply.error_message, model)
-        delay = connector.delay_ms / 1000
-        for text in pieces(reply.reasoning, connector.chunk_size):
-            yield _chunk(provider_specific_fields={"reasoning_content": text})
-            await asyncio.sleep(delay)
-        for text in pieces(reply.text, connector.chunk_size):
-            yield _chunk(text=text)
-            await asyncio.sleep(delay)
-        for index, (name, arguments) in enumerate(reply.tool_calls):
-            for n, fragment in enumerate(pieces(arguments, connector.chunk_size) or [""]):
-                function = {"name": name if n == 0 else None, "arguments": fragment}
-                call_id = f"call_{index}_{abs(hash((name, arguments))) % 10**8}" if n == 0 else None
-                yield _chunk(tool_use={"id": call_id, "type": "function", "index": index, "function": function})
-                await asyncio.sleep(delay)
-        finish = "tool_calls" if reply.tool_calls else "stop"
-        yield _chunk(is_finished=True, finish_reason=finish, usage=dict(reply.usage))
-
-
-def _chunk(text: str = "", *, is_finished: bool = False, finish_reason: str = "", **extra: Any) -> dict[str, Any]:
-    return {"text": text, "is_finished": is_finished, "finish_reason": finish_reason, "usage": None, "index": 0,
-            "tool_use": None, **extra}  # fmt: skip
-
-
-def _scripted_error(status: int, message: str, model: str) -> Exception:
-    """The exception a real provider's failure with this status would raise inside litellm."""
-    provider = SCRIPTED_PROVIDER
-    if status == 401:
-        return llm_errors.AuthenticationError(message=message, model=model, llm_provider=provider)
-    if status == 429:
-        return llm_errors.RateLimitError(message=message, model=model, llm_provider=provider)
-    if status >= 500:
-        return llm_errors.InternalServerError(message=message, model=model, llm_provider=provider)
-    return llm_errors.BadRequestError(message=message, model=model, llm_provider=provider)
-
-
-_SCRIPTED = ScriptedProvider()
-
-
-def _install_scripted_provider() -> None:
-    current = cast(list[dict[str, Any]], litellm.custom_provider_map or [])
-    if not any(entry.get("provider") == SCRIPTED_PROVIDER for entry in current):
-        litellm.custom_provider_map = [*current, {"provider": SCRIPTED_PROVIDER, "custom_handler": _SCRIPTED}]
-
-
-_install_scripted_provider()
 
 
 class LiteLLMEngine:
@@ -122,24 +52,18 @@ class LiteLLMEngine:
 
     def params(self, connector: ConnectorSpec, request: ModelRequest, endpoint: Endpoint) -> dict[str, Any]:
         params = call_params(connector, request)
-        if connector.scripted:
-            params["model"] = _SCRIPTED.register(connector)
-        else:
-            params["model"] = f"{connector.type}/{connector.model}"
-            params.update(api_key=endpoint.api_key, api_base=endpoint.base_url, timeout=connector.timeout_s)
-            if connector.api_version:
-                params["api_version"] = connector.api_version
-            if endpoint.headers:
-                params["extra_headers"] = dict(endpoint.headers)
+        params["model"] = f"{connector.type}/{connector.model}"
+        params.update(api_key=endpoint.api_key, api_base=endpoint.base_url, timeout=connector.timeout_s)
+        if connector.api_version:
+            params["api_version"] = connector.api_version
+        if endpoint.headers:
+            params["extra_headers"] = dict(endpoint.headers)
         params.update(stream=True, stream_options={"include_usage": True}, max_retries=0, drop_params=True)
         return params
 
 
 def chunk_deltas(chunk: Any) -> list[Delta]:
     out: list[Delta] = []
-    reasoning = _field(chunk, "reasoning_content")  # custom providers put it on the chunk
-    if isinstance(reasoning, str) and reasoning:
-        out.append(ReasoningDelta(reasoning))
     for choice in chunk.choices:
         delta = choice.delta
         reasoning = _field(delta, "reasoning_content")

@@ -12,17 +12,22 @@ stream builds a pydantic model per chunk (2.7 times this engine's CPU for a 20-c
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import httpx2
 import openai
 
+from yao_agent.connectors.capabilities import adapt
 from yao_agent.connectors.classify import kind_for_status, model_error
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.connectors.providers import Endpoint, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
+from yao_agent.connectors.tls import on_thread
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 from yao_agent.jsonvalue import as_list, as_mapping
@@ -31,25 +36,27 @@ STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 
 
 def call_params(connector: ConnectorSpec, request: ModelRequest) -> dict[str, Any]:
-    """Chat-completions parameters: connector defaults, then the call's own options; tools only if supported."""
+    """Chat-completions parameters: connector defaults, then the call's own options, fit to its capabilities."""
     params: dict[str, Any] = {**connector.options, **request.options}
     params["model"] = connector.model
     params["messages"] = list(request.messages)
-    if request.tools and connector.capabilities.tool_calls:
+    if request.tools:
         params["tools"] = list(request.tools)
-    else:
-        params.pop("tool_choice", None)
-        params.pop("parallel_tool_calls", None)
-    return params
+    return adapt(connector, params)
 
 
 class OpenAIEngine:
     name = "openai"
 
-    def __init__(self) -> None:
+    def __init__(self, tls: Future[ssl.SSLContext] | None = None) -> None:
+        """`tls` is the one TLS context every client shares, being made on a thread (`tls.on_thread`):
+        by default the SDK's own settings, which its transport would otherwise load for each client."""
         self._clients: dict[tuple[Any, ...], openai.AsyncOpenAI] = {}
+        self._tls = tls if tls is not None else on_thread()
 
-    def client(self, connector: ConnectorSpec, endpoint: Endpoint) -> openai.AsyncOpenAI:
+    async def client(self, connector: ConnectorSpec, endpoint: Endpoint) -> openai.AsyncOpenAI:
+        if not self._tls.done():
+            await asyncio.wrap_future(self._tls)
         key = (endpoint.base_url, endpoint.api_key, tuple(sorted(endpoint.headers.items())), connector.timeout_s)
         client = self._clients.get(key)
         if client is None:
@@ -59,7 +66,8 @@ class OpenAIEngine:
                 default_headers=dict(endpoint.headers) or None,
                 timeout=openai.Timeout(connector.timeout_s, connect=min(10.0, connector.timeout_s)),
                 max_retries=0,
-                http_client=openai.DefaultAioHttpClient(),  # aiohttp's transport: a quarter less CPU per chunk
+                # aiohttp's transport: a quarter less CPU per chunk
+                http_client=openai.DefaultAioHttpClient(verify=self._tls.result()),
             )
             self._clients[key] = client
         return client
@@ -73,7 +81,7 @@ class OpenAIEngine:
         self, connector: ConnectorSpec, request: ModelRequest, environ: Mapping[str, str] | None = None
     ) -> AsyncIterator[Delta]:
         endpoint = resolve_endpoint(connector, environ)
-        client = self.client(connector, endpoint)
+        client = await self.client(connector, endpoint)
         params = call_params(connector, request)
         body = {**params, **as_mapping(params.pop("extra_body", None)), **STREAMED}
         try:

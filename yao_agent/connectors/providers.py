@@ -39,9 +39,10 @@ DEFAULT_KEY_VARIABLE: Mapping[str, str] = {
 
 
 def engine_for(connector: ConnectorSpec) -> str:
-    """`openai` for OpenAI-compatible providers (the SDK directly), `litellm` for the rest."""
+    """`scripted` for the offline scripts, `openai` for OpenAI-compatible providers (the SDK directly),
+    `litellm` for the rest."""
     if connector.scripted:
-        return "litellm"  # the scripted provider is registered with litellm, so it travels a model's path
+        return "scripted"  # no provider behind it: its own engine, which imports no model SDK
     if connector.engine != "auto":
         return connector.engine
     return "openai" if connector.type in OPENAI_COMPATIBLE else "litellm"

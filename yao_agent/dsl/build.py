@@ -88,6 +88,7 @@ def build_connector(connector_id: str, doc: Document) -> ConnectorSpec:
         api_version=data.get("api_version"),
         headers=_env_map(doc, ("headers",), data.get("headers", {}), secret=True),
         timeout_s=float(data.get("timeout_s", 60.0)),
+        cooldown_s=float(data.get("cooldown_s", 30.0)),
         engine=data.get("engine", "auto"),
         capabilities=Capabilities(**cast(Data, data.get("capabilities", {}))),
         options=dict(cast(Data, data.get("options", {}))),

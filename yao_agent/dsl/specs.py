@@ -55,7 +55,9 @@ class Capabilities:
     tool_calls: bool = True
     vision: bool = False
     reasoning: bool = False
+    structured_output: bool = True
     max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,7 @@ class ConnectorSpec:
     api_version: str | None = None
     headers: Mapping[str, EnvValue] = field(default_factory=dict[str, EnvValue])
     timeout_s: float = 60.0
+    cooldown_s: float = 30.0
     engine: Literal["auto", "openai", "litellm"] = "auto"
     capabilities: Capabilities = Capabilities()
     options: Mapping[str, Any] = field(default_factory=dict[str, Any])

@@ -112,9 +112,9 @@ class Admission:
             ticket.cancel()
         return len(doomed)
 
-    def cancel_before(self, chat_id: str, at: float) -> None:
-        """Another process cancelled the chat at `at`: what was accepted here by then is cancelled."""
-        self.cancel(chat_id, before=at)
+    def cancel_before(self, chat_id: str, at: float) -> int:
+        """Another process cancelled the chat at `at`: what was accepted here by then is cancelled (how many)."""
+        return self.cancel(chat_id, before=at)
 
     def lost(self, chat_id: str, run_id: str) -> None:
         """The lease of a running run is gone (another process may run on the chat): stop that run."""

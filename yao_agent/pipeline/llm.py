@@ -67,7 +67,7 @@ class LiveReply:
                                              self.thread_id))  # fmt: skip
         if "text" in self.ids:
             await self.state.emit(MessageEnd(run_id, self.ids["text"], "text", got.content, status, self.thread_id))
-        calls = tuple(ToolCall(c.id, c.name, c.arguments) for c in got.tool_calls)
+        calls = tuple(ToolCall.written(c.id, c.name, c.arguments) for c in got.tool_calls)
         for index, call in zip(sorted(got.calls), calls, strict=True):
             await self.state.emit(MessageEnd(run_id, self.ids[f"call:{index}"], "tool_call", call.to_dict(), status,
                                              self.thread_id))  # fmt: skip
@@ -101,7 +101,7 @@ async def call(
     state.turns += 1
     try:
         async for event in stream_call(state.chain, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
-                                       environ=rt.environ):  # fmt: skip
+                                       environ=rt.environ, cooldowns=rt.cooldowns):  # fmt: skip
             if isinstance(event, Fallback):
                 await state.emit(FallbackEvent(state.run_id, event.from_connector, event.to_connector, event.reason))
             else:

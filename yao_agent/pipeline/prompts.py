@@ -42,7 +42,11 @@ def system_messages(rt: Runtime, state: RunState) -> list[dict[str, Any]]:
     return out
 
 
-CALL_OPTIONS = ("temperature", "max_tokens", "max_completion_tokens", "top_p")
+# What a run's options (the request's, or the Create hook's) may set for each model call.
+CALL_OPTIONS = (
+    "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "presence_penalty",
+    "frequency_penalty", "logit_bias", "reasoning_effort", "parallel_tool_calls", "response_format",
+)  # fmt: skip
 
 
 def call_options(state: RunState) -> dict[str, Any]:

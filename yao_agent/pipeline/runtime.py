@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from yao_agent.connectors import Engines, RetryPolicy, resolve_connectors
+from yao_agent.connectors import Cooldowns, Engines, RetryPolicy, resolve_connectors
+from yao_agent.connectors.providers import resolve_endpoint
 from yao_agent.dsl import App, load_app
 from yao_agent.errors import ModelError, NotFound, UsageError
 from yao_agent.hooks import HookRunner
@@ -77,6 +78,8 @@ class Runtime:
     ids: IdSource = field(default_factory=RandomIds)
     environ: Mapping[str, str] | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Connectors that failed lately, skipped by fallback chains (on the `monotonic` clock by default).
+    cooldowns: Cooldowns = field(default=None)  # pyright: ignore[reportAssignmentType]
     owner: str = field(default_factory=process_owner)
     admission: Admission = field(default=None)  # pyright: ignore[reportAssignmentType]
     active: dict[str, RunHandle] = field(default_factory=dict[str, "RunHandle"])
@@ -84,6 +87,8 @@ class Runtime:
     def __post_init__(self) -> None:
         if self.admission is None:  # pyright: ignore[reportUnnecessaryComparison]
             self.admission = Admission(self.clock)
+        if self.cooldowns is None:  # pyright: ignore[reportUnnecessaryComparison]
+            self.cooldowns = Cooldowns(self.monotonic)
         if self.tools is None:  # pyright: ignore[reportUnnecessaryComparison]
             self.tools = ToolManager(self.app.mcps, root=self.app.root, environ=self.environ)
 
@@ -130,15 +135,22 @@ class Runtime:
         return state.run_id
 
     async def cancel(self, identity: Identity, chat_id: str) -> int:
-        """Cancel the chat's active run and every request accepted before now, in every process."""
+        """Cancel the chat's active run and every request accepted before now, in every process.
+
+        Returns how many were cancelled: here, and in the other processes that answered (see
+        `PgLease.cancel_counted`), so a cancel whose run lives in another process does not say 0.
+        """
         if await self.store.check_chat(identity, chat_id) is None and self.admission.active_state(chat_id) is None:
             raise NotFound(f"no chat '{chat_id}'")
         state = self.admission.active_state(chat_id)
         if state is not None and state.identity != identity:
             raise NotFound(f"no chat '{chat_id}'")
         cancelled = self.admission.cancel(chat_id)
-        if self.admission.lease is not None:
-            await self.admission.lease.cancel_everywhere(chat_id)
+        lease = self.admission.lease
+        if isinstance(lease, PgLease):
+            cancelled += await lease.cancel_counted(chat_id)
+        elif lease is not None:
+            await lease.cancel_everywhere(chat_id)
         return cancelled
 
     async def prepare(self, assistant_id: str, identity: Identity) -> None:
@@ -151,7 +163,9 @@ class Runtime:
         with contextlib.suppress(ModelError):
             found = await resolve_connectors(assistant.connector, self.app, identity, self.store, self.environ)
             for connector in found.connectors:
-                self.engines.get(connector)
+                with contextlib.suppress(ModelError):  # a connector whose key is not set will not be called
+                    resolve_endpoint(connector, self.environ)
+                    self.engines.get(connector)
 
     async def recover(self) -> list[str]:
         return await self.store.recover_interrupted(OPERATOR, owner_is_dead)
