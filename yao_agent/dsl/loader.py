@@ -38,7 +38,12 @@ def load_app(root: str | Path) -> App:
     return report.app
 
 
-def check_app(root: str | Path) -> Report:
+def check_app(root: str | Path, *, hooks: bool = False, mcp: bool = False) -> Report:
+    """Every problem of the app at `root`, and the app when there is none.
+
+    `hooks` also loads every hook file in V8; `mcp` also starts the MCP servers the assistants use to
+    check their tool filters (see `probe`). Either runs its own event loop: call it outside one.
+    """
     folder = Path(root)
     if not folder.is_dir():
         raise UsageError(f"no app folder at {folder} (expected a folder with app.yml, assistants/, connectors/)")
@@ -53,6 +58,10 @@ def check_app(root: str | Path) -> Report:
         problems += doc.problems
         docs[item] = doc
     problems += _cross_references(folder, docs)
+    if hooks or mcp:
+        from .probe import probe  # only here: it starts V8 and MCP servers
+
+        problems += probe(folder, docs, hooks=hooks, mcp=mcp)
     errors = sorted((p for p in problems if not p.warning), key=_order)
     warnings = sorted((p for p in problems if p.warning), key=_order)
     if errors:

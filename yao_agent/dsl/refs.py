@@ -33,10 +33,19 @@ def known_list(ids: Collection[str], limit: int = 15) -> str:
     return shown + (f", … {len(names) - limit} more" if len(names) > limit else "")
 
 
-def unknown(kind: str, name: str, known: Collection[str]) -> str:
+def choices(name: str, known: Collection[str]) -> str:
+    """`(did you mean 'x'? known: a, b, x)`: the close match first, since it is usually the fix."""
     close = difflib.get_close_matches(name, list(known), n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
-    return f"unknown {kind} '{name}' ({hint}known: {known_list(known)})"
+    return f"({hint}known: {known_list(known)})"
+
+
+def unknown(kind: str, name: str, known: Collection[str]) -> str:
+    return f"unknown {kind} '{name}' {choices(name, known)}"
+
+
+def missing_tool(server: str, tool: str, known: Collection[str]) -> str:
+    return f"server '{server}' has no tool '{tool}' {choices(tool, known)}"
 
 
 @dataclass(frozen=True)
@@ -111,28 +120,38 @@ def _role_warning(doc: Document, role: str, known: Known) -> list[Problem]:
 
 def _hook_ref(doc: Document, data: Mapping[str, Any], root: Path, known: Known) -> list[Problem]:
     hook = data.get("hook")
-    if not isinstance(hook, str) or not hook.endswith(".js"):
+    found = locate_hook(root, hook)
+    if isinstance(found, str):
+        return [doc.problem(("hook",), found)]
+    if found is None:
         return []
+    presets = frozenset(mapping(data.get("prompt_presets")))
+    return _scan_hook(str(hook), found[1], presets, known)
+
+
+def locate_hook(root: Path, hook: object) -> tuple[Path, str] | str | None:
+    """The hook file an assistant names and its text; what is wrong with the reference; or None (no hook,
+    or a value of the wrong shape, which the schema reports)."""
+    if not isinstance(hook, str) or not hook.endswith(".js"):
+        return None
     target = root / hook
     try:
         inside = target.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop; ValueError: a NUL in the path
         inside = False
     if not inside:
-        return [doc.problem(("hook",), f"hook file '{hook}' is outside the app (expected a path under the app)")]
+        return f"hook file '{hook}' is outside the app (expected a path under the app)"
     try:
         found = target.is_file()
     except OSError as exc:  # e.g. a name longer than the file system allows
-        return [doc.problem(("hook",), f"hook file '{hook}' cannot be used: {exc.strerror} (expected a .js file)")]
+        return f"hook file '{hook}' cannot be used: {exc.strerror} (expected a .js file)"
     if not found:
         hooks = [p.relative_to(root).as_posix() for p in (root / "hooks").glob("*.js")]
-        return [doc.problem(("hook",), f"hook file not found: {hook} (known: {known_list(hooks)})")]
+        return f"hook file not found: {hook} (known: {known_list(hooks)})"
     try:
-        source = target.read_text("utf-8")
+        return target, target.read_text("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return [doc.problem(("hook",), f"hook file cannot be read: {type(exc).__name__} (expected UTF-8 JavaScript)")]
-    presets = frozenset(mapping(data.get("prompt_presets")))
-    return _scan_hook(hook, source, presets, known)
+        return f"hook file cannot be read: {type(exc).__name__} (expected UTF-8 JavaScript)"
 
 
 def _scan_hook(hook: str, source: str, presets: frozenset[str], known: Known) -> list[Problem]:

@@ -18,6 +18,12 @@ from yao_agent.jsonvalue import as_mapping
 MAX_MESSAGE = 500
 _FRAME = re.compile(re.escape(HOOK_URL) + r":(\d+):\d+")
 _REPORT_HEAD = re.compile(r"^[^\n]*?:(\d+): ([^\n]*)")
+# V8 reads a hook file as a script, where `export` is just an unexpected token: say why.
+_MODULE_SYNTAX = re.compile(r"^SyntaxError: (Unexpected token 'export'|Cannot use .* outside a module)")
+MODULE_HINT = (
+    " (a hook file is a plain script, not a module: define Create and Next as top-level functions, "
+    "without export or import)"
+)
 
 
 def short(text: str, limit: int = MAX_MESSAGE) -> str:
@@ -56,8 +62,10 @@ def from_load(text: str, *, file: str, function: str, lines: int) -> HookError:
     if head is None:
         return HookError(short(text) or "the hook file could not be loaded", file=file, function=function)
     line = line_in_stack(text) or int(head.group(1))
-    message = head.group(2).removeprefix("Uncaught ")
-    return HookError(short(message), file=file, line=min(line, max(lines, 1)), function=function)
+    message = short(head.group(2).removeprefix("Uncaught "))
+    if _MODULE_SYNTAX.match(message):
+        message += MODULE_HINT
+    return HookError(message, file=file, line=min(line, max(lines, 1)), function=function)
 
 
 def timed_out(timeout_ms: int, *, file: str, function: str) -> HookError:
