@@ -10,6 +10,7 @@ from typing import Any
 
 import openai
 import pytest
+from pydantic import BaseModel
 
 from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import Live, openai_client, running, server_files
@@ -143,3 +144,260 @@ async def test_the_openai_client_does_not_retry_a_run_whose_tool_failed(
                 await client.chat.completions.create(model="tooled", messages=[{"role": "user", "content": "go"}])
     assert failed.value.status_code == 502 and "unknown tool 'testing__nope'" in failed.value.message
     assert len(fake.requests) == 1  # one run: its tools were not run again by a retry
+
+
+# --- every field of the request is honoured or refused --------------------------------------------------
+
+FOR_USER = "prompts:\n  - {role: system, content: 'For {{ metadata.user }} ({{ metadata.safety_identifier }}).'}\n"
+JOKE_SCHEMA = {
+    "type": "object",
+    "properties": {"setup": {"type": "string"}, "punchline": {"type": "string"}},
+    "required": ["setup", "punchline"],
+    "additionalProperties": False,
+}
+CALL_FIELDS: dict[str, Any] = {
+    "temperature": 0.25,
+    "top_p": 0.5,
+    "max_tokens": 300,
+    "max_completion_tokens": 200,
+    "stop": ["END", "\n\n"],
+    "seed": 42,
+    "presence_penalty": 0.5,
+    "frequency_penalty": -0.5,
+    "logit_bias": {"50256": -100, "15": 2.5},
+    "reasoning_effort": "low",
+    "parallel_tool_calls": False,
+    "response_format": {"type": "json_schema", "json_schema": {"name": "Joke", "schema": JOKE_SCHEMA, "strict": True}},
+}
+
+
+@pytest.fixture
+async def fielded(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+    """`plain` calls the fake through the openai engine, `lite` through litellm, `echo` is scripted; their system
+    prompts show the run's metadata. The first two have tools (`parallel_tool_calls` goes with them) and
+    reason (`reasoning_effort` goes to models that do)."""
+    files = server_files(fake.base_url)
+    model = f"type: openai\nmodel: text\nbase_url: {fake.base_url}\napi_key: sk-x\ncapabilities: {{reasoning: true}}\n"
+    files["connectors/fake/plain.yml"] = model
+    files["connectors/fake/lite.yml"] = model + "engine: litellm\n"
+    files["mcps/testing.yml"] = "command: python\n"
+    tools = "mcp: {servers: [testing]}\n"
+    for name, connector, more in [
+        ("plain", "fake.plain", tools),
+        ("lite", "fake.lite", tools),
+        ("echo", "demo.echo", ""),
+    ]:
+        files[f"assistants/{name}/assistant.yml"] = f"name: {name}\nconnector: {connector}\n{more}{FOR_USER}"
+    rt = make_runtime(tmp_path / "app", store, files)
+    rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
+    async with running(rt) as served:
+        yield served
+
+
+def ask(assistant: str, **fields: Any) -> dict[str, Any]:
+    return {"model": assistant, "messages": [{"role": "user", "content": "tell me one"}], **fields}
+
+
+@pytest.mark.parametrize("assistant", ["plain", "lite"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_each_model_call_field_reaches_the_provider(
+    fielded: Live, fake: FakeProvider, assistant: str, stream: bool
+) -> None:
+    fake.enqueue(Reply(text='{"setup": "a", "punchline": "b"}'))
+    body = ask(assistant, **CALL_FIELDS, user="u-42", safety_identifier="hash-7", stream=stream)
+    async with fielded.client() as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    [sent] = fake.requests
+    assert {name: sent.body.get(name) for name in CALL_FIELDS} == CALL_FIELDS
+    assert sent.messages[0] == {"role": "system", "content": "For u-42 (hash-7)."}  # user: the run's metadata
+    assert "user" not in sent.body and "safety_identifier" not in sent.body  # (not the provider's business)
+
+
+async def test_the_fields_do_not_trouble_a_scripted_connector(fielded: Live, fake: FakeProvider) -> None:
+    async with fielded.client() as client:
+        response = await client.post("/v1/chat/completions", json=ask("echo", **CALL_FIELDS, user="u-42"))
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "echo: tell me one"
+    assert fake.requests == []
+
+
+class Joke(BaseModel):
+    """What LangChain's `with_structured_output(Joke)` (and the openai client's `parse`) ask for."""
+
+    setup: str
+    punchline: str
+
+
+async def test_structured_output_through_the_official_client(fielded: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text='{"setup": "Why?", "punchline": "Because."}'))
+    async with openai_client(fielded) as client:
+        parsed = await client.chat.completions.parse(
+            model="plain", messages=[{"role": "user", "content": "a joke"}], response_format=Joke, seed=7,
+            stop="END", temperature=0, user="u-1", logit_bias={"42": 10},
+        )  # fmt: skip
+    assert parsed.choices[0].message.parsed == Joke(setup="Why?", punchline="Because.")
+    sent = fake.requests[0].body
+    assert sent["response_format"]["type"] == "json_schema"
+    assert sent["response_format"]["json_schema"]["name"] == "Joke"
+    assert sent["response_format"]["json_schema"]["strict"] is True
+    assert set(sent["response_format"]["json_schema"]["schema"]["properties"]) == {"setup", "punchline"}
+    assert (sent["seed"], sent["stop"], sent["temperature"], sent["logit_bias"]) == (7, "END", 0, {"42": 10})
+
+
+async def test_json_object_mode_reaches_the_provider(fielded: Live, fake: FakeProvider) -> None:
+    async with openai_client(fielded) as client:
+        await client.chat.completions.create(
+            model="plain", messages=[{"role": "user", "content": "as JSON"}], response_format={"type": "json_object"}
+        )
+    assert fake.requests[0].body["response_format"] == {"type": "json_object"}
+
+
+REFUSED: list[tuple[str, Any]] = [
+    ("n", 2),
+    ("logprobs", True),
+    ("top_logprobs", 3),
+    ("top_logprobs", 0),
+    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+    ("functions", [{"name": "f", "parameters": {}}]),
+    ("tool_choice", "required"),
+    ("tool_choice", {"type": "function", "function": {"name": "f"}}),
+    ("function_call", {"name": "f"}),
+    ("audio", {"voice": "alloy", "format": "wav"}),
+    ("modalities", ["text", "audio"]),
+    ("store", True),
+    ("service_tier", "flex"),
+    ("prediction", {"type": "content", "content": "x"}),
+    ("web_search_options", {}),
+    ("prompt_cache_key", "k"),
+    ("verbosity", "low"),
+    ("top_k", 5),  # not OpenAI's: unknown
+    ("chat_template_kwargs", {"enable_thinking": False}),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), REFUSED, ids=[f"{f}={v!r}"[:40] for f, v in REFUSED])
+async def test_what_cannot_be_honoured_is_refused_naming_the_field(
+    fielded: Live, fake: FakeProvider, field: str, value: Any
+) -> None:
+    async with fielded.client() as client:
+        response = await client.post("/v1/chat/completions", json=ask("plain", **{field: value}))
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request" and error["param"] == field
+    assert error["message"].startswith(f"{field}: ") and error["code"] in ("unsupported_parameter", "unsupported_value")
+    assert fake.requests == [] and await fielded.rt.store.list_chats(ALICE) == []
+
+
+async def test_the_official_client_sees_a_refusal_with_its_param(fielded: Live, fake: FakeProvider) -> None:
+    async with openai_client(fielded) as client:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(model="plain", messages=[{"role": "user", "content": "x"}], n=3)
+    assert (refused.value.param, refused.value.code) == ("n", "unsupported_value")
+    assert "n: only one choice" in refused.value.message
+
+
+HARMLESS: dict[str, Any] = {  # null, or the value OpenAI assumes when the field is absent, for each refused field
+    "n": 1,
+    "logprobs": False,
+    "top_logprobs": None,
+    "tools": [],
+    "functions": [],
+    "tool_choice": "none",
+    "function_call": "auto",
+    "audio": None,
+    "modalities": ["text"],
+    "store": False,
+    "service_tier": "auto",
+    "prediction": None,
+    "web_search_options": None,
+    "prompt_cache_key": None,
+    "verbosity": None,
+    "top_k": None,
+    "chat_template_kwargs": None,
+}
+
+
+async def test_a_refused_field_at_null_or_its_default_asks_for_nothing(fielded: Live, fake: FakeProvider) -> None:
+    """Every refused field of REFUSED, when it asks for nothing, is accepted (and reaches nobody)."""
+    assert set(HARMLESS) == {field for field, _ in REFUSED}
+    extra = {"stream_options": {"include_usage": False, "include_obfuscation": False}, "metadata": {"topic": "jokes"}}
+    async with fielded.client() as client:
+        response = await client.post("/v1/chat/completions", json=ask("plain", **HARMLESS, **extra))
+        again = await client.post("/v1/chat/completions", json=ask("plain", tool_choice="auto", service_tier="default"))
+        refused = await client.post("/v1/chat/completions", json=ask("plain", **{**HARMLESS, "n": 2}))
+    assert (response.status_code, again.status_code) == (200, 200), response.text
+    assert refused.json()["error"]["param"] == "n"  # (one field asking for something is enough)
+    sent = fake.requests[0].body
+    assert [name for name in HARMLESS if name in sent] == ["tools"]  # the assistant's own
+    assert {t["function"]["name"] for t in sent["tools"]} >= {"testing__echo"}
+
+
+BAD: list[tuple[str, Any, str]] = [
+    # (field, value, a piece of the message)
+    ("stop", 5, "expected a non-empty string or a list of 1 to 4"),
+    ("stop", ["a", "b", "c", "d", "e"], "list of 1 to 4"),
+    ("stop", [], "list of 1 to 4"),
+    ("stop", ["ok", 3], "list of 1 to 4"),
+    ("stop", "", "non-empty string"),
+    ("stop", "\ud800", "unpaired UTF-16 surrogate"),
+    ("seed", "7", "valid integer"),
+    ("seed", 1.5, "valid integer"),
+    ("seed", 2**64, "less than"),
+    ("seed", True, "valid integer"),
+    ("logit_bias", {"abc": 1}, "token ids"),
+    ("logit_bias", {"1": 500}, "from -100 to 100"),
+    ("logit_bias", {"1": "high"}, "from -100 to 100"),
+    ("logit_bias", [1, 2], "valid dictionary"),
+    ("temperature", "hot", "valid number"),
+    ("temperature", 2.5, "less than or equal to 2"),
+    ("top_p", -0.1, "greater than or equal to 0"),
+    ("presence_penalty", 3, "less than or equal to 2"),
+    ("frequency_penalty", -3, "greater than or equal to -2"),
+    ("max_tokens", 0, "greater than or equal to 1"),
+    ("max_completion_tokens", "100", "valid integer"),
+    ("reasoning_effort", "max", "'low'"),
+    ("parallel_tool_calls", "yes", "valid boolean"),
+    ("response_format", "json", "valid dictionary"),
+    ("response_format", {"type": "xml"}, "'json_schema'"),
+    ("response_format", {"type": "json_schema"}, "json_schema is given with type json_schema"),
+    ("response_format", {"type": "text", "json_schema": {"name": "x"}}, "json_schema is given with type json_schema"),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "a joke"}}, "json_schema.name"),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "j", "schema": []}}, "json_schema.schema"),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "j", "schema": {"\ud800": 1}}}, "surrogate"),
+    ("user", 42, "valid string"),
+    ("n", 0, "greater than or equal to 1"),
+    ("n", "2", "valid integer"),
+    ("tool_choice", 5, "expected a string or an object"),
+    ("stream_options", {"include_usage": "yes"}, "include_usage"),
+    ("stream_options", {"include_obfuscation": True}, "include_obfuscation"),
+    ("stream_options", {"includeUsage": True}, "includeUsage"),
+    ("stream", "true", "valid boolean"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "said"), BAD, ids=[f"{f}={v!r}"[:40] for f, v, _ in BAD])
+async def test_a_wrong_type_or_value_is_a_400_naming_the_field(
+    fielded: Live, fake: FakeProvider, field: str, value: Any, said: str
+) -> None:
+    content = json.dumps(ask("plain", **{field: value})).encode()  # (a lone surrogate goes as its JSON escape)
+    async with fielded.client() as client:
+        response = await client.post("/v1/chat/completions", content=content,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request", field), error
+    assert error["message"].startswith(field) and said in error["message"], error
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("name", ["\r", "top k", "x\ny", ""])
+async def test_an_unknown_field_with_an_odd_name_is_refused_in_one_readable_line(fielded: Live, name: str) -> None:
+    content = json.dumps(ask("plain", **{name: 1})).encode()
+    async with fielded.client() as client:
+        response = await client.post("/v1/chat/completions", content=content,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["message"].startswith(json.dumps(name) + ": unknown field"), error
+    assert error["param"] == name

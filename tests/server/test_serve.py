@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
@@ -47,6 +48,21 @@ def test_tokens_are_printed_once_listed_by_prefix_and_revocable(tmp_path: Path) 
     assert cli(app, "tokens", "revoke", token[:12])[0] == 2
 
 
+async def serve_process(app: Path, port: int) -> asyncio.subprocess.Process:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+
+
+async def stopped(process: asyncio.subprocess.Process) -> None:
+    """Kill a server a failed test left running."""
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
+
 async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: Path) -> None:
     async with FakeProvider() as fake:
         app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
@@ -57,32 +73,27 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
         )  # fmt: skip
         token = (await made.communicate())[0].decode().strip()
         port = free_port()
-        server = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-        )  # fmt: skip
-        assert server.stdout is not None
-        banner = await asyncio.wait_for(server.stdout.readline(), 60)
-        assert f"on http://127.0.0.1:{port}/" in banner.decode()
-        fake.enqueue(Reply(text="w" * 400, chunk_size=1, delay_s=0.02))
-        events = []
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            for _ in range(100):  # the banner comes just before uvicorn listens
-                try:
-                    await client.get("/healthz")
-                    break
-                except httpx.ConnectError:
-                    await asyncio.sleep(0.1)
-            body = {"messages": [{"role": "user", "content": "long"}]}
-            headers = {"Authorization": f"Bearer {token}"}
-            async with client.stream("POST", "/api/assistants/chat/runs", json=body, headers=headers) as response:
-                chat_id = response.headers["x-chat-id"]
-                async for line in response.aiter_lines():
-                    if line.startswith("data: "):
-                        events.append(json.loads(line[6:]))
-                        if len(events) == 5:
-                            server.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(server.wait(), 30) == 0
+        server = await serve_process(app, port)
+        try:
+            assert server.stdout is not None
+            banner = await asyncio.wait_for(server.stdout.readline(), 60)
+            assert f"on http://127.0.0.1:{port}/" in banner.decode()
+            fake.enqueue(Reply(text="w" * 400, chunk_size=1, delay_s=0.02))
+            events = []
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                assert (await client.get("/healthz")).status_code == 200  # the banner comes once it listens
+                body = {"messages": [{"role": "user", "content": "long"}]}
+                headers = {"Authorization": f"Bearer {token}"}
+                async with client.stream("POST", "/api/assistants/chat/runs", json=body, headers=headers) as response:
+                    chat_id = response.headers["x-chat-id"]
+                    async for line in response.aiter_lines():
+                        if line.startswith("data: "):
+                            events.append(json.loads(line[6:]))
+                            if len(events) == 5:
+                                server.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(server.wait(), 30) == 0
+        finally:
+            await stopped(server)
     assert (events[-1]["type"], events[-1]["status"]) == ("stream_end", "cancelled")
     rt = await Runtime.open(app, recover=False)
     try:
@@ -90,3 +101,39 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
         assert run is not None and run.status == "cancelled"
     finally:
         await rt.aclose()
+
+
+async def test_a_second_server_on_a_taken_port_says_so_in_one_line_and_never_that_it_serves(tmp_path: Path) -> None:
+    app = make_app(tmp_path / "app", {})
+    port = free_port()
+    first = await serve_process(app, port)
+    assert first.stdout is not None
+    try:
+        banner = (await asyncio.wait_for(first.stdout.readline(), 60)).decode()
+        assert banner.endswith(f" on http://127.0.0.1:{port}/\n"), banner
+        second = await serve_process(app, port)
+        out, err = await asyncio.wait_for(second.communicate(), 60)
+        assert second.returncode == 1
+        assert out == b""  # not a word of serving
+        assert err.decode() == f"error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+        async with httpx.AsyncClient(timeout=30) as client:  # the first one serves on
+            assert (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+    finally:
+        first.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(first.wait(), 30)
+        finally:
+            await stopped(first)
+    assert first.returncode == 0
+
+
+def test_an_address_that_cannot_be_had_is_an_error_line_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    app = make_app(tmp_path / "app", {})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli(app, "serve", "--port", str(port)) == (1, "")
+    assert capsys.readouterr().err == f"error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    assert cli(app, "serve", "--host", "192.0.2.1", "--port", str(port)) == (1, "")  # TEST-NET: not this host's
+    assert capsys.readouterr().err == f"error: cannot listen on 192.0.2.1:{port}: cannot assign requested address\n"

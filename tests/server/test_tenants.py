@@ -83,6 +83,8 @@ def chat_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", f"/api/chats/{chat_id}/resume?stream=false", {}),
         ("POST", f"/api/chats/{chat_id}/cancel", {}),
         ("POST", f"/api/chats/{chat_id}/append", {"json": {"messages": says("intruder append")}}),
+        ("PATCH", f"/api/chats/{chat_id}", {"json": {"title": "intruder title"}}),
+        ("DELETE", f"/api/chats/{chat_id}", {}),
     ]
 
 
@@ -267,6 +269,44 @@ async def test_role_settings_land_on_the_callers_team_or_user_scope(live: Live, 
     }
 
 
+async def listed(client: httpx.AsyncClient) -> tuple[str, dict[str, list[str]]]:
+    """GET /api/roles: (its scope, {role: connectors}), checking the shape of each setting."""
+    response = await client.get("/api/roles")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"scope", "roles", "app_roles"}
+    assert body["app_roles"] == [{"role": "default", "connectors": ["fake.model"]}]  # app.yml's, for everyone
+    assert all(set(s) == {"role", "connectors", "updated_at"} and s["updated_at"].endswith("Z") for s in body["roles"])
+    return body["scope"], {s["role"]: s["connectors"] for s in body["roles"]}
+
+
+async def test_each_tenant_lists_and_removes_only_its_own_role_settings(live: Live) -> None:
+    async with live.client("alice") as alice, live.client("bob") as bob, live.client("carol") as carol:
+        assert await listed(alice) == ("user:alice", {})
+        chain = {"connectors": ["demo.echo", "fake.model"]}
+        assert (await bob.put("/api/roles/default", json=chain)).status_code == 200
+        assert (await bob.put("/api/roles/light", json={"connector": "demo.echo"})).status_code == 200
+        assert (await alice.put("/api/roles/light", json={"connector": "fake.model"})).status_code == 200
+        team = {"default": ["demo.echo", "fake.model"], "light": ["demo.echo"]}
+        assert await listed(bob) == await listed(carol) == ("team:acme", team)  # the team's, for each member
+        assert await listed(alice) == ("user:alice", {"light": ["fake.model"]})
+
+        refused = await alice.delete("/api/roles/default")  # the team's setting: not alice's to see or remove
+        assert_error(refused, 404, "not_found")
+        assert "default" in refused.json()["error"]["message"] and "acme" not in refused.json()["error"]["message"]
+        removed = await alice.delete("/api/roles/light")
+        assert (removed.status_code, removed.json()) == (200, {"role": "light", "scope": "user:alice", "deleted": True})
+        assert await roles_stored(live) == {"team:acme/default": ("demo.echo", "fake.model"),
+                                            "team:acme/light": ("demo.echo",)}  # fmt: skip
+
+        assert (await carol.delete("/api/roles/light")).json()["scope"] == "team:acme"  # a member of the team
+        assert_error(await bob.delete("/api/roles/light"), 404, "not_found")  # gone already
+        assert_error(await bob.delete("/api/roles/has%20space"), 404, "not_found")  # no such role can be set
+        assert await listed(bob) == ("team:acme", {"default": ["demo.echo", "fake.model"]})
+        assert await listed(alice) == ("user:alice", {})
+    assert await roles_stored(live) == {"team:acme/default": ("demo.echo", "fake.model")}
+
+
 @pytest.mark.parametrize(
     ("path", "body", "mentions"),
     [
@@ -315,8 +355,12 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("GET", f"/api/chats/{CHAT}/messages", None),
     ("GET", f"/api/chats/{CHAT}/resume", None),
     ("POST", f"/api/chats/{CHAT}/resume", None),
+    ("PATCH", f"/api/chats/{CHAT}", {"title": "renamed"}),
+    ("DELETE", f"/api/chats/{CHAT}", None),
     ("GET", "/api/assistants", None),
     ("PUT", "/api/roles/default", {"connector": "demo.echo"}),
+    ("GET", "/api/roles", None),
+    ("DELETE", "/api/roles/default", None),
 ]
 PUBLIC = {("GET", "/healthz"), ("GET", "/")}
 
@@ -447,10 +491,15 @@ async def test_native_bodies_naming_an_identity_are_refused(live: Live, fake: Fa
     assert len(fake.requests) == 1
 
 
-async def test_openai_bodies_naming_an_identity_are_ignored(live: Live, fake: FakeProvider) -> None:
-    """OpenAI clients send extra fields (`user` among them), so the route accepts and ignores them."""
-    posing = {**POSING, "user": "bob", "metadata": POSING}
+async def test_openai_bodies_naming_an_identity_change_nothing(live: Live, fake: FakeProvider) -> None:
+    """`user_id` and `team_id` are no fields of OpenAI's: refused, as any unknown field. OpenAI's `user` is the
+    run's metadata only, as `metadata` is: neither changes whose run it is."""
     async with client_for(live, live.tokens["alice"], **POSING_HEADERS) as alice:
+        for field in POSING:
+            refused = await alice.post("/v1/chat/completions", json={"model": "chat", "messages": says("x"),
+                                                                      field: POSING[field]})  # fmt: skip
+            assert assert_error(refused, 400, "invalid_request")["param"] == field
+        posing = {"user": "bob", "metadata": POSING}
         denied = await alice.post("/v1/chat/completions", json={"model": "private", "messages": says("x"), **posing})
         assert_error(denied, 404, "not_found")
         fake.enqueue(Reply(text="for alice"))

@@ -25,13 +25,26 @@ class Unauthorized(YaoAgentError):
     """No valid bearer token."""
 
 
-def error_body(kind: str, message: str, code: str | None = None) -> dict[str, Any]:
-    """The error shape of every route; `code` (OpenAI clients read it) is the type unless said otherwise.
+class InvalidParam(UsageError):
+    """Bad input in one field of the request: the error names it in `param`, as OpenAI's errors do."""
+
+    def __init__(self, message: str, *, param: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+def error_body(kind: str, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """The error shape of every route; `code` (OpenAI clients read it) is the type unless said otherwise,
+    and `param` names the field at fault when there is one.
 
     A message may quote what the client sent; a lone surrogate in it could not be encoded, so it is escaped.
     """
     said = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"error": {"type": kind, "message": said, "code": code or kind}}
+    error: dict[str, Any] = {"type": kind, "message": said, "code": code or kind}
+    if param is not None:
+        error["param"] = param.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"error": error}
 
 
 def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -60,14 +73,25 @@ def classify(exc: BaseException) -> tuple[int, str]:
     return 500, "internal_error"
 
 
+def _where(error: Any) -> str | None:
+    """The field an error is about (`stop`, `messages.0.role`), or None for the body as a whole."""
+    return ".".join(str(p) for p in error.get("loc", ()) if p != "body") or None
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts: list[str] = []
     for error in exc.errors()[:5]:
-        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
         if error.get("type") == "json_invalid":
             return "the request body is not valid JSON"
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+        parts.append(f"{_where(error) or 'body'}: {error.get('msg', 'invalid')}")
     return "; ".join(parts) or "invalid request"
+
+
+def _validation_param(exc: RequestValidationError) -> str | None:
+    """The first field at fault; only the top-level name, as OpenAI's `param` (`response_format`, not its inside)."""
+    first = next(iter(exc.errors()), None)
+    where = _where(first) if first is not None and first.get("type") != "json_invalid" else None
+    return where.split(".")[0] if where else None
 
 
 def install(app: FastAPI) -> None:
@@ -76,11 +100,15 @@ def install(app: FastAPI) -> None:
         status, kind = classify(exc)
         if status == 401:
             return unauthorized(str(exc))
-        return error_response(status, kind, (str(exc).splitlines() or [kind])[0])
+        message = (str(exc).splitlines() or [kind])[0]
+        if isinstance(exc, InvalidParam):
+            return JSONResponse(error_body(kind, message, exc.code, exc.param), status_code=status)
+        return error_response(status, kind, message)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
-        return error_response(400, "invalid_request", _validation_message(exc))
+        body = error_body("invalid_request", _validation_message(exc), param=_validation_param(exc))
+        return JSONResponse(body, status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]

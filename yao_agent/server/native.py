@@ -16,7 +16,9 @@ from yao_agent.dsl.refs import unknown
 from yao_agent.errors import NotFound, UsageError
 from yao_agent.events import to_json
 from yao_agent.identity import Identity
+from yao_agent.messages import iso_time
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start, start_resume
+from yao_agent.pipeline.admission import ChatBusy
 from yao_agent.pipeline.permission import CHAT_ID, valid_chat_id
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
@@ -136,7 +138,8 @@ async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, s
 @router.post("/api/chats/{chat_id}/cancel", tags=["chats"], response_model=None,
              responses=doc.answers(doc.CancelOut, 401, 404))  # fmt: skip
 async def cancel(chat_id: str, request: Request, who: Caller) -> dict[str, int]:
-    """Cancel the chat's active run and every request accepted before this one."""
+    """Cancel the chat's active run and every request accepted before this one, in every server process;
+    answers how many were cancelled (see `Runtime.cancel`)."""
     chat_id_shape(chat_id)
     return {"cancelled": await runtime(request).cancel(who, chat_id)}
 
@@ -150,9 +153,11 @@ async def append(chat_id: str, body: AppendBody, request: Request, who: Caller) 
     return {"run_id": rt.append(who, chat_id, body.messages)}
 
 
-@router.get("/api/chats", tags=["chats"], response_model=None, responses=doc.answers(doc.ChatsOut, 401))
-async def chats(request: Request, who: Caller) -> dict[str, Any]:
-    found = await runtime(request).store.list_chats(who)
+@router.get("/api/chats", tags=["chats"], response_model=None, responses=doc.answers(doc.ChatsOut, 400, 401))
+async def chats(request: Request, who: Caller, q: doc.Search = "") -> dict[str, Any]:
+    """The caller's chats, most recently active first; `q` keeps those whose title or messages contain it."""
+    search_query(request)
+    found = await runtime(request).store.list_chats(who, query=q)
     return {"chats": [c.to_api() for c in found]}
 
 
@@ -185,6 +190,54 @@ async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed =
     return streamed(handle) if stream else await drained(handle)
 
 
+def search_query(request: Request) -> None:
+    """A list query says `q` once or not at all: anything else would be dropped unseen, so it is refused."""
+    given = request.query_params.multi_items()
+    unknown_names = sorted({name for name, _ in given if name != "q"})
+    if unknown_names:
+        raise UsageError(f"unknown query parameter {unknown_names[0]!r} (expected only q, the search text)")
+    if len(given) > 1:
+        raise UsageError("q: expected one search text, got several")
+
+
+class TitleBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(description="1-200 characters of plain text on one line")
+
+
+@router.patch("/api/chats/{chat_id}", tags=["chats"], response_model=None,
+              responses=doc.answers(doc.ChatOut, 400, 401, 404, 413))  # fmt: skip
+async def rename_chat(chat_id: str, body: TitleBody, request: Request, who: Caller) -> dict[str, Any]:
+    """Rename the chat: `{"title": "..."}`; answers the chat as `GET /api/chats` lists it."""
+    renamed = await runtime(request).store.rename_chat(who, chat_id_shape(chat_id), body.title)
+    return renamed.to_api()
+
+
+@router.delete("/api/chats/{chat_id}", tags=["chats"], response_model=None,
+               responses=doc.answers(doc.DeletedOut, 401, 404, 409))  # fmt: skip
+async def delete_chat(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
+    """Delete the chat and everything stored for it (messages, runs, steps, hook memory); 409 while it runs."""
+    rt = runtime(request)
+    chat_id_shape(chat_id)
+    if not running_here(rt, who, chat_id) and await rt.store.check_chat(who, chat_id) is None:
+        raise NotFound(f"no chat '{chat_id}'")
+    # asked again: a run may have started while the store was answering
+    if running_here(rt, who, chat_id) or not await rt.store.delete_chat(who, chat_id):
+        raise ChatBusy(f"chat '{chat_id}' has a run in progress: cancel it or let it end, then delete the chat")
+    return {"chat_id": chat_id, "deleted": True}
+
+
+def running_here(rt: Runtime, who: Identity, chat_id: str) -> bool:
+    """Whether a run of the caller's on this chat is active or waiting in this process (even before it is stored).
+
+    Only the caller's own count, so that a busy answer never tells who else has a chat of that id.
+    """
+    state = rt.admission.active_state(chat_id)
+    return (state is not None and state.identity == who) or any(
+        h.state.chat_id == chat_id and h.state.identity == who for h in rt.active.values()
+    )
+
+
 @router.get("/api/assistants", tags=["assistants"], response_model=None,
             responses=doc.answers(doc.AssistantsOut, 401))  # fmt: skip
 async def assistants(request: Request, who: Caller) -> dict[str, Any]:
@@ -207,6 +260,29 @@ async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> 
     scope = who.settings_scope
     await rt.store.set_role(scope, role, chain)
     return {"role": role, "scope": f"{scope[0]}:{scope[1]}", "connectors": chain}
+
+
+@router.get("/api/roles", tags=["roles"], response_model=None, responses=doc.answers(doc.RolesOut, 401))
+async def roles(request: Request, who: Caller) -> dict[str, Any]:
+    """The role mappings of the caller's team (or, for a caller without a team, the caller's own), and
+    app.yml's, which apply to a role the scope does not map."""
+    rt = runtime(request)
+    scope = who.settings_scope
+    settings = await rt.store.list_roles(scope)
+    own = [{"role": s.role, "connectors": list(s.connectors), "updated_at": iso_time(s.updated_at)} for s in settings]
+    app = [{"role": r, "connectors": list(c)} for r, c in sorted(rt.app.config.roles.items())]
+    return {"scope": f"{scope[0]}:{scope[1]}", "roles": own, "app_roles": app}
+
+
+@router.delete("/api/roles/{role}", tags=["roles"], response_model=None,
+               responses=doc.answers(doc.RoleDeletedOut, 401, 404))  # fmt: skip
+async def unset_role(role: str, request: Request, who: Caller) -> dict[str, Any]:
+    """Remove the caller's scope's mapping of a role (app.yml's applies again); 404 when it maps none."""
+    rt = runtime(request)
+    scope = who.settings_scope
+    if not ROLE.fullmatch(role) or not await rt.store.delete_role(scope, role):
+        raise NotFound(f"role '{role}' is not set for {scope[0]} {scope[1]}")
+    return {"role": role, "scope": f"{scope[0]}:{scope[1]}", "deleted": True}
 
 
 @router.get("/healthz", tags=["health"], response_model=None, responses={200: {"model": doc.HealthOut}})

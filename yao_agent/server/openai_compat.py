@@ -3,8 +3,9 @@
 `model` is the assistant id. The chat continues through the `X-Chat-Id` header (or `metadata.chat_id`),
 which must name one of the caller's chats; a new chat's id is returned in `X-Chat-Id`. The assistant's
 tools run here, on the server, so they never reach the client as `tool_calls` (it would try to run
-them); a request bringing its own `tools` is refused. Errors use OpenAI's shape, `{"error": {"message",
-"type", "code"}}`.
+them); a request bringing its own `tools` is refused. Every other field of the request is honoured or
+refused with a 400 naming it (see `openai_body`). Errors use OpenAI's shape, `{"error": {"message",
+"type", "code", "param"?}}`.
 
 A run that does not complete: `max_turns` still answers 200 with what was said and `finish_reason:
 "length"` (a limit cut it short, as a token limit would); the others are errors with a status an
@@ -23,10 +24,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 from sse_starlette.sse import EventSourceResponse
 
-from yao_agent.errors import UsageError
 from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import text_of
@@ -35,28 +34,14 @@ from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_body
 from yao_agent.server.native import frames, known_chat, runtime, usable, visible
+from yao_agent.server.openai_body import CompletionBody
 
 router = APIRouter()
-PASSED_ON = ("temperature", "max_tokens", "max_completion_tokens", "top_p")
 FAILURE_STATUS = {"model_error": 502, "tool_error": 502, "hook_error": 502, "delegate_error": 502, "timeout": 504,
                   "loop_detected": 508, "context_overflow": 400, "cancelled": 409}  # fmt: skip
 CUT_SHORT = {"max_turns"}  # a 200 with finish_reason "length"
 RETRYABLE = {"model_error", "timeout"}
 OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI clients look for
-
-
-class CompletionBody(BaseModel):
-    model_config = ConfigDict(extra="allow")  # OpenAI clients send many fields; the ones we use are below
-    model: str
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    stream: bool = False
-    stream_options: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
-    tools: list[Any] | None = None
-    temperature: FiniteFloat | None = None  # NaN/Infinity are valid to Python's json, not to a provider
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    top_p: FiniteFloat | None = None
 
 
 @router.get("/v1/models", tags=["openai"], response_model=None, responses=doc.answers(doc.ModelsOut, 401))
@@ -74,18 +59,17 @@ ERRORS = sorted({400, 401, 404, 409, 413, *FAILURE_STATUS.values()})
              responses=doc.answers(doc.CompletionOut, *ERRORS, stream=doc.CHUNKS))  # fmt: skip
 async def completions(body: CompletionBody, request: Request, who: Caller) -> Any:
     """An OpenAI chat completion by the assistant `model`, streamed (`stream: true`) or not."""
-    if body.tools:
-        raise UsageError("tools: client-side tools are not supported (the assistant's own tools run on the server)")
+    body.check()
     rt = runtime(request)
     usable(rt, who, body.model)
     given = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
     chat_id = await known_chat(rt, who, str(given) if given is not None else None)
-    options = {k: getattr(body, k) for k in PASSED_ON if getattr(body, k) is not None}
-    ask = RunRequest(body.model, who, body.messages, chat_id=chat_id, metadata=body.metadata or {}, options=options)
+    ask = RunRequest(body.model, who, body.messages, chat_id=chat_id, metadata=body.run_metadata(),
+                     options=body.call_options())  # fmt: skip
     handle = await start(rt, ask)
     headers = {"X-Chat-Id": handle.state.chat_id}
     if body.stream:
-        usage = bool(as_mapping(body.stream_options).get("include_usage"))
+        usage = body.stream_options is not None and body.stream_options.include_usage is True
         return EventSourceResponse(chunks(handle, body.model, usage), headers=headers, sep="\n", ping=15)
     return await whole(handle, body.model, headers)
 

@@ -6,9 +6,9 @@ own 422 (bad input is a 400 here, in the error shape below) and declares the sta
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
@@ -17,6 +17,7 @@ class ErrorDetail(BaseModel):
     type: str = Field(description="what went wrong: invalid_request, unauthorized, not_found, model_error, ...")
     message: str = Field(description="for a person to read; never a traceback")
     code: str = Field(description="for OpenAI clients: the type, or OpenAI's name for it")
+    param: str | None = Field(None, description="the request field at fault, when there is one")
 
 
 class ErrorBody(BaseModel):
@@ -56,7 +57,10 @@ class RunOut(BaseModel):
 
 
 class CancelOut(BaseModel):
-    cancelled: int = Field(description="how many runs (the active one and those queued before) were cancelled")
+    cancelled: int = Field(
+        description="how many runs (the active one and those queued before) were cancelled, "
+        "here and in the process running the chat (several servers on one database)"
+    )
 
 
 class AppendOut(BaseModel):
@@ -73,6 +77,16 @@ class ChatOut(BaseModel):
 
 class ChatsOut(BaseModel):
     chats: list[ChatOut]
+
+
+class DeletedOut(BaseModel):
+    chat_id: str
+    deleted: Literal[True]
+
+
+Search = Annotated[
+    str, Query(max_length=200, description="only the chats whose title or messages contain this text, ignoring case")
+]
 
 
 class MessagesOut(BaseModel):
@@ -108,6 +122,29 @@ class RoleOut(BaseModel):
     role: str
     scope: str = Field(description="team:<id>, or user:<id> for a caller without a team")
     connectors: list[str]
+
+
+class RoleSettingOut(BaseModel):
+    role: str
+    connectors: list[str] = Field(description="the connector ids, a fallback chain in order")
+    updated_at: str = Field(description="ISO 8601, UTC")
+
+
+class AppRoleOut(BaseModel):
+    role: str
+    connectors: list[str]
+
+
+class RolesOut(BaseModel):
+    scope: str = Field(description="team:<id>, or user:<id> for a caller without a team")
+    roles: list[RoleSettingOut] = Field(description="the scope's own mappings; each wins over app.yml's")
+    app_roles: list[AppRoleOut] = Field(description="app.yml's mappings, for the roles the scope does not map")
+
+
+class RoleDeletedOut(BaseModel):
+    role: str
+    scope: str
+    deleted: Literal[True]
 
 
 class HealthOut(BaseModel):
@@ -150,8 +187,8 @@ class CompletionOut(BaseModel):
 WHY = {
     400: "invalid input: malformed JSON, a wrong type, a value out of range, an unknown field",
     401: "no valid bearer token (checked before the body is read)",
-    404: "no such chat, assistant or resume point for this caller (another tenant's is the same 404)",
-    409: "the chat is busy (on_busy: reject), has no active run, or its run was cancelled",
+    404: "no such chat, assistant, resume point or role setting for this caller (another tenant's is the same 404)",
+    409: "the chat is busy (a run is in progress; on_busy: reject), has no active run, or its run was cancelled",
     413: "the request body is over the server's limit",
     500: "a bug (internal_error); the server log has the details",
     502: "the model, a tool, a hook or a delegated assistant failed",

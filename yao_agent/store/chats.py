@@ -6,19 +6,26 @@ answer as for a chat that does not exist, so ids reveal nothing.
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, Text, cast, delete, false, func, insert, select, update
 
-from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied
+from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store import runlog
 from yao_agent.store.engine import Database, Tx
 from yao_agent.store.records import ChatRecord, ResumePoint, RunRecord, StepRecord
 from yao_agent.store.runlog import team_of
-from yao_agent.store.schema import chats, memory, runs, steps
+from yao_agent.store.schema import chat_leases, chats, memory, messages, metadata, runs, steps
+
+TITLE_MAX = 200
+# Bidirectional embeddings, overrides and isolates: in a title they could make it read as another one.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def _require(identity: Identity | None) -> Identity:
@@ -115,10 +122,47 @@ class ChatStore:
         row = await self.db.read(lambda conn: conn.execute(query).first())
         return _chat(row) if row is not None else None
 
-    async def list_chats(self, identity: Identity, limit: int = 100) -> list[ChatRecord]:
+    async def list_chats(self, identity: Identity, limit: int = 100, query: str | None = None) -> list[ChatRecord]:
+        """The caller's chats, most recently active first; with `query`, only those it finds (see `_matching`)."""
         identity = _require(identity)
-        query = select(chats).where(_owned(identity)).order_by(chats.c.updated_at.desc()).limit(limit)
-        return [_chat(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
+        where = _owned(identity) if not query else _owned(identity) & _matching(query)
+        found = select(chats).where(where).order_by(chats.c.updated_at.desc()).limit(limit)
+        return [_chat(r) for r in await self.db.read(lambda conn: conn.execute(found).all())]
+
+    async def rename_chat(self, identity: Identity, chat_id: str, title: str) -> ChatRecord:
+        """Give the caller's chat a title of their own (`clean_title` says which); NotFound for any other chat."""
+        identity = _require(identity)
+        title = clean_title(title)
+
+        def work(conn: Connection) -> ChatRecord:
+            chat = runlog.owned_chat(Tx.of(conn), identity, chat_id, lock=True)
+            if chat is None:
+                raise NotFound(f"no chat '{chat_id}'")
+            conn.execute(update(chats).where(chats.c.id == chat_id).values(title=title))
+            return replace(chat, title=title)
+
+        return await self.db.write(work)
+
+    async def delete_chat(self, identity: Identity, chat_id: str) -> bool:
+        """Delete the caller's chat and everything stored for it; NotFound for any other chat.
+
+        False, with nothing deleted, while a process holds the chat for a run (its lease is live:
+        PostgreSQL). Runs of this process are for the caller to rule out first; the chat's row is
+        locked here, so a run's write-ahead on PostgreSQL waits for the deletion to commit.
+        """
+        identity = _require(identity)
+        now = self.clock()
+
+        def work(conn: Connection) -> bool:
+            if runlog.owned_chat(Tx.of(conn), identity, chat_id, lock=True) is None:
+                raise NotFound(f"no chat '{chat_id}'")
+            held = select(chat_leases.c.chat_id).where(chat_leases.c.chat_id == chat_id, chat_leases.c.expires_at > now)
+            if conn.execute(held).first() is not None:
+                return False
+            _erase(conn, chat_id)
+            return True
+
+        return await self.db.write(work)
 
     async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
         """The chat's messages in order; with `limit`, only the last `limit` of them."""
@@ -154,7 +198,8 @@ class ChatStore:
         run = await self.latest_run(identity, chat_id)
         if run is None or run.status in ("completed", "running"):
             return None
-        query = select(steps).where(steps.c.run_id == run.id, steps.c.status != "completed").order_by(steps.c.seq)
+        unfinished = steps.c.status.not_in(("completed", "recovered"))
+        query = select(steps).where(steps.c.run_id == run.id, unfinished).order_by(steps.c.seq)
         found = await self.db.read(lambda conn: conn.execute(query).all())
         return ResumePoint(run, tuple(_step(r) for r in found))
 
@@ -193,6 +238,60 @@ class ChatStore:
             conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=now))
 
         await self.db.write(work)
+
+
+def clean_title(title: str) -> str:
+    """A title people set: one line of plain text, 1-200 characters once the spaces around it are trimmed.
+
+    Anything else is a UsageError: control characters (line breaks, tabs, NUL), lone surrogates,
+    and the invisible direction overrides that could make one title pass for another.
+    """
+    bad = next((c for c in title if c in _BIDI or unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp")), None)
+    if bad is not None:
+        raise UsageError(f"title: U+{ord(bad):04X} is not allowed (a title is one line of plain text)")
+    title = title.strip()
+    if not 1 <= len(title) <= TITLE_MAX:
+        raise UsageError(f"title: expected 1-{TITLE_MAX} characters, got {len(title)}")
+    return title
+
+
+def _like(text: str) -> str:
+    """A LIKE pattern finding `text` anywhere (escape character `!`)."""
+    return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+
+
+def _matching(query: str) -> Any:
+    """Chats whose title, or a user or assistant message of which, contains `query`, in any case.
+
+    (Any case for every letter on PostgreSQL; for ASCII letters on SQLite, whose lower() knows no
+    other.) Message content is stored as JSON text, so the query is looked for as JSON writes it.
+    """
+    needle = query.lower()
+    in_title = func.lower(chats.c.title).like(_like(runlog.plain_text(needle) or ""), escape="!")
+    in_text = func.lower(cast(messages.c.content, Text)).like(_like(json.dumps(needle)[1:-1]), escape="!")
+    said = (
+        select(messages.c.id)
+        .where(messages.c.chat_id == chats.c.id, messages.c.role.in_(("user", "assistant")),
+               messages.c.hidden == false(), in_text)
+        .exists()
+    )  # fmt: skip
+    return in_title | said
+
+
+def _erase(conn: Connection, chat_id: str) -> None:
+    """Every row stored for a chat: in each table naming one of its runs, then each naming it, then the chat.
+
+    The tables are found in the schema, so a table added later is not left holding a deleted chat's data.
+    """
+    ordered = [t for t in reversed(metadata.sorted_tables) if t is not chats]  # children before parents
+    its_runs = select(runs.c.id).where(runs.c.chat_id == chat_id)
+    for table in ordered:
+        if "run_id" in table.c and "chat_id" not in table.c:
+            conn.execute(delete(table).where(table.c.run_id.in_(its_runs)))
+    for table in ordered:
+        if "chat_id" in table.c:
+            conn.execute(delete(table).where(table.c.chat_id == chat_id))
+    conn.execute(delete(chats).where(chats.c.id == chat_id))
 
 
 def _locked(tx: Tx, identity: Identity, run: RunRecord) -> ChatRecord | None:

@@ -4,8 +4,9 @@ A run holds its chat through a lease row (`chat_leases`) that its process renews
 a process that dies stops renewing, and once the lease expires any process may take the chat (the run
 it left is marked interrupted). A renewal that finds the lease gone (or that kept failing for longer
 than the lease lives, so another process may have taken it) stops the run holding it. Processes tell
-each other about cancels and released chats with PostgreSQL's LISTEN/NOTIFY on one channel. SQLite
-deployments are single-process and use no lease.
+each other about cancels and released chats with PostgreSQL's LISTEN/NOTIFY on one channel; a cancel
+that wants to know what it cancelled (`cancel_counted`) is answered by each process with its count.
+SQLite deployments are single-process and use no lease.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, select, text, update
@@ -30,6 +33,16 @@ CHANNEL = "yao_agent_chats"
 TTL_S = 15.0  # a dead process blocks a chat at most this long
 RENEW_S = 4.0
 POLL_S = 1.0  # re-check a held chat this often even if no release notice arrives
+ANSWER_S = 2.0  # how long a counted cancel waits for the process holding the chat to answer
+
+
+@dataclass
+class _Tally:
+    """The answers to one counted cancel: what the other processes cancelled, and whether the holder said."""
+
+    holder: str  # the process that held the chat when the cancel was sent
+    count: int = 0
+    holder_answered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class PgLease:
@@ -37,7 +50,7 @@ class PgLease:
         self,
         db: Database,
         owner: str,
-        on_cancel: Callable[[str, float], None],
+        on_cancel: Callable[[str, float], int],
         *,
         clock: Callable[[], float],
         ttl_s: float = TTL_S,
@@ -45,7 +58,7 @@ class PgLease:
     ) -> None:
         self.db = db
         self.owner = owner
-        self.on_cancel = on_cancel  # (chat id, time of the cancel), for cancels from other processes
+        self.on_cancel = on_cancel  # (chat id, time of the cancel) -> how many it cancelled here
         self.on_lost = on_lost  # (chat id, run id) of a run whose lease is gone
         self.clock = clock
         self.ttl_s = ttl_s
@@ -54,6 +67,8 @@ class PgLease:
         self._renewals: dict[str, asyncio.Task[None]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._held_elsewhere: set[str] = set()
+        self._tallies: dict[str, _Tally] = {}  # the counted cancels sent from here, waiting for answers
+        self._answers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         """Listen for the other processes' notices (cancels, released chats)."""
@@ -62,7 +77,7 @@ class PgLease:
         await asyncio.wait_for(ready.wait(), 10)
 
     async def aclose(self) -> None:
-        tasks = [*self._renewals.values(), *([self._listener] if self._listener else [])]
+        tasks = [*self._renewals.values(), *self._answers, *([self._listener] if self._listener else [])]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -75,10 +90,7 @@ class PgLease:
 
     async def held_elsewhere(self, chat_id: str) -> bool:
         """Whether another process holds the chat now (for `on_busy: reject`)."""
-        query = select(chat_leases.c.owner).where(
-            chat_leases.c.chat_id == chat_id, chat_leases.c.expires_at > self.clock()
-        )
-        owner = await self.db.read(lambda conn: conn.execute(query).scalar_one_or_none())
+        owner = await self._holder(chat_id)
         return owner is not None and owner != self.owner
 
     async def acquire(self, chat_id: str, run_id: str) -> None:
@@ -129,6 +141,36 @@ class PgLease:
         """Tell the other processes to cancel what they accepted for the chat up to now (or `at`)."""
         message = {"op": "cancel", "chat_id": chat_id, "at": self.clock() if at is None else at, "from": self.owner}
         await self.db.write(lambda conn: _notify(conn, message))
+
+    async def cancel_counted(self, chat_id: str) -> int:
+        """`cancel_everywhere`, and how many runs and requests the other processes cancelled.
+
+        When another process holds the chat, its answer (its active run, and what it had queued by then)
+        is waited for, up to ANSWER_S; the answers of the others that arrive meanwhile count too. A holder
+        that does not answer in time (busy, or dead before its lease expired) counts for its run: the
+        cancel stops it when heard, or the lease's expiry does. When nobody else holds the chat, there is
+        nothing to wait for: the count is what has answered by the time the cancel is sent (usually none).
+        """
+        holder = await self._holder(chat_id)
+        key = secrets.token_hex(8)
+        tally = self._tallies[key] = _Tally(holder or "")
+        try:
+            message = {"op": "cancel", "chat_id": chat_id, "at": self.clock(), "from": self.owner, "tally": key}
+            await self.db.write(lambda conn: _notify(conn, message))
+            if holder is None or holder == self.owner:
+                return tally.count
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(tally.holder_answered.wait(), ANSWER_S)
+            return tally.count + (0 if tally.holder_answered.is_set() else 1)
+        finally:
+            del self._tallies[key]
+
+    async def _holder(self, chat_id: str) -> str | None:
+        """The process holding the chat now, if any."""
+        query = select(chat_leases.c.owner).where(
+            chat_leases.c.chat_id == chat_id, chat_leases.c.expires_at > self.clock()
+        )
+        return await self.db.read(lambda conn: conn.execute(query).scalar_one_or_none())
 
     async def _claim(self, chat_id: str, run_id: str) -> bool:
         now = self.clock()
@@ -206,7 +248,30 @@ class PgLease:
             if released is not None:
                 released.set()
         elif message.get("op") == "cancel" and message.get("from") != self.owner:  # ours was done here
-            self.on_cancel(chat_id, float(message.get("at", self.clock())))
+            count = self.on_cancel(chat_id, float(message.get("at", self.clock())))
+            if message.get("tally"):  # a counted cancel: every process answers, the holder even with 0
+                self._answer(message, count)
+        elif message.get("op") == "cancelled" and message.get("to") == self.owner:
+            tally = self._tallies.get(str(message.get("tally")))
+            if tally is not None:
+                tally.count += int(message.get("count") or 0)
+                if message.get("from") == tally.holder:
+                    tally.holder_answered.set()
+
+    def _answer(self, cancel: dict[str, Any], count: int) -> None:
+        """Tell the sender of a counted cancel what it cancelled here (in a task: the listener must not wait)."""
+        answer = {"op": "cancelled", "tally": cancel["tally"], "to": cancel.get("from"), "from": self.owner,
+                  "count": count}  # fmt: skip
+
+        async def send() -> None:
+            try:
+                await self.db.write(lambda conn: _notify(conn, answer))
+            except Exception:  # the canceller then counts the holder's run alone
+                log.exception("could not answer a cancel of chat %s", cancel.get("chat_id"))
+
+        task = asyncio.create_task(send(), name="cancel answer")
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
 
 
 def _notify(conn: Connection, message: dict[str, Any]) -> None:

@@ -1,11 +1,43 @@
 // The yao-agent web chat: a token, an assistant, a conversation streamed over the native API (CONTRACT §5, §6).
-// Plain DOM code, no build step. Every piece of model, tool or API text is set with textContent, never as HTML.
+// Plain DOM code, no build step. Every piece of model, tool or API text is set with textContent, never as HTML,
+// except the assistant's replies, which are rendered as sanitised markdown (markdown.js).
 "use strict";
 
 (() => {
   const TOKEN_KEY = "yao-agent.token";
   const ASSISTANT_KEY = "yao-agent.assistant";
   const UNFINISHED = new Set(["failed", "cancelled", "interrupted"]);
+  const md = window.yaoMarkdown; // null without the vendor files: replies then show as plain text
+
+  // Why a run did not complete (its terminal reason), in words for the person chatting. The technical
+  // message stays folded away under "details", with the run id an operator looks it up by.
+  const REASONS = {
+    model_error: "The model could not be reached or refused the request.",
+    timeout: "The answer took too long and was stopped.",
+    tool_error: "A tool the assistant needed did not work.",
+    hook_error: "The assistant's script failed.",
+    delegate_error: "Another assistant this one relies on could not answer.",
+    context_overflow: "This conversation has grown too long for the model. Start a new chat to go on.",
+    output_error: "The model's answer did not have the expected form.",
+    max_turns: "The assistant took too many steps and was stopped before it finished.",
+    loop_detected: "The assistant kept repeating the same step, so it was stopped.",
+    internal_error: "Something went wrong on the server.",
+    cancelled: "Stopped before the answer was finished.",
+    approval_required: "The assistant is waiting for someone to approve a tool it wants to use.",
+  };
+  // The same, short, for "This answer was interrupted (…)".
+  const CAUSES = {
+    model_error: "the model could not be reached",
+    timeout: "it took too long",
+    tool_error: "a tool the assistant needed did not work",
+    hook_error: "the assistant's script failed",
+    delegate_error: "another assistant could not answer",
+    context_overflow: "the conversation is too long for the model",
+    output_error: "the answer did not have the expected form",
+    max_turns: "it took too many steps",
+    loop_detected: "it kept repeating the same step",
+    internal_error: "something went wrong on the server",
+  };
 
   const $ = (id) => document.getElementById(id);
   const ui = {
@@ -17,8 +49,15 @@
     assistant: $("assistant"),
     chats: $("chats"),
     chatsEmpty: $("chats-empty"),
+    search: $("chat-search"),
     newChat: $("new-chat"),
     chatTitle: $("chat-title"),
+    chatActions: $("chat-actions"),
+    renameChat: $("rename-chat"),
+    deleteChat: $("delete-chat"),
+    renameForm: $("rename-form"),
+    renameInput: $("rename-input"),
+    renameCancel: $("rename-cancel"),
     status: $("status"),
     transcript: $("transcript"),
     resumeBar: $("resume-bar"),
@@ -37,7 +76,10 @@
     token: localStorage.getItem(TOKEN_KEY) || "",
     assistants: [],
     chats: [],
+    query: "", // the search box's text: the chat list shows what the server finds for it
+    listed: 0, // the number of the latest chat-list request (an older answer arriving late is dropped)
     chatId: null, // the open chat; null for a new one (the server creates it on the first send)
+    title: "", // the open chat's title
     run: null, // the streaming run: {controller, chatId, stopping}
   };
 
@@ -108,9 +150,6 @@
       this.status = status;
       this.type = type;
     }
-    describe() {
-      return `${this.message} (${this.type}${this.status ? `, HTTP ${this.status}` : ""})`;
-    }
   }
 
   function headers(extra = {}) {
@@ -155,10 +194,18 @@
     return res.json();
   }
 
+  /** An API error for people: our 4xx messages are written for them; a server fault or no server is not theirs. */
+  function plainError(err) {
+    if (!(err instanceof ApiError)) return (err && err.message) || "Something went wrong.";
+    if (err.status === 0) return "The server could not be reached. Check the connection and try again.";
+    if (err.status >= 500) return "Something went wrong on the server. Try again in a moment.";
+    return err.message;
+  }
+
   /** Show an error in the banner (a 401 already has its own message by the token field). */
   function report(err) {
     if (err instanceof ApiError && err.status === 401) return;
-    ui.errorText.textContent = err instanceof ApiError ? `Error: ${err.describe()}` : `Error: ${err && err.message}`;
+    ui.errorText.textContent = plainError(err);
     ui.error.hidden = false;
   }
 
@@ -180,11 +227,14 @@
     ui.signedIn.hidden = !yes;
     ui.newChat.disabled = !yes;
     ui.send.disabled = !yes;
+    ui.search.disabled = !yes;
     if (!yes) {
       ui.assistant.replaceChildren(h("option", null, "(sign in first)"));
       ui.assistant.disabled = true;
       state.assistants = [];
       state.chats = [];
+      state.query = "";
+      ui.search.value = "";
       renderChats();
     }
   }
@@ -252,21 +302,40 @@
 
   async function refreshChats() {
     if (!state.token) return;
+    const number = ++state.listed;
+    const query = state.query.trim();
+    let found;
     try {
-      const data = await api("GET", "/api/chats");
-      state.chats = data.chats || [];
+      found = await api("GET", query ? `/api/chats?q=${enc(query)}` : "/api/chats");
     } catch (err) {
       report(err);
       return;
     }
+    if (number !== state.listed) return; // a newer search has been sent meanwhile
+    state.chats = found.chats || [];
     renderChats();
     const open = state.chats.find((c) => c.chat_id === state.chatId);
-    if (open) ui.chatTitle.textContent = open.title || "Untitled chat";
+    if (open) showTitle(open.title);
   }
 
   function renderChats() {
     ui.chats.replaceChildren(...state.chats.map(chatItem));
     ui.chatsEmpty.hidden = state.chats.length > 0;
+    ui.chatsEmpty.textContent = state.query.trim() ? `No chats match “${state.query.trim()}”.` : "No chats yet.";
+  }
+
+  let searchTimer = 0;
+  function searchChats() {
+    state.query = ui.search.value;
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(refreshChats, 200); // one request once the person pauses typing
+  }
+
+  /** The open chat's title in the heading; the rename and delete buttons go with an open chat. */
+  function showTitle(title) {
+    state.title = title || "";
+    ui.chatTitle.textContent = state.title || (state.chatId ? "Untitled chat" : "New chat");
+    ui.chatActions.hidden = !state.chatId || !ui.renameForm.hidden;
   }
 
   function chatItem(chat) {
@@ -292,8 +361,9 @@
   function newChat() {
     if (state.run) return;
     state.chatId = null;
+    stopRenaming();
     ui.transcript.replaceChildren();
-    ui.chatTitle.textContent = "New chat";
+    showTitle("");
     ui.resumeBar.hidden = true;
     clearError();
     setStatus("Ready.");
@@ -304,9 +374,10 @@
   async function openChat(chatId) {
     if (state.run) return;
     clearError();
+    stopRenaming();
     state.chatId = chatId;
     const chat = state.chats.find((c) => c.chat_id === chatId);
-    ui.chatTitle.textContent = (chat && chat.title) || "Untitled chat";
+    showTitle(chat && chat.title);
     if (chat && state.assistants.some((a) => a.id === chat.assistant_id)) ui.assistant.value = chat.assistant_id;
     renderChats();
     setStatus("Loading the chat…", "busy");
@@ -338,16 +409,20 @@
     }
     if (chatId !== state.chatId || state.run) return;
     if (!point && !(chat && UNFINISHED.has(chat.last_status))) return;
-    const status = point ? point.status : chat.last_status;
-    const parts = [`The last run of this chat ended ${status}`];
-    if (point && point.reason && point.reason !== status) parts.push(` (${point.reason})`);
-    if (point && point.error) parts.push(`: ${errorText(point.error)}`);
-    if (point && point.steps && point.steps.length) {
-      parts.push(` — unfinished: ${point.steps.map((s) => `${s.type} (${s.status})`).join(", ")}`);
-    }
-    parts.push(".");
-    ui.resumeInfo.textContent = parts.join("");
+    const [text, action] = resumeWording(point ? point.status : chat.last_status, point && point.reason);
+    ui.resumeInfo.textContent = text;
+    ui.resume.textContent = action;
     ui.resumeBar.hidden = false;
+  }
+
+  /** [what the bar says, what its button says] for a run that did not complete. */
+  function resumeWording(status, reason) {
+    if (status === "cancelled") return ["This answer was stopped before it was finished.", "Continue"];
+    if (status === "interrupted") {
+      return ["This answer was interrupted (the server stopped before it was finished).", "Try again"];
+    }
+    const cause = CAUSES[reason];
+    return [cause ? `This answer was interrupted (${cause}).` : "This answer was interrupted.", "Try again"];
   }
 
   // ---------------------------------------------------------------- transcript rendering
@@ -372,8 +447,9 @@
       this.node = h("div", "turn");
       this.node.append(h("div", "who", label || "Assistant"));
       ui.transcript.append(this.node);
-      this.messages = new Map(); // message_id → {kind, node, body, text}
+      this.messages = new Map(); // message_id → {kind, node, body, text, markdown}
       this.cards = new Map(); // tool_call_id → card
+      this.fallbacks = { from: [], to: null }; // connectors that could not answer, and the one that did
     }
 
     place(node, threadId) {
@@ -400,19 +476,30 @@
         details.append(h("summary", null, "Reasoning"), body);
         entry = { kind: e.kind, node: this.place(details, e.thread_id), body };
       } else {
+        const markdown = e.kind === "text" && Boolean(md); // the assistant's reply; other kinds stay as sent
         const node = h("div", `msg assistant kind-${e.kind}`);
         if (e.kind !== "text") node.append(h("div", "kind-label", e.kind === "error" ? "Error" : e.kind));
-        const body = h("div", "bubble");
+        const body = h("div", markdown ? "bubble markdown" : "bubble");
         node.append(body);
-        entry = { kind: e.kind, node: this.place(node, e.thread_id), body };
+        entry = { kind: e.kind, node: this.place(node, e.thread_id), body, markdown, frame: 0 };
       }
       entry.text = "";
-      if (entry.body) {
+      if (entry.body && !entry.markdown) {
         entry.textNode = document.createTextNode("");
         entry.body.append(entry.textNode);
       }
       this.messages.set(e.message_id, entry);
       return entry;
+    }
+
+    /** Render a streaming reply at most once per frame: deltas arrive far more often than the screen changes. */
+    schedule(entry) {
+      if (entry.frame) return;
+      entry.frame = requestAnimationFrame(() => {
+        entry.frame = 0;
+        md.render(entry.body, entry.text);
+        scrollDown();
+      });
     }
 
     delta(e) {
@@ -424,7 +511,8 @@
         if (e.arguments) card.argsText.appendData(e.arguments);
       } else if (typeof e.text === "string") {
         entry.text += e.text;
-        entry.textNode.appendData(e.text);
+        if (entry.markdown) this.schedule(entry);
+        else entry.textNode.appendData(e.text);
       }
       scrollDown();
     }
@@ -440,7 +528,14 @@
         if (e.status === "incomplete") card.classList.add("incomplete");
       } else {
         const full = textOf(e.content);
-        if (full && full !== entry.text) entry.body.textContent = full;
+        if (entry.markdown) {
+          cancelAnimationFrame(entry.frame);
+          entry.frame = 0;
+          if (full) entry.text = full;
+          md.render(entry.body, entry.text);
+        } else if (full && full !== entry.text) {
+          entry.body.textContent = full;
+        }
         if (entry.kind === "reasoning") entry.node.open = false;
         if (e.status === "incomplete") entry.node.append(h("span", "badge status-incomplete", "incomplete"));
       }
@@ -460,8 +555,17 @@
       scrollDown();
     }
 
+    /** Noted, and said only under a completed reply: which model answered when the first choice could not. */
     fallback(e) {
-      this.place(h("div", "notice", `Model fallback: ${e.from} → ${e.to} (${e.reason})`));
+      if (e.from && !this.fallbacks.from.includes(e.from)) this.fallbacks.from.push(e.from);
+      this.fallbacks.to = e.to;
+    }
+
+    fallbackNote() {
+      const { from, to } = this.fallbacks;
+      if (!to || !from.length) return null;
+      const skipped = from.join(", ");
+      return h("span", "run-fallback", `answered by ${to} — ${skipped} ${from.length > 1 ? "were" : "was"} unavailable`);
     }
 
     notice(text, kind = "notice") {
@@ -469,20 +573,24 @@
     }
 
     apiError(err) {
-      this.place(h("div", "msg assistant kind-error api-error", `Error: ${err.describe()}`));
+      this.place(h("div", "msg assistant kind-error api-error", `Could not send the message: ${plainError(err)}`));
     }
 
+    /** The run's end: a quiet line when it completed; otherwise one plain sentence, the details folded away. */
     streamEnd(e) {
       const box = h("div", `run-end status-${e.status}`);
       box.dataset.status = e.status;
+      box.dataset.reason = e.reason || "";
       const head = h("div", "run-end-head");
       head.append(h("span", `badge status-${e.status}`, e.status));
-      if (e.reason && e.reason !== e.status) head.append(h("span", "run-reason", `reason: ${e.reason}`));
+      if (e.status !== "completed") head.append(h("span", "run-message", REASONS[e.reason] || "The answer could not be finished."));
       head.append(h("span", "run-duration", seconds(e.duration_ms)));
-      const usage = Object.entries(e.usage || {}).filter(([, v]) => v !== null && v !== undefined);
-      if (usage.length) head.append(h("span", "run-usage", usage.map(([k, v]) => `${k.replace(/_/g, " ")} ${v}`).join(" · ")));
+      const tokens = e.usage && e.usage.total_tokens;
+      if (tokens) head.append(h("span", "run-usage", `${tokens} tokens`));
+      const note = e.status === "completed" ? this.fallbackNote() : null;
+      if (note) head.append(note);
       box.append(head);
-      if (e.error) box.append(h("div", "run-error", errorText(e.error)));
+      if (e.status === "failed") box.append(runDetails(e));
       if (e.next !== undefined && e.next !== null) {
         const details = h("details", "run-next");
         details.open = true;
@@ -538,6 +646,17 @@
         this.end({ message_id: id, kind: "tool_call", content: call, status: incomplete });
       });
     }
+  }
+
+  /** Folded: the run id an operator finds the run by in the server's log, and the error it stored, once. */
+  function runDetails(e) {
+    const details = h("details", "run-details");
+    details.append(h("summary", null, `details: run ${e.run_id}`));
+    details.append(h("pre", "run-error", e.error ? errorText(e.error) : "No more was recorded about this failure."));
+    details.addEventListener("toggle", () => {
+      if (details.open) details.scrollIntoView({ block: "nearest" });
+    });
+    return details;
   }
 
   function renderHistory(messages) {
@@ -602,6 +721,8 @@
     ui.newChat.disabled = on || !state.token;
     ui.assistant.disabled = on || !state.assistants.length;
     ui.resume.disabled = on;
+    ui.renameChat.disabled = on;
+    ui.deleteChat.disabled = on;
     for (const button of ui.chats.querySelectorAll("button")) button.disabled = on;
     ui.composer.setAttribute("aria-busy", on ? "true" : "false");
     ui.transcript.setAttribute("aria-busy", on ? "true" : "false");
@@ -609,9 +730,9 @@
 
   function endStatus(e) {
     if (e.status === "completed") return `Completed in ${seconds(e.duration_ms)}.`;
-    if (e.status === "cancelled") return `Run cancelled after ${seconds(e.duration_ms)}.`;
-    const why = e.error ? `: ${errorText(e.error)}` : "";
-    return `Run failed (${e.reason})${why}.`;
+    if (e.status === "cancelled") return `Stopped after ${seconds(e.duration_ms)}.`;
+    if (e.status === "waiting") return "Waiting for approval.";
+    return `Failed after ${seconds(e.duration_ms)}.`; // why: in the transcript, said once
   }
 
   /** POST `path` and render the SSE run it answers with (a send, or a resume). */
@@ -630,7 +751,7 @@
       if (!res.ok) {
         const err = await errorOf(res);
         if (err.status !== 401) turn.apiError(err);
-        setStatus(`Request refused: ${err.message}`, "failed");
+        setStatus("Not sent.", "failed");
         if (userText !== undefined && !ui.message.value) ui.message.value = userText;
         return;
       }
@@ -679,10 +800,10 @@
         setStatus("Stopped.", "cancelled");
       } else if (err instanceof ApiError) {
         turn.apiError(err);
-        setStatus(`Error: ${err.message}`, "failed");
+        setStatus("Not sent.", "failed");
       } else {
-        turn.notice(`The stream broke off: ${err && err.message}`, "error");
-        setStatus("The stream broke off.", "failed");
+        turn.notice("The connection to the server broke off before the answer ended.", "error");
+        setStatus("The connection broke off.", "failed");
       }
     } finally {
       state.run = null;
@@ -696,6 +817,7 @@
     if (!chatId || run.chatId === chatId) return;
     run.chatId = chatId;
     state.chatId = chatId;
+    showTitle(ui.chatTitle.textContent);
     if (run.stopping) cancelRun(run); // stop was pressed before the chat id was known
   }
 
@@ -750,12 +872,73 @@
     const body = { messages: [{ role: "user", content: text }] };
     if (state.chatId) body.chat_id = state.chatId;
     if (!state.chatId) ui.chatTitle.textContent = text.slice(0, 80);
+    stopRenaming();
     stream(`/api/assistants/${enc(assistant)}/runs`, body, { userText: text });
   }
 
   function resume() {
     if (state.run || !state.chatId) return;
     stream(`/api/chats/${enc(state.chatId)}/resume`, undefined, { resuming: true });
+  }
+
+  // ---------------------------------------------------------------- rename, delete
+
+  function startRenaming() {
+    if (state.run || !state.chatId) return;
+    ui.renameInput.value = state.title;
+    ui.chatTitle.hidden = true;
+    ui.chatActions.hidden = true;
+    ui.renameForm.hidden = false;
+    ui.renameInput.focus();
+    ui.renameInput.select();
+  }
+
+  function stopRenaming() {
+    ui.renameForm.hidden = true;
+    ui.chatTitle.hidden = false;
+    ui.chatActions.hidden = !state.chatId;
+  }
+
+  async function rename(event) {
+    event.preventDefault();
+    const chatId = state.chatId;
+    const title = ui.renameInput.value.trim();
+    if (!chatId || !title) {
+      ui.renameInput.focus();
+      return;
+    }
+    try {
+      const chat = await api("PATCH", `/api/chats/${enc(chatId)}`, { title });
+      clearError();
+      if (chatId === state.chatId) {
+        stopRenaming();
+        showTitle(chat.title);
+      }
+    } catch (err) {
+      report(err);
+      return;
+    }
+    await refreshChats();
+  }
+
+  async function deleteChat() {
+    const chatId = state.chatId;
+    if (state.run || !chatId) return;
+    const title = state.title || "this chat";
+    if (!window.confirm(`Delete “${title}”? Its messages are removed for good.`)) return;
+    try {
+      await api("DELETE", `/api/chats/${enc(chatId)}`);
+    } catch (err) {
+      if (err instanceof ApiError && err.type === "chat_busy") {
+        report(new Error("This chat is still answering. Stop it or wait for the answer, then delete it."));
+      } else {
+        report(err);
+      }
+      return;
+    }
+    if (state.chatId === chatId) newChat();
+    setStatus(`Deleted “${title}”.`);
+    await refreshChats();
   }
 
   // ---------------------------------------------------------------- wiring
@@ -778,6 +961,14 @@
   });
   ui.assistant.addEventListener("change", () => localStorage.setItem(ASSISTANT_KEY, ui.assistant.value));
   ui.newChat.addEventListener("click", newChat);
+  ui.search.addEventListener("input", searchChats);
+  ui.renameChat.addEventListener("click", startRenaming);
+  ui.renameForm.addEventListener("submit", rename);
+  ui.renameCancel.addEventListener("click", stopRenaming);
+  ui.renameInput.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") stopRenaming();
+  });
+  ui.deleteChat.addEventListener("click", deleteChat);
   ui.composer.addEventListener("submit", send);
   ui.message.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
