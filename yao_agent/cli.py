@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -33,7 +34,7 @@ def _app_dir(args: argparse.Namespace) -> Path:
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     from .dsl import check_app
 
-    report = check_app(_app_dir(args))
+    report = check_app(_app_dir(args), hooks=True, mcp=args.mcp)
     for problem in report.errors:
         print(problem, file=out)
     for problem in report.warnings:
@@ -167,7 +168,10 @@ def cmd_roles_list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_chat(args: argparse.Namespace, out: TextIO) -> int:
-    from .cli_chat import chat
+    from .startup import loading
+
+    with loading():  # most of a cold chat's start-up is this import
+        from .cli_chat import chat
 
     return asyncio.run(chat(args, out))
 
@@ -236,17 +240,23 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    """Serve until SIGTERM/Ctrl-C. An address it cannot listen on is one line and exit 1 (CannotListen)."""
     from .pipeline import Runtime
-    from .server.serve import server, settle_memory
+    from .server.serve import address, listen, server, settle_memory
 
     async def work() -> None:
         rt = await Runtime.open(_app_dir(args), db=args.db)
-        settings = rt.app.config.server
-        host, port = args.host or settings.host, args.port or settings.port
-        print(f"yao-agent serving {rt.app.root.resolve()} on http://{host}:{port}/", file=out, flush=True)
-        settle_memory()
         try:
-            await server(rt, host, port).serve()
+            settings = rt.app.config.server
+            host = args.host or settings.host
+            sock = listen(host, args.port or settings.port)
+            where = f"http://{address(host, sock.getsockname()[1])}/"  # (the port the system chose for port 0)
+
+            def started() -> None:  # said only once the server listens, never before a failure
+                print(f"yao-agent serving {rt.app.root.resolve()} on {where}", file=out, flush=True)
+
+            settle_memory()
+            await server(rt, host, sock.getsockname()[1], started).serve(sockets=[sock])
         finally:
             await rt.aclose()
 
@@ -284,7 +294,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    command("validate", cmd_validate, "check every file of the app; exit 2 with file:line errors")
+    p = command(
+        "validate",
+        cmd_validate,
+        "check every file of the app and load its hooks in V8; exit 2 with file:line errors "
+        "(no MCP server is started without --mcp)",
+    )
+    p.add_argument(
+        "--mcp",
+        action="store_true",
+        help="also start the MCP servers the assistants use, check every tool filter against the tools they list, "
+        "then stop them",
+    )
     command("assistants", cmd_assistants, "list the app's assistants")
     p = command("schema", cmd_schema, "print the JSON Schema of one kind of file")
     p.add_argument("kind", choices=["app", "assistant", "connector", "mcp"])
@@ -352,9 +373,11 @@ def _scope_options(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    started = time.monotonic()  # `chat` and `resume` say how long the user waited since then
     stream = out or sys.stdout
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.started = started
     try:
         return int(args.func(args, stream))
     except SpecError as exc:
