@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from tests.pipeline import test_tools
 from tests.pipeline.helpers import ALICE, end_of, turn
 from tests.pipeline.pairing import request_problems, stored_problems
 from tests.pipeline.test_tools import call, close, in_process, tooled
@@ -18,14 +18,7 @@ from yao_agent.pipeline import Runtime, start_resume
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
-
-@pytest.fixture
-async def rt(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Runtime]:
-    runtime = in_process(tooled(tmp_path / "app", store, fake))
-    try:
-        yield runtime
-    finally:
-        await close(runtime)
+rt = test_tools.rt  # the fixture: a runtime whose `tooled` assistant has the in-process `testing` server
 
 
 async def assert_valid(rt: Runtime, fake: FakeProvider, chat_id: str = "c1") -> None:

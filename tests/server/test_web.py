@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Dialog, Page, async_playwright, expect
+from playwright.async_api import Browser, Dialog, Locator, Page, async_playwright, expect
 
 from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import Live, artifact, running, server_files
@@ -101,6 +101,15 @@ async def sign_in(page: Page, live: Live, token: str) -> None:
     await page.click("#save-token")
 
 
+async def send(page: Page, text: str, assistant: str | None = None) -> Locator:
+    """Send `text` (to `assistant`, when given, chosen first) as a person would; the turn it starts."""
+    if assistant is not None:
+        await page.select_option("#assistant", assistant)
+    await page.fill("#message", text)
+    await page.click("#send")
+    return page.locator("#transcript .turn").last
+
+
 async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvider, page: Page) -> None:
     await sign_in(page, live, live.tokens["alice"])
     await expect(page.locator("#sign-out")).to_be_visible()
@@ -178,9 +187,7 @@ async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, fake: 
     await page.select_option("#assistant", "tooled")
     add = ToolCall("testing__add", json.dumps({"a": 2, "b": 3}), id="c1")
     fake.enqueue(Reply(reasoning="I should add them.", tool_calls=(add,)), Reply(text="It is 5."))
-    await page.fill("#message", "what is 2+3?")
-    await page.click("#send")
-    turn = page.locator("#transcript .turn").last
+    turn = await send(page, "what is 2+3?")
     await expect(turn.locator(".kind-text .bubble")).to_have_text("It is 5.")
     reasoning = turn.locator("details.reasoning")
     await expect(reasoning.locator(".reasoning-text")).to_have_text("I should add them.", use_inner_text=False)
@@ -194,10 +201,7 @@ async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, fake: 
 
     # A hook that throws: the run fails in plain words; its details name the hook file and line.
     await page.click("#new-chat")
-    await page.select_option("#assistant", "hooked")
-    await page.fill("#message", "boom")
-    await page.click("#send")
-    failed = page.locator("#transcript .turn").last
+    failed = await send(page, "boom", "hooked")
     await expect(failed.locator(".run-end")).to_have_attribute("data-status", "failed")
     await expect(failed.locator(".run-message")).to_have_text("The assistant's script failed.")
     await expect(failed.locator(".run-error")).to_be_hidden()  # folded away
@@ -211,9 +215,7 @@ async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, fake: 
     # A Next hook's data is shown under the run.
     await page.click("#new-chat")
     fake.enqueue(Reply(text="hello there"))
-    await page.fill("#message", "hi")
-    await page.click("#send")
-    done = page.locator("#transcript .turn").last
+    done = await send(page, "hi")
     await expect(done.locator(".run-end")).to_have_attribute("data-status", "completed")
     await expect(done.locator(".run-next pre")).to_contain_text('"saw": "hello there"')
     await expect(page.locator("#chats .chat-item")).to_have_count(3)
@@ -296,9 +298,7 @@ async def test_markup_from_a_model_or_a_tool_never_runs(rich: Live, fake: FakePr
     await page.select_option("#assistant", "tooled")
     call = ToolCall("testing__echo", json.dumps({"text": ATTACK}), id="c1")
     fake.enqueue(Reply(tool_calls=(call,)), Reply(text=REPLY_ATTACK, chunk_size=7, delay_s=0.01))
-    await page.fill("#message", "what does the page say?")
-    await page.click("#send")
-    turn = page.locator("#transcript .turn").last
+    turn = await send(page, "what does the page say?")
     await expect(turn.locator(".run-end")).to_have_attribute("data-status", "completed")
     reply = turn.locator(".kind-text .bubble")
     await expect(reply).to_contain_text(f"The page said: {ATTACK}")  # shown as the text it is
@@ -320,10 +320,7 @@ async def test_markup_from_a_model_or_a_tool_never_runs(rich: Live, fake: FakePr
 
 async def test_a_failed_run_says_why_in_plain_words(rich: Live, page: Page) -> None:
     await sign_in(page, rich, rich.tokens["alice"])
-    await page.select_option("#assistant", "broken")
-    await page.fill("#message", "are you there?")
-    await page.click("#send")
-    turn = page.locator("#transcript .turn").last
+    turn = await send(page, "are you there?", "broken")
     await expect(turn.locator(".run-end")).to_have_attribute("data-status", "failed")
     await expect(turn.locator(".run-message")).to_have_text("The model could not be reached or refused the request.")
     await expect(page.locator("#status")).to_contain_text("Failed after")
@@ -357,11 +354,8 @@ async def test_a_failed_run_says_why_in_plain_words(rich: Live, page: Page) -> N
 
 async def test_a_fallback_is_a_quiet_note_under_the_reply(rich: Live, fake: FakeProvider, page: Page) -> None:
     await sign_in(page, rich, rich.tokens["alice"])
-    await page.select_option("#assistant", "chained")
     fake.enqueue(Reply(text="Here I am."))
-    await page.fill("#message", "hello?")
-    await page.click("#send")
-    turn = page.locator("#transcript .turn").last
+    turn = await send(page, "hello?", "chained")
     await expect(turn.locator(".kind-text .bubble")).to_have_text("Here I am.")
     await expect(turn.locator(".run-end .run-fallback")).to_have_text(
         "answered by fake.model — fake.down was unavailable"
