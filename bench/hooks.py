@@ -4,11 +4,16 @@
 
 Four things are measured, alternating call by call so machine noise hits all alike:
 - `plain`: the hook shipped in hooks/concierge.js (no `ctx` method);
-- `log`: the same with one `await ctx.log(...)` first (one more round trip into V8, and the callback);
+- `log`: the same with one `await ctx.log(...)` first (one more round trip to the worker, and the callback);
 - `floor`: an empty `Create` with no arguments, i.e. what a call costs before the hook does anything;
-- `v8 1`: mini-racer's own `eval("1")` on the running loop, the library's floor for one round trip.
+- `v8 1`: mini-racer's own `eval("1")` in this process, the library's floor for one round trip into V8
+  (hooks no longer run in this process: the difference with `floor` is the worker process's round trip).
 Reported: p50, p99 and mean wall time per call, after a warm-up. Each call's payload differs, as in a
 real run. The machine's load shows in every row alike: compare rows with `v8 1`, not with other runs.
+
+Also reported, in the note: the first call of a new tenant (a cold context in a warm worker: a V8
+context made, the runtime and the hook file loaded), and the worker processes' memory (RSS) idle and
+per warm context.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from py_mini_racer import MiniRacer
 from bench.common import REPO, Row, print_table
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.hooks import HookContext, HookRunner
+from yao_agent.hooks.procs import CONTEXTS_PER_WORKER
 
 CONCIERGE = (REPO / "hooks" / "concierge.js").read_text(encoding="utf-8")
 LOG_LINE = '\n  await ctx.log("info", "routing " + messages.length + " messages");'
@@ -114,11 +120,49 @@ async def latencies(calls: int, warmup: int) -> dict[str, list[float]]:
     return times
 
 
+def worker_rss_kb() -> list[int]:
+    """The resident memory of this process's hook workers (found in /proc), in KB."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields.get("PPid", "0")) == os.getpid() and b"yao_agent/hooks/worker.py" in command:
+            found.append(int(fields["VmRSS"].split()[0]))
+    return found
+
+
+async def tenants(count: int = 40) -> tuple[float, float, float]:
+    """(p50 of a new tenant's first call in ms, a warm worker's RSS in MB, RSS per warm context in MB)."""
+    runner = HookRunner(workers=1)
+    ctx = context()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write(Path(tmp), "concierge.js", CONCIERGE)
+        await runner.call(path, path.name, "Create", list(payload(0)), ctx, POLICY)
+        idle = sum(worker_rss_kb())
+        firsts: list[float] = []
+        for n in range(count):
+            ctx.snapshot["team_id"] = f"team{n}"
+            start = time.perf_counter()
+            await runner.call(path, path.name, "Create", list(payload(n)), ctx, POLICY)
+            firsts.append(time.perf_counter() - start)
+        kept = min(count, CONTEXTS_PER_WORKER)
+        full = sum(worker_rss_kb())
+        await runner.aclose()
+    return statistics.median(firsts) * 1e3, idle / 1024, (full - idle) / 1024 / kept
+
+
 async def measure(calls: int, warmup: int = 500) -> list[Row]:
     times = await latencies(calls, warmup)
     cuts = {name: statistics.quantiles(samples, n=100) for name, samples in times.items()}
     size = len(json.dumps(list(payload(0))))
     note = ", ".join(f"{name} p50 {c[49] * 1e3:.3f} / p99 {c[98] * 1e3:.3f} ms" for name, c in cuts.items())
+    first, idle, per_context = await tenants()
+    note += (f"; a new tenant's first call p50 {first:.1f} ms; worker RSS {idle:.0f} MB, "
+             f"+{per_context:.1f} MB per warm context")  # fmt: skip
     return [Row(f"warm Create hook, {size / 1000:.1f} KB payload, p50", cuts["plain"][49] * 1e3, "ms", "max", 0.1,
                 note=note)]  # fmt: skip
 

@@ -116,7 +116,8 @@ def test_a_top_level_that_never_ends_fails_within_the_assistants_timeout(tmp_pat
 
 
 def test_validate_loads_v8_only_for_hooks_and_starts_no_mcp_server_without_the_flag(tmp_path: Path) -> None:
-    """Without --mcp a server that would leave a mark when started is never started, nor the MCP SDK imported."""
+    """Without --mcp a server that would leave a mark when started is never started, nor the MCP SDK imported.
+    V8 itself never loads in validate's process: hooks are loaded in a worker process, started only for them."""
     marker = tmp_path / "started"
     server = f"command: python\nargs:\n  - -c\n  - open({str(marker)!r}, 'w').close()\n"
     uses = "name: Tooled\nmcp:\n  servers: [{server: marking, tools: [no_such_tool]}]\n"
@@ -125,7 +126,7 @@ def test_validate_loads_v8_only_for_hooks_and_starts_no_mcp_server_without_the_f
     without = make_app(tmp_path / "plain", {"mcps/marking.yml": server, "assistants/tooled/assistant.yml": uses})
     code = (
         "import sys; from yao_agent.cli import main; rc = main(['validate', '--app', sys.argv[1]]);"
-        "print(sorted(m for m in ('py_mini_racer', 'mcp') if m in sys.modules)); sys.exit(rc)"
+        "print(sorted(m for m in ('py_mini_racer', 'yao_agent.hooks.procs', 'mcp') if m in sys.modules)); sys.exit(rc)"
     )
     runs = [
         subprocess.run([sys.executable, "-c", code, str(app)], capture_output=True, text=True, timeout=60)
@@ -133,7 +134,7 @@ def test_validate_loads_v8_only_for_hooks_and_starts_no_mcp_server_without_the_f
     ]
     assert (runs[0].returncode, runs[0].stdout.splitlines()) == (
         2,
-        ["hooks/bad.js:3: SyntaxError: Unexpected token '}'", "1 error", "['py_mini_racer']"],
+        ["hooks/bad.js:3: SyntaxError: Unexpected token '}'", "1 error", "['yao_agent.hooks.procs']"],
     )
     assert (runs[1].returncode, runs[1].stdout.splitlines()[-1]) == (0, "[]")
     assert not marker.exists()

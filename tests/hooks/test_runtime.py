@@ -12,6 +12,7 @@ import pytest
 
 from tests.hooks.conftest import FAST, REPO, SNAPSHOT, Host, create, failure, write
 from yao_agent.hooks import HookCall, HookRunner
+from yao_agent.hooks.procs import CONTEXTS_PER_WORKER
 
 # --- values ---------------------------------------------------------------------------------------------
 
@@ -205,6 +206,49 @@ async def test_state_stays_warm_between_calls(runner: HookRunner, host: Host, tm
     assert [(await create(runner, path, host)).value for _ in range(3)] == [1, 2, 3]
 
 
+REMEMBERS = "let last = null;\nfunction Create(ctx, message) { const seen = last; last = message; return seen; }\n"
+
+
+async def test_a_hooks_globals_never_reach_another_tenant(tmp_path: Path, host: Host) -> None:
+    """A tenant is the caller's team, or the caller for a user without a team; each has its own context."""
+    runner = HookRunner(workers=1)  # one process: every call below lands in it
+    path = write(tmp_path, REMEMBERS)
+
+    async def call(team: str | None, user: str, message: str) -> Any:
+        context = host.context({**SNAPSHOT, "team_id": team, "user_id": user})
+        return (await runner.call(path, "hooks/hook.js", "Create", [message], context, FAST)).value
+
+    try:
+        assert await call("acme", "alice", "acme's secret") is None
+        assert await call("umbrella", "carol", "umbrella's") is None  # never acme's message
+        assert await call("acme", "bob", "bob's") == "acme's secret"  # the same team: warm
+        assert await call(None, "dave", "dave's") is None
+        assert await call(None, "erin", "erin's") is None  # another user without a team
+        assert await call("dave", "frank", "team dave's") is None  # a team named like a user is not that user
+        assert await call(None, "dave", "dave again") == "dave's"
+        assert await call("umbrella", "carol", "again") == "umbrella's"
+    finally:
+        await runner.aclose()
+
+
+async def test_warm_contexts_per_worker_are_bounded(tmp_path: Path, host: Host) -> None:
+    runner = HookRunner(workers=1)
+    path = write(tmp_path, REMEMBERS)
+
+    async def call(team: str, message: str) -> Any:
+        context = host.context({**SNAPSHOT, "team_id": team})
+        return (await runner.call(path, "hooks/hook.js", "Create", [message], context, FAST)).value
+
+    try:
+        for n in range(CONTEXTS_PER_WORKER + 1):
+            assert await call(f"team{n}", f"first of {n}") is None
+        last = CONTEXTS_PER_WORKER
+        assert await call(f"team{last}", "again") == f"first of {last}"  # the most recent are warm
+        assert await call("team0", "again") is None  # the least recently used was dropped: it starts cold
+    finally:
+        await runner.aclose()
+
+
 async def test_concurrent_calls_each_get_their_own_answer(runner: HookRunner, host: Host, tmp_path: Path) -> None:
     path = write(
         tmp_path,
@@ -234,7 +278,7 @@ function Next(ctx, payload, options) { return {n: options.n, chat: ctx.chat_id};
 async def test_a_hook_calling_an_assistant_with_the_same_hook_does_not_wait_for_itself(
     tmp_path: Path, host: Host
 ) -> None:
-    runner = HookRunner(contexts_per_file=1)
+    runner = HookRunner(workers=1)
     path = write(
         tmp_path,
         """

@@ -1,9 +1,10 @@
 """Loading a hook file as a run would, without calling it: what `yao-agent validate` reports about hooks.
 
-The file goes through the pool's own loading (a fresh context, the runtime, then the file as its own
-script, within the assistant's time and memory limits), so validate accepts exactly what loads at run
-time and reports it with V8's own line and message: a syntax error, a throw at top level, a top level
-that never ends. What the file defines is checked as a run would use it.
+The file goes through the runs' own loading (a fresh context in a worker process, the runtime, then the
+file as its own script, within the assistant's time and memory limits), so validate accepts exactly
+what loads at run time and reports it with V8's own line and message: a syntax error, a throw at top
+level, a top level that never ends or that V8 cannot survive. What the file defines is checked as a run
+would use it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from yao_agent.errors import HookError, Problem
 from yao_agent.hooks import errors
 from yao_agent.hooks.bridge import FUNCTIONS
 from yao_agent.hooks.pool import HookFile
+from yao_agent.hooks.procs import WorkerLost, Workers
 
 # A top level that runs longer than this is stopped at validate, even if the assistant allows more:
 # validate must stay quick, and a hook's load is seldom more than a few milliseconds.
@@ -26,16 +28,18 @@ async def check_hook_file(path: Path, shown: str, policy: HookPolicy) -> list[Pr
     """Every problem a run would meet loading the hook at `path` (`shown` as the assistant names it)."""
     limited = HookPolicy(timeout_ms=min(policy.timeout_ms, LOAD_LIMIT_MS), memory_mb=policy.memory_mb)
     function = FUNCTIONS[0]  # which function a run would be calling only shows in a run's error
-    hook = HookFile(path, shown, 1)
+    hook = HookFile(path, shown)
+    workers = Workers(1)
     try:
         hook.refresh(function)
-        engine = await hook.acquire(function, limited)
+        engine = await hook.load(await workers.acquire(path), function, limited)
         kinds = dict(engine.kinds)
-        hook.release(engine)
     except HookError as exc:
         return [_load_problem(exc, shown, policy, limited)]
+    except WorkerLost as exc:
+        return [Problem(shown, 0, "", f"the hook runtime could not be started to check it: {exc.detail}")]
     finally:
-        hook.close()
+        await workers.aclose()
     return defined_problems(shown, kinds)
 
 

@@ -76,6 +76,13 @@ def out_of_memory(memory_mb: int, *, file: str, function: str) -> HookError:
     return HookError(f"hook exceeded its memory limit of {memory_mb} MB", file=file, function=function)
 
 
+def crashed(detail: str, memory_mb: int, *, file: str, function: str) -> HookError:
+    """The process running the hook ended under it: V8 gave up (an allocation its limit could not stop) or
+    the process was killed. Only this call failed; the next one gets a new process."""
+    message = f"the hook ran out of memory or was stopped: its V8 process ended ({detail}) under a memory limit of "
+    return HookError(short(message + f"{memory_mb} MB"), file=file, function=function)
+
+
 def host_failure(exc: BaseException) -> str:
     """What a hook sees when a `ctx` method fails on the host: the error's own words, no traceback."""
     return short(str(exc), 300) or type(exc).__name__

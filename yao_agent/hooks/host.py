@@ -6,9 +6,12 @@ a Python traceback: a run error (a child that failed, a store that is down) in i
 else as "internal error", logged here with its traceback. A `DelegateError` is not handed to the hook
 at all: a delegation that cannot happen (too deep, a cycle) ends the run with `delegate_error`.
 
-One hook call may make at most `MAX_CALLS` ctx calls, and at most `MAX_EFFECTS` of them may be
-`ctx.send` or `ctx.call` (each adds messages to the chat, or a whole child run): a hook looping on
-`ctx.send` fails instead of flooding the chat.
+Every limit on what hooks may do is here (the README's Hooks section lists them). One hook call may
+make at most `MAX_CALLS` ctx calls, and at most `MAX_EFFECTS` of them may be `ctx.send` or `ctx.call`
+(each adds messages to the chat, or a whole child run): a hook looping on `ctx.send` fails instead of
+flooding the chat. A message or a memory value too large is an error the hook can catch (it can send
+less); a run whose hooks have sent `MAX_SENT_PER_RUN` bytes, or made `MAX_CALLS_PER_RUN` `ctx.call`s,
+all its children's hooks included, fails with `hook_error`: `RunSpend` is shared by the whole run.
 """
 
 from __future__ import annotations
@@ -16,21 +19,38 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from yao_agent.errors import DelegateError, RunError, UsageError
 from yao_agent.hooks.errors import host_failure
 
 log = logging.getLogger("yao_agent.hook")
-MAX_CALLS = 1000
-MAX_EFFECTS = 100
+MAX_CALLS = 1000  # ctx calls in one hook call
+MAX_EFFECTS = 100  # ctx.send and ctx.call in one hook call
+MAX_SEND_BYTES = 256 * 1024  # one ctx.send message, as JSON
+MAX_SENT_PER_RUN = 2 * 1024 * 1024  # every ctx.send of one run, its children's hooks included
+MAX_CALLS_PER_RUN = 50  # ctx.call of one run, its children's hooks included
+MAX_MEMORY_VALUE_BYTES = 64 * 1024  # one ctx.memory value, as JSON (keys: see the store's MEMORY_KEY_MAX)
+MAX_LOG_CHARS = 2000  # one ctx.log line in the server log; the rest is cut
+MAX_DEPTH = 64  # how deeply arrays and objects may nest in what a hook returns or passes to ctx
 _EFFECTS = frozenset({"send", "call"})
+# C0 and C1 controls, line and paragraph separators, bidirectional overrides, lone surrogates.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _NAMES = {"log": "ctx.log", "send": "ctx.send", "mget": "ctx.memory.get", "mset": "ctx.memory.set", "call": "ctx.call"}
 
 # Strict: a NaN would reach V8's JSON.parse and fail the whole batch instead of the one call.
 _to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+@dataclass
+class RunSpend:
+    """What the hooks of one run (its `ctx.call` and delegated children included) have used."""
+
+    sent_bytes: int = 0
+    calls: int = 0
 
 
 @dataclass
@@ -44,6 +64,23 @@ class HookContext:
     memory_set: Callable[[str, Any], Awaitable[None]]  # ctx.memory.set(key, value)
     call: Callable[[str, Any], Awaitable[Any]]  # ctx.call(assistant_id, messages) -> the child's reply
     hook: str = ""  # the hook file as the app names it, for the log
+    spend: RunSpend = field(default_factory=RunSpend)  # the run's, shared by all its hook calls
+
+
+def printable(text: str, limit: int = MAX_LOG_CHARS) -> str:
+    """One line a log can show as is: control, line-breaking and direction-changing characters escaped
+    (a newline is shown as `\\n`, ESC as `\\x1b`), and at most `limit` characters of the text."""
+    cut = _UNSAFE.sub(_escape, text[:limit])
+    return cut if len(text) <= limit else f"{cut}… ({len(text) - limit} more characters)"
+
+
+def _escape(found: re.Match[str]) -> str:
+    c = found.group()
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c)
+    if named is not None:
+        return named
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 class TooManyCalls(Exception):
@@ -65,8 +102,41 @@ def _method(ctx: HookContext, op: str) -> Callable[..., Awaitable[Any]]:
     return methods[op]
 
 
+def _refused(ctx: HookContext, op: str, args: list[Any]) -> str | None:
+    """Why this call may not happen, in the hook's terms (it can catch it); None if it may.
+    Raises `TooManyCalls` when the run has used up what its hooks may send."""
+    if op == "send":
+        size = _json_size(args[0] if args else None)
+        if size > MAX_SEND_BYTES:
+            return f"ctx.send: a message may be at most {_kb(MAX_SEND_BYTES)} as JSON; this one is {_kb(size)}"
+        if ctx.spend.sent_bytes + size > MAX_SENT_PER_RUN:
+            raise TooManyCalls(f"the hooks of this run sent more than {_kb(MAX_SENT_PER_RUN)} with ctx.send "
+                               f"(the limit per run is {_kb(MAX_SENT_PER_RUN)})")  # fmt: skip
+        ctx.spend.sent_bytes += size
+    elif op == "mset":
+        size = _json_size(args[1] if len(args) > 1 else None)
+        if size > MAX_MEMORY_VALUE_BYTES:
+            return (f"ctx.memory.set: a value may be at most {_kb(MAX_MEMORY_VALUE_BYTES)} as JSON; this one is "
+                    f"{_kb(size)}")  # fmt: skip
+    return None
+
+
+def _json_size(value: Any) -> int:
+    try:
+        return len(_to_json(value).encode())
+    except ValueError:
+        return 0  # no JSON form: the method itself says so
+
+
+def _kb(size: int) -> str:
+    return f"{size / 1024 / 1024:g} MB" if size >= 1024 * 1024 else f"{size / 1024:.0f} KB"
+
+
 async def _perform(ctx: HookContext, call_id: int, op: str, args: list[Any]) -> tuple[int, int, Any]:
     """One `ctx` call, as the `[id, ok, value-or-message]` triple the runtime's `deliver` expects."""
+    refused = _refused(ctx, op, args)
+    if refused is not None:
+        return call_id, 0, refused
     try:
         value = await _method(ctx, op)(*args)
     except DelegateError:
@@ -115,6 +185,11 @@ class HostCalls:
     def _count(self, taken: list[tuple[int, str, list[Any]]]) -> None:
         self._made += len(taken)
         self._effects += sum(1 for _, op, _ in taken if op in _EFFECTS)
+        spend = self._ctx.spend
+        spend.calls += sum(1 for _, op, _ in taken if op == "call")
+        if spend.calls > MAX_CALLS_PER_RUN:
+            raise TooManyCalls(f"the hooks of this run made more than {MAX_CALLS_PER_RUN} ctx.call calls "
+                               f"(the limit per run is {MAX_CALLS_PER_RUN})")  # fmt: skip
         if self._effects > MAX_EFFECTS:
             raise TooManyCalls(f"the hook made more than {MAX_EFFECTS} ctx.send/ctx.call calls in one call "
                                f"(the limit is {MAX_EFFECTS})")  # fmt: skip

@@ -7,29 +7,35 @@ performs them, delivers the results and asks again, until the hook's promise set
 Limits come from the assistant's `HookPolicy`. `timeout_ms` bounds the JavaScript's own running time in
 one call (waiting for a `ctx.call` child run does not count: that run has its own limits); a context
 that timed out or ran out of memory is thrown away and the next call gets a fresh one.
+
+The JavaScript runs in worker processes (`procs.py`). A warm context belongs to one version of one file
+and one tenant — the caller's team, or the user for a caller without a team — so what a hook keeps in
+its globals never reaches another tenant's calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.errors import HookError, UsageError
 from yao_agent.hooks import errors
 from yao_agent.hooks.bridge import FUNCTIONS, POLL, deliver_request, run_request
-from yao_agent.hooks.engine import Budget, JsEngine, ScriptFailure, ScriptOutOfMemory, ScriptTimeout
-from yao_agent.hooks.host import HookContext, HostCalls, TooManyCalls
+from yao_agent.hooks.engine import Budget, JsEngine, ScriptCrash, ScriptFailure, ScriptOutOfMemory, ScriptTimeout
+from yao_agent.hooks.host import MAX_DEPTH, HookContext, HostCalls, TooManyCalls
 from yao_agent.hooks.pool import HookFile
+from yao_agent.hooks.procs import Worker, WorkerLost, Workers
 from yao_agent.jsonvalue import as_list, as_mapping
 
 __all__ = ["HookCall", "HookContext", "HookRunner"]
 
-DEFAULT_CONTEXTS_PER_FILE = 2
+WORKERS_ENV = "YAO_AGENT_HOOK_WORKERS"  # how many worker processes run hooks (nested calls get extras)
 # Compact (less to copy into V8) and strict: NaN has no JSON form, and V8's JSON.parse would reject it.
 _to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False, check_circular=False).encode
 
@@ -57,13 +63,35 @@ class _Call:
         self.budget = Budget(policy.timeout_ms / 1000)
 
 
+def default_workers() -> int:
+    """`YAO_AGENT_HOOK_WORKERS`, else one per core, 2 to 4: each process holds one call at a time."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    return max(2, min(4, os.cpu_count() or 2))
+
+
+class ContextKey(NamedTuple):
+    """What a warm context holds: one version of one file, for one tenant."""
+
+    path: Path
+    version: int
+    tenant: tuple[str, str]
+
+
+def tenant_of(snapshot: Mapping[str, object]) -> tuple[str, str]:
+    """Whose hook state a call may see: the caller's team, else the caller (a user without a team)."""
+    team = snapshot.get("team_id")
+    return ("team", str(team)) if team else ("user", str(snapshot.get("user_id")))
+
+
 class HookRunner:
     """Runs hook functions in warm, sandboxed V8 contexts; one runner serves every hook file of an app."""
 
-    def __init__(self, contexts_per_file: int = DEFAULT_CONTEXTS_PER_FILE) -> None:
-        self._contexts_per_file = max(1, contexts_per_file)
+    def __init__(self, workers: int | None = None) -> None:
+        self._size = workers if workers is not None else default_workers()
         self._files: dict[Path, HookFile] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: Workers | None = None
 
     async def call(
         self, path: Path, shown: str, function: str, args: Sequence[Any], ctx: HookContext, policy: HookPolicy
@@ -71,44 +99,94 @@ class HookRunner:
         """Call `function(ctx, *args)` of the hook file at `path`; a failure raises `HookError` naming `shown`."""
         if function not in FUNCTIONS:
             raise UsageError(f"a hook function is one of {', '.join(FUNCTIONS)}, not {function!r}")
+        pool = self._workers()
         hook = self._file(path, shown)
-        hook.refresh(function)
+        if hook.refresh(function):
+            current = hook.version.number
+            pool.drop(lambda key: isinstance(key, ContextKey) and key.path == path and key.version != current)
         loaded = hook.loaded
         if loaded is not None and loaded.error is None and loaded.kinds.get(function) == "undefined":
             return _ABSENT
         snapshot_json = _to_json(ctx.snapshot)
         args_json = _to_json(args if isinstance(args, list | tuple) else list(args))
-        engine = hook.idle() or await hook.acquire(function, policy)
+        key = ContextKey(path, hook.version.number, tenant_of(ctx.snapshot))
+        worker = pool.idle(key) or await _acquire(pool, key, shown, function)
+        engine: JsEngine | None = None
         try:
-            return await _call_in(engine, hook, function, snapshot_json, args_json, ctx, policy)
+            engine = await _engine(worker, key, hook, function, policy)
+            return await _call_in(engine, hook, pool, function, snapshot_json, args_json, ctx, policy)
         finally:
-            hook.release(engine)
+            if engine is not None and (engine.broken or key.version != hook.version.number):
+                if worker.contexts.get(key) is engine:
+                    del worker.contexts[key]
+                engine.close()
+            pool.release(worker)
+
+    def _workers(self) -> Workers:
+        """The processes of the running loop; those started on another (now gone) loop are stopped."""
+        loop = asyncio.get_running_loop()
+        pool = self._pool
+        if pool is None or pool.loop is not loop:
+            if pool is not None:
+                _close_elsewhere(pool)
+                self._files.clear()
+            pool = self._pool = Workers(self._size)
+        return pool
 
     def _file(self, path: Path, shown: str) -> HookFile:
-        """The file's contexts on the running loop; those made on another (now gone) loop are dropped."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._close_files()
-            self._loop = loop
         hook = self._files.get(path)
         if hook is None or hook.shown != shown:
-            if hook is not None:
-                hook.close()
-            hook = self._files[path] = HookFile(path, shown, self._contexts_per_file)
+            hook = self._files[path] = HookFile(path, shown)
         return hook
 
     async def aclose(self) -> None:
-        """Free every context. The runner can still be used afterwards; it starts cold."""
-        self._close_files()
-
-    def _close_files(self) -> None:
-        for hook in self._files.values():
-            hook.close()
+        """Stop every worker. The runner can still be used afterwards; it starts cold."""
+        pool, self._pool = self._pool, None
         self._files.clear()
+        if pool is None:
+            return
+        if pool.loop is asyncio.get_running_loop():
+            await pool.aclose()
+        else:
+            _close_elsewhere(pool)
+
+
+def _close_elsewhere(pool: Workers) -> None:
+    """Stop a pool of another loop: on that loop if it still runs (in another thread), else here."""
+    if pool.loop.is_running() and not pool.loop.is_closed():
+        pool.loop.call_soon_threadsafe(pool.close_now)
+    else:
+        pool.close_now()
+
+
+async def _acquire(pool: Workers, key: ContextKey, shown: str, function: str) -> Worker:
+    try:
+        return await pool.acquire(key)
+    except WorkerLost as exc:
+        raise HookError(f"the hook runtime could not be started: {exc.detail}", file=shown,
+                        function=function) from None  # fmt: skip
+
+
+async def _engine(worker: Worker, key: ContextKey, hook: HookFile, function: str, policy: HookPolicy) -> JsEngine:
+    """The warm context for `key` in `worker`, or a new one loaded with the file's current version."""
+    found = worker.contexts.get(key)
+    if isinstance(found, JsEngine) and not found.broken:
+        worker.contexts.move_to_end(key)
+        return found
+    engine = await hook.load(worker, function, policy)
+    worker.keep(key, engine)
+    return engine
 
 
 async def _call_in(
-    engine: JsEngine, hook: HookFile, function: str, snapshot: str, args: str, ctx: HookContext, policy: HookPolicy
+    engine: JsEngine,
+    hook: HookFile,
+    pool: Workers,
+    function: str,
+    snapshot: str,
+    args: str,
+    ctx: HookContext,
+    policy: HookPolicy,
 ) -> HookCall:
     """The call proper, on a context of the current version that is this caller's alone."""
     kind = engine.kinds.get(function, "undefined")
@@ -122,11 +200,11 @@ async def _call_in(
     answer = await _script(engine, [run_request(function, snapshot, args)], call)
     if answer[:1] == "R":  # the common case: a plain function that used no ctx method
         return HookCall(defined=True, value=_decode(answer[1:], call))
-    token = hook.enter()  # only ctx calls can start a child run that calls this file again
+    token = pool.enter()  # only ctx calls can start a child run, whose hooks must not wait for this worker
     try:
         return HookCall(defined=True, value=await _converse(engine, answer, ctx, call))
     finally:
-        hook.leave(token)
+        pool.leave(token)
 
 
 async def _script(engine: JsEngine, requests: list[str], call: _Call) -> str:
@@ -139,6 +217,8 @@ async def _script(engine: JsEngine, requests: list[str], call: _Call) -> str:
         raise errors.out_of_memory(call.policy.memory_mb, file=call.shown, function=call.function) from None
     except ScriptFailure as exc:
         raise HookError(errors.short(exc.text), file=call.shown, function=call.function) from None
+    except ScriptCrash as exc:
+        raise errors.crashed(exc.detail, call.policy.memory_mb, file=call.shown, function=call.function) from None
 
 
 async def _converse(engine: JsEngine, answer: str, ctx: HookContext, call: _Call) -> Any:
@@ -157,9 +237,6 @@ async def _converse(engine: JsEngine, answer: str, ctx: HookContext, call: _Call
         raise HookError(exc.message, file=call.shown, function=call.function) from None
     except BaseException:
         host.cancel()
-        if engine.out_of_memory():
-            engine.broken = True
-            raise errors.out_of_memory(call.policy.memory_mb, file=call.shown, function=call.function) from None
         raise
     if state == "E":
         raise errors.from_report(body, file=call.shown, function=call.function)
@@ -202,9 +279,43 @@ def _parse(answer: str, call: _Call) -> tuple[str, list[Any], Any]:
 
 
 def _decode(text: str, call: _Call) -> Any:
-    """The runtime only answers JSON, unless the hook replaced built-ins it relies on (Array.prototype.join…)."""
+    """The runtime only answers JSON, unless the hook replaced built-ins it relies on (Array.prototype.join…).
+
+    A value nested deeper than `MAX_DEPTH` is refused here, where it enters the server: Python's own JSON
+    handling recurses, and a hook returning ten thousand nested arrays would otherwise fail the run with
+    an internal error, here or wherever the value is written next.
+    """
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError:
         raise HookError("the hook's answer could not be read: did it replace a JavaScript built-in?",
                         file=call.shown, function=call.function) from None  # fmt: skip
+    except RecursionError:
+        value = _TOO_DEEP
+    # An envelope (`M{...}`) adds three levels around a ctx call's arguments.
+    if value is _TOO_DEEP or (text.count("[") + text.count("{") > MAX_DEPTH and _depth(value) > MAX_DEPTH + 3):
+        raise HookError(f"the hook gave a value nested more than {MAX_DEPTH} levels deep (the limit)",
+                        file=call.shown, function=call.function) from None  # fmt: skip
+    return value
+
+
+_TOO_DEEP = object()
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in `value` (without recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: list[Any] = list(cast(dict[str, Any], item).values())
+        elif isinstance(item, list):
+            children = cast(list[Any], item)
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH + 3:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest

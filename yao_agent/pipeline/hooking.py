@@ -1,10 +1,10 @@
 """Calling an assistant's JS hook from a stage: recorded as a step, checked, and its policy applied.
 
 `on_error: fail` (the default) ends the run with `hook_error`, naming the hook's file and line;
-`on_error: ignore` logs the failure and goes on as if the hook had returned null. Either way the
-failure is never silent: it is logged and recorded in the step. A step records what the hook was
-given and what it returned (up to `MAX_RECORDED` characters of JSON each).
-"""
+`on_error: ignore` logs the failure (its message escaped: the hook wrote it) and goes on as if the hook
+had returned null. Either way the failure is never silent: it is logged and recorded in the step. A
+step records what the hook was given and what it returned (up to `MAX_RECORDED` characters of JSON
+each)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from yao_agent.errors import HookError
+from yao_agent.hooks.host import printable
 from yao_agent.pipeline.hostapi import hook_context
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -54,7 +55,7 @@ async def call_hook(
         if spec.hook_policy.on_error == "ignore":
             state.buffer.recovered(step)
             log.warning("%s:%s %s failed and is ignored (on_error: ignore): %s", exc.file, exc.line or "?", function,
-                        exc.message)  # fmt: skip
+                        printable(exc.message))  # fmt: skip
             return True, None
         raise
     step.input = _bounded(step.input)

@@ -218,8 +218,10 @@ class ChatStore:
         return dead
 
     async def memory_get(self, identity: Identity, chat_id: str, key: str) -> Any:
-        """A hook's per-chat memory (ctx.memory.get); None when unset."""
+        """A hook's per-chat memory (ctx.memory.get); None when unset. A key that could not be stored is
+        a UsageError on every database (PostgreSQL would fail on it, SQLite would take it)."""
         identity = _require(identity)
+        _check_memory_key(key)
         query = (
             select(memory.c.value)
             .join(chats, chats.c.id == memory.c.chat_id)
@@ -229,6 +231,7 @@ class ChatStore:
 
     async def memory_set(self, identity: Identity, chat_id: str, key: str, value: Any) -> None:
         identity = _require(identity)
+        _check_memory_key(key)
         now = self.clock()
 
         def work(conn: Connection) -> None:
@@ -238,6 +241,21 @@ class ChatStore:
             conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=now))
 
         await self.db.write(work)
+
+
+MEMORY_KEY_MAX = 256  # the memory.key column's size (schema.py)
+
+
+def _check_memory_key(key: object) -> None:
+    """A memory key is a string of at most MEMORY_KEY_MAX characters, without control characters (NUL
+    among them) or lone surrogates, which PostgreSQL cannot store."""
+    if not isinstance(key, str):
+        raise UsageError(f"a memory key is a string, not {type(key).__name__}")
+    if len(key) > MEMORY_KEY_MAX:
+        raise UsageError(f"a memory key may have at most {MEMORY_KEY_MAX} characters; this one has {len(key)}")
+    bad = next((c for c in key if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is not None:
+        raise UsageError(f"a memory key may not contain U+{ord(bad):04X} (a key is printable text)")
 
 
 def clean_title(title: str) -> str:

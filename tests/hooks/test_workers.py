@@ -1,0 +1,182 @@
+"""The worker processes hooks run in: what they inherit, how they end, and what a lost one costs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.hooks.conftest import FAST, Host, create, write
+from tests.hooks.test_attacks import zombies
+from yao_agent.dsl.specs import HookPolicy
+from yao_agent.errors import HookError
+from yao_agent.hooks import HookRunner
+
+BUSY = """
+async function Create(ctx, ms) {
+  await ctx.log("info", "busy for " + ms);
+  const end = Date.now() + ms;
+  while (Date.now() < end) {}
+  globalThis.calls = (globalThis.calls || 0) + 1;
+  return [ms, globalThis.calls];
+}
+"""
+
+
+def worker_pids() -> list[int]:
+    """This process's children that run hooks."""
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == os.getpid() and stat[0] != "Z" and b"yao_agent/hooks/worker.py" in command:
+            found.append(int(entry))
+    return found
+
+
+def proc_file(pid: int, name: str) -> bytes:
+    return Path(f"/proc/{pid}/{name}").read_bytes()
+
+
+async def settled(expected: int) -> list[int]:
+    """The worker processes once those being stopped are gone (a kill takes a moment to land)."""
+    for _ in range(100):
+        pids = worker_pids()
+        if len(pids) == expected and not zombies():
+            return pids
+        await asyncio.sleep(0.02)
+    return worker_pids()
+
+
+async def test_a_worker_inherits_none_of_the_servers_environment(
+    runner: HookRunner, host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-servers-own")
+    path = write(tmp_path, BUSY)
+    await create(runner, path, host, 0)
+    (pid,) = worker_pids()
+    environ = proc_file(pid, "environ").split(b"\0")
+    names = sorted(item.split(b"=", 1)[0].decode() for item in environ if item)
+    assert names == ["LC_ALL", "PATH", "PYTHONPATH"]
+    assert b"sk-the-servers-own" not in b"".join(environ)
+    limits = proc_file(pid, "limits").decode()
+    assert [line.split()[-3:-1] for line in limits.splitlines() if line.startswith("Max core file size")] == [
+        ["0", "0"]
+    ]
+
+
+async def test_closing_the_runner_stops_and_reaps_every_worker(host: Host, tmp_path: Path) -> None:
+    runner = HookRunner(workers=2)
+    path = write(tmp_path, BUSY)
+    await asyncio.gather(create(runner, path, host, 100), create(runner, path, host, 100))
+    assert len(worker_pids()) == 2
+    await runner.aclose()
+    assert worker_pids() == [] and zombies() == []
+    assert (await create(runner, path, host, 0)).value == [0, 1]  # usable again, cold
+    await runner.aclose()
+    assert worker_pids() == []
+
+
+async def test_a_worker_killed_mid_call_fails_that_call_and_is_replaced(host: Host, tmp_path: Path) -> None:
+    runner = HookRunner(workers=1)
+    path = write(tmp_path, BUSY)
+    try:
+        await create(runner, path, host, 0)
+        (pid,) = worker_pids()
+        call = asyncio.create_task(create(runner, path, host, 2000, policy=HookPolicy(timeout_ms=5000)))
+        await asyncio.sleep(0.3)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(HookError) as caught:
+            await call
+        assert caught.value.message == (
+            "the hook ran out of memory or was stopped: its V8 process ended (signal SIGKILL) under a memory "
+            "limit of 64 MB"
+        )
+        assert (caught.value.file, caught.value.function) == ("hooks/hook.js", "Create")
+        assert (await create(runner, path, host, 0)).value == [0, 1]  # a new process, a cold context
+        assert zombies() == []
+    finally:
+        await runner.aclose()
+
+
+async def test_a_call_cancelled_while_its_javascript_runs_leaves_the_worker_usable(host: Host, tmp_path: Path) -> None:
+    runner = HookRunner(workers=1)
+    path = write(tmp_path, BUSY)
+    try:
+        await create(runner, path, host, 0)
+        (pid,) = worker_pids()
+        call = asyncio.create_task(create(runner, path, host, 300, policy=HookPolicy(timeout_ms=400)))
+        await asyncio.sleep(0.1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # The next call waits for the abandoned one to finish, then gets a fresh context in the same process.
+        assert (await create(runner, path, host, 0)).value == [0, 1]
+        await asyncio.sleep(1.0)  # past the abandoned request's hard deadline: it was met, nothing is killed
+        assert (await create(runner, path, host, 0)).value == [0, 2]
+        assert worker_pids() == [pid]
+    finally:
+        await runner.aclose()
+
+
+async def test_calls_beyond_the_workers_wait_their_turn(host: Host, tmp_path: Path) -> None:
+    runner = HookRunner(workers=1)
+    path = write(tmp_path, BUSY)
+    try:
+        results = await asyncio.gather(*(create(runner, path, host, 20) for _ in range(5)))
+        assert sorted(result.value[1] for result in results) == [1, 2, 3, 4, 5]  # one warm context, one call at a time
+        assert len(worker_pids()) == 1
+    finally:
+        await runner.aclose()
+
+
+async def test_a_nested_call_gets_an_extra_worker_that_is_stopped_after(host: Host, tmp_path: Path) -> None:
+    runner = HookRunner(workers=1)
+    path = write(tmp_path, """
+async function Create(ctx, depth) {
+  if (depth === 0) return "bottom";
+  return "up from " + (await ctx.call("self", depth - 1));
+}
+""")  # fmt: skip
+    context = host.context()
+
+    async def call(assistant_id: str, depth: int) -> object:
+        assert len(worker_pids()) == 2 - depth  # each caller above holds its own worker
+        return (await runner.call(path, "h.js", "Create", [depth], context, FAST)).value
+
+    context.call = call
+    try:
+        assert (await runner.call(path, "h.js", "Create", [2], context, FAST)).value == "up from up from bottom"
+        assert len(await settled(1)) == 1
+    finally:
+        await runner.aclose()
+
+
+async def test_the_budget_counts_javascript_time_across_round_trips(host: Host, tmp_path: Path) -> None:
+    """Each round trip's JavaScript time is charged: three 150 ms slices overrun a 400 ms budget."""
+    runner = HookRunner(workers=1)
+    path = write(tmp_path, """
+async function Create(ctx) {
+  for (let i = 0; i < 3; i++) {
+    const end = Date.now() + 150;
+    while (Date.now() < end) {}
+    await ctx.log("info", "slice " + i);
+  }
+  return "done";
+}
+""")  # fmt: skip
+    try:
+        with pytest.raises(HookError, match=r"^hook timed out after 400 ms$"):
+            await create(runner, path, host, policy=HookPolicy(timeout_ms=400))
+        assert [call for call in host.calls if call[0] == "log"] == [("log", "info", "slice 0"),
+                                                                    ("log", "info", "slice 1")]  # fmt: skip
+    finally:
+        await runner.aclose()
