@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import uvicorn
 from tests.pipeline.conftest import app_files, make_runtime
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.pipeline import Runtime
-from yao_agent.server import create_app
+from yao_agent.server.serve import config
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider
 
@@ -63,9 +63,11 @@ TENANTS = {"alice": Identity("alice"), "bob": Identity("bob", "acme"), "carol": 
 
 
 async def serve(rt: Runtime, max_body_bytes: int | None = None) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
-    config = uvicorn.Config(create_app(rt, max_body_bytes=max_body_bytes), host="127.0.0.1", port=0,
-                            lifespan="off", log_level="warning")  # fmt: skip
-    server = uvicorn.Server(config)
+    """`rt` under uvicorn as `yao-agent serve` runs it (its protocol, its limits), on a port of the system's choice."""
+    settings = rt.app.config.server
+    if max_body_bytes is not None:
+        settings = replace(settings, max_body_bytes=max_body_bytes)
+    server = uvicorn.Server(config(rt, "127.0.0.1", 0, settings))
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
@@ -89,7 +91,7 @@ def server_files(base_url: str, **options: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def running(rt: Runtime, max_body_bytes: int | None = None) -> AsyncIterator[Live]:
+async def running(rt: Runtime, max_body_bytes: int | None = None) -> AsyncGenerator[Live]:
     """`rt` served on loopback, with a token per tenant; closed (engines, tools, hooks) afterwards."""
     tokens = {name: await rt.store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
     server, task, url = await serve(rt, max_body_bytes=max_body_bytes)

@@ -8,20 +8,25 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from yao_agent.dsl.specs import ServerSettings
 from yao_agent.pipeline import Runtime
 from yao_agent.server import errors, native, openai_compat, schemas
 from yao_agent.server.auth import Authenticate
+from yao_agent.server.limits import Admission, RequestBody
 
 WEB = Path(__file__).parent / "web"
 
 
-def create_app(rt: Runtime, *, max_body_bytes: int | None = None) -> FastAPI:
+def create_app(rt: Runtime, settings: ServerSettings | None = None) -> FastAPI:
+    """The app; `settings` default to app.yml's `server:`."""
+    settings = settings or rt.app.config.server
     app = FastAPI(
         title="yao-agent",
         version="0.1.0",
         description="Assistants written in YAML, run through one streaming pipeline.",
     )
     app.state.runtime = rt
+    app.state.settings = settings
     errors.install(app)
     app.include_router(native.router)
     app.include_router(openai_compat.router)
@@ -32,6 +37,8 @@ def create_app(rt: Runtime, *, max_body_bytes: int | None = None) -> FastAPI:
         return FileResponse(WEB / "index.html")
 
     schemas.install(app)
-    app.add_middleware(errors.BodyLimit, limit=max_body_bytes or rt.app.config.server.max_body_bytes)
-    app.add_middleware(Authenticate, rt=rt)  # added last, so it runs first
+    # Each one added wraps the ones before: a request meets Admission, then Authenticate, then RequestBody.
+    app.add_middleware(RequestBody, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+    app.add_middleware(Authenticate, rt=rt)
+    app.add_middleware(Admission, limit=settings.max_requests)
     return app

@@ -60,9 +60,14 @@ PUBLIC = frozenset({"/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-red
 PUBLIC_UNDER = ("/static/",)
 
 
-def needs_token(scope: Scope) -> bool:
+def local_path(scope: Scope) -> str:
+    """The request's path as the app's routes know it: without a proxy's prefix (`root_path`)."""
     path, root = scope["path"], scope.get("root_path", "")
-    path = path[len(root) :] if root and path.startswith(root) else path  # behind a proxy's prefix
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def needs_token(scope: Scope) -> bool:
+    path = local_path(scope)
     return path not in PUBLIC and not path.startswith(PUBLIC_UNDER)
 
 

@@ -1,6 +1,6 @@
 """Every failure as JSON `{"error": {"type", "message", "code"}}` with a fitting status — never a traceback.
 
-Bad input is always a 4xx: malformed JSON, wrong types, unknown ids, a body too large. Only a bug
+Bad input is always a 4xx: malformed JSON, wrong types, unknown ids, a body too large or too slow. Only a bug
 is a 500, and it says no more than that it is one.
 """
 
@@ -13,7 +13,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from yao_agent.errors import EnvVarMissing, NotFound, PermissionDenied, RunError, UsageError, YaoAgentError
 from yao_agent.pipeline.admission import ChatBusy, NoActiveRun
@@ -23,6 +22,10 @@ log = logging.getLogger("yao_agent.server")
 
 class Unauthorized(YaoAgentError):
     """No valid bearer token."""
+
+
+class TooLarge(YaoAgentError):
+    """A request over one of the server's limits (413); the message names the setting."""
 
 
 class InvalidParam(UsageError):
@@ -59,6 +62,7 @@ def classify(exc: BaseException) -> tuple[int, str]:
     """(HTTP status, error type) for one of our errors."""
     table: list[tuple[type[BaseException], int, str]] = [
         (Unauthorized, 401, "unauthorized"),
+        (TooLarge, 413, "request_too_large"),
         (ChatBusy, 409, "chat_busy"),
         (NoActiveRun, 409, "no_active_run"),
         (NotFound, 404, "not_found"),
@@ -121,35 +125,3 @@ def install(app: FastAPI) -> None:
     async def bug(request: Request, exc: Exception) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "internal error (the server log has the details)")
-
-
-class BodyLimit:
-    """Refuse request bodies over `limit` bytes with a 413, before they are read into memory."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(scope, receive, send)
-            return
-        seen = 0
-
-        async def counting() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise StarletteHTTPException(413, f"the request body is larger than {self.limit} bytes")
-            return message
-
-        await self.app(scope, counting, send)
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, "request_too_large", f"the request body is larger than {self.limit} bytes")
-        await response(scope, receive, send)

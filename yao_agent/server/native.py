@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
-from yao_agent.dsl.refs import unknown
+from yao_agent.dsl.refs import HANDFUL, unknown
+from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import NotFound, UsageError
 from yao_agent.events import to_json
 from yao_agent.identity import Identity
@@ -22,6 +24,7 @@ from yao_agent.pipeline.admission import ChatBusy
 from yao_agent.pipeline.permission import CHAT_ID, valid_chat_id
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
+from yao_agent.server.limits import check_messages
 
 router = APIRouter()
 Streamed = Annotated[bool, Query(description="false: wait for the run and answer with JSON")]
@@ -49,6 +52,10 @@ class RoleBody(BaseModel):
 
 def runtime(request: Request) -> Runtime:
     return request.app.state.runtime
+
+
+def server_settings(request: Request) -> ServerSettings:
+    return request.app.state.settings
 
 
 def chat_id_shape(chat_id: str) -> str:
@@ -83,10 +90,10 @@ def visible(rt: Runtime, who: Identity) -> list[dict[str, str]]:
 
 
 def usable(rt: Runtime, who: Identity, assistant_id: str) -> str:
-    """An assistant the caller may not use does not exist for them: 404, naming only the ones they can see."""
+    """An assistant the caller may not use does not exist for them: 404, naming only a few they can see."""
     known = [a["id"] for a in visible(rt, who)]
     if assistant_id not in known:
-        raise NotFound(unknown("assistant", assistant_id, known))
+        raise NotFound(unknown("assistant", assistant_id, known, HANDFUL))
     return assistant_id
 
 
@@ -111,11 +118,34 @@ def streamed(handle: RunHandle) -> EventSourceResponse:
     return EventSourceResponse(sse(handle), headers=headers, sep="\n", ping=15)
 
 
-async def drained(handle: RunHandle) -> JSONResponse:
-    async with aclosing(handle.events()) as events:
-        async for _ in events:
-            pass
+async def drained(request: Request, handle: RunHandle) -> JSONResponse:
+    await to_the_end(request, handle)
     return JSONResponse(handle.result().to_api(), headers={"X-Chat-Id": handle.state.chat_id})
+
+
+async def to_the_end(request: Request, handle: RunHandle) -> None:
+    """Read the run to its end for a non-streamed answer. A client that leaves first cancels the run
+    (stored `cancelled`, resumable), as leaving a stream does: nobody is left to read the answer."""
+    watch = asyncio.create_task(gone(request))
+    watch.add_done_callback(lambda done: left(done, handle))
+    try:
+        async with aclosing(handle.events()) as events:
+            async for _ in events:
+                pass
+    finally:
+        watch.cancel()
+
+
+async def gone(request: Request) -> None:
+    """Until the client has left (its body was read already: what is left to receive is its leaving)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def left(watch: asyncio.Task[None], handle: RunHandle) -> None:
+    """`gone` ended: the client has left, unless the watch was called off (the run ended first)."""
+    if not watch.cancelled() and watch.exception() is None:
+        handle.cancel()
 
 
 @router.post("/api/assistants/{assistant_id}/runs", tags=["runs"], response_model=None,
@@ -127,12 +157,13 @@ async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, s
     new chat, whose id the server returns (`X-Chat-Id`, `stream_start`, the JSON result).
     """
     rt = runtime(request)
+    check_messages(server_settings(request), body.messages)
     usable(rt, who, assistant_id)
     chat_id = await known_chat(rt, who, body.chat_id)
     ask = RunRequest(assistant_id, who, body.messages, chat_id=chat_id, metadata=body.metadata or {},
                      on_busy=body.on_busy)  # fmt: skip
     handle = await start(rt, ask)
-    return streamed(handle) if stream else await drained(handle)
+    return streamed(handle) if stream else await drained(request, handle)
 
 
 @router.post("/api/chats/{chat_id}/cancel", tags=["chats"], response_model=None,
@@ -149,6 +180,7 @@ async def cancel(chat_id: str, request: Request, who: Caller) -> dict[str, int]:
 async def append(chat_id: str, body: AppendBody, request: Request, who: Caller) -> dict[str, str]:
     """Add user messages to the chat's active run; its next model call sees them (409 if none runs)."""
     rt = runtime(request)
+    check_messages(server_settings(request), body.messages)
     await known_chat(rt, who, chat_id_shape(chat_id))
     return {"run_id": rt.append(who, chat_id, body.messages)}
 
@@ -187,7 +219,7 @@ async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str,
 async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
     handle = await start_resume(runtime(request), who, chat_id_shape(chat_id))
-    return streamed(handle) if stream else await drained(handle)
+    return streamed(handle) if stream else await drained(request, handle)
 
 
 def search_query(request: Request) -> None:
@@ -247,16 +279,20 @@ async def assistants(request: Request, who: Caller) -> dict[str, Any]:
 @router.put("/api/roles/{role}", tags=["roles"], response_model=None,
             responses=doc.answers(doc.RoleOut, 400, 401, 413))  # fmt: skip
 async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> dict[str, Any]:
-    """Map a role for the caller's team (or, for a caller without a team, the caller)."""
+    """Map a role for the caller's team (or, for a caller without a team, the caller).
+
+    Only to connectors the caller may use (their `access`): any other is unknown to them, in the same
+    words as one that does not exist, and the answer lists only a few they may use."""
     rt = runtime(request)
     if not ROLE.fullmatch(role):
         raise UsageError(f"invalid role name {role!r} (expected 1-128 letters, digits, _.-)")
     chain = body.connectors if body.connectors is not None else ([body.connector] if body.connector else [])
     if not chain or (body.connector and body.connectors):
         raise UsageError("give either connector (an id) or connectors (a non-empty list of ids)")
+    allowed = rt.app.connectors_for(who.user_id, who.team_id)
     for connector in chain:
-        if connector not in rt.app.connectors:
-            raise UsageError(unknown("connector", connector, rt.app.connectors))
+        if connector not in allowed:
+            raise UsageError(unknown("connector", connector, allowed, HANDFUL))
     scope = who.settings_scope
     await rt.store.set_role(scope, role, chain)
     return {"role": role, "scope": f"{scope[0]}:{scope[1]}", "connectors": chain}
@@ -288,3 +324,9 @@ async def unset_role(role: str, request: Request, who: Caller) -> dict[str, Any]
 @router.get("/healthz", tags=["health"], response_model=None, responses={200: {"model": doc.HealthOut}})
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
+
+
+@router.head("/healthz", include_in_schema=False)
+async def healthz_head() -> Response:
+    """GET's answer without its body, for the probes and monitors that ask with HEAD."""
+    return JSONResponse({"status": "ok"})

@@ -33,7 +33,8 @@ from yao_agent.pipeline import RunHandle, RunRequest, RunResult, start
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_body
-from yao_agent.server.native import frames, known_chat, runtime, usable, visible
+from yao_agent.server.limits import check_messages
+from yao_agent.server.native import frames, known_chat, runtime, server_settings, to_the_end, usable, visible
 from yao_agent.server.openai_body import CompletionBody
 
 router = APIRouter()
@@ -60,6 +61,7 @@ ERRORS = sorted({400, 401, 404, 409, 413, *FAILURE_STATUS.values()})
 async def completions(body: CompletionBody, request: Request, who: Caller) -> Any:
     """An OpenAI chat completion by the assistant `model`, streamed (`stream: true`) or not."""
     body.check()
+    check_messages(server_settings(request), body.messages)
     rt = runtime(request)
     usable(rt, who, body.model)
     given = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
@@ -71,7 +73,7 @@ async def completions(body: CompletionBody, request: Request, who: Caller) -> An
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage is True
         return EventSourceResponse(chunks(handle, body.model, usage), headers=headers, sep="\n", ping=15)
-    return await whole(handle, body.model, headers)
+    return await whole(request, handle, body.model, headers)
 
 
 def failure(reason: str, status: str, error: object) -> dict[str, Any]:
@@ -127,10 +129,8 @@ def _last(handle: RunHandle, model: str, created: int, end: StreamEnd | None, in
     return [*out, "[DONE]"]
 
 
-async def whole(handle: RunHandle, model: str, headers: dict[str, str]) -> JSONResponse:
-    async with aclosing(handle.events()) as events:
-        async for _ in events:
-            pass
+async def whole(request: Request, handle: RunHandle, model: str, headers: dict[str, str]) -> JSONResponse:
+    await to_the_end(request, handle)
     result = handle.result()
     if result.status != "completed" and result.reason not in CUT_SHORT:
         if result.reason not in RETRYABLE:

@@ -188,10 +188,13 @@ WHY = {
     400: "invalid input: malformed JSON, a wrong type, a value out of range, an unknown field",
     401: "no valid bearer token (checked before the body is read)",
     404: "no such chat, assistant, resume point or role setting for this caller (another tenant's is the same 404)",
+    408: "the request body did not arrive in time (server.body_timeout_s)",
     409: "the chat is busy (a run is in progress; on_busy: reject), has no active run, or its run was cancelled",
-    413: "the request body is over the server's limit",
+    413: "the request body, or its number of messages, is over the server's limit (server.max_body_bytes, "
+    "server.max_messages)",
     500: "a bug (internal_error); the server log has the details",
     502: "the model, a tool, a hook or a delegated assistant failed",
+    503: "the server has as many requests in progress as it takes (server.max_requests); retry after Retry-After",
     504: "the run timed out",
     508: "the run was stopped repeating the same tool call (loop_detected)",
 }
@@ -206,7 +209,8 @@ def answers(model: type[BaseModel], *errors: int, stream: str | None = None) -> 
     if stream is not None:
         ok["content"] = {"text/event-stream": {"schema": {"type": "string", "description": stream}}}
     declared: dict[int | str, dict[str, Any]] = {200: ok}
-    for status in (*errors, 500):
+    body_limits = (408,) if 413 in errors else ()  # a route that reads a body may also wait too long for it
+    for status in (*errors, *body_limits, 503, 500):
         declared[status] = {"model": ErrorBody, "description": WHY[status]}
     return declared
 

@@ -6,6 +6,10 @@ it is serving only once it listens.
 
 On SIGTERM or Ctrl-C the runs still streaming are cancelled first — each is flushed and sends its
 `stream_end`, so its connection can close — and only then does the server stop.
+
+What a client may take of the server (`server:` in app.yml) is held by each connection's protocol
+(`protocol`: deadlines for a head, an idle connection, a body left unread; connections at once) and
+by the app (`limits`: requests at once, a body's time and size, messages per request).
 """
 
 from __future__ import annotations
@@ -14,18 +18,23 @@ import gc
 import logging
 import signal
 import socket
+import sys
 from collections.abc import Callable
+from dataclasses import replace
 from types import FrameType
 
 import uvicorn
 
+from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import YaoAgentError
 from yao_agent.pipeline import Runtime
 from yao_agent.server.app import create_app
+from yao_agent.server.protocol import protocol
 
 log = logging.getLogger("yao_agent.server")
 GC_THRESHOLD = 20_000  # allocations between two young collections (Python's default: 700)
 BACKLOG = 2048  # uvicorn's default
+FD_RESERVE = 256  # file descriptors kept for the process's own use: the database, MCP servers, logs
 
 
 class CannotListen(YaoAgentError):
@@ -84,8 +93,41 @@ def settle_memory() -> None:
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
+def config(rt: Runtime, host: str, port: int, settings: ServerSettings | None = None) -> uvicorn.Config:
+    """uvicorn's configuration: the app, and each connection's protocol, holding the `server:` settings."""
+    settings = settings or rt.app.config.server
+    return uvicorn.Config(create_app(rt, settings), host=host, port=port, log_level="warning",
+                          timeout_graceful_shutdown=15, lifespan="off", http=protocol(settings),
+                          ws="none", backlog=BACKLOG)  # fmt: skip
+
+
 def server(rt: Runtime, host: str, port: int, on_started: Callable[[], None] | None = None) -> Server:
     """The app under uvicorn; serve it on a socket from `listen` (`.serve(sockets=[...])`)."""
-    config = uvicorn.Config(create_app(rt), host=host, port=port, log_level="warning", timeout_graceful_shutdown=15,
-                            lifespan="off")  # fmt: skip
-    return Server(config, rt, on_started)
+    settings = rt.app.config.server
+    fitted = replace(settings, max_connections=room_for(settings.max_connections))
+    return Server(config(rt, host, port, fitted), rt, on_started)
+
+
+def room_for(connections: int) -> int:
+    """How many connections the process can hold open: its open-file limit is raised (up to the hard
+    limit) to fit them and its own files; when it cannot be, fewer, as the log says. Past that limit
+    accepting fails, and the server could not even turn connections away."""
+    if sys.platform == "win32":
+        return connections
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + FD_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return connections
+    raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    except (ValueError, OSError):
+        raised = soft
+    if raised >= wanted:
+        return connections
+    fit = max(raised - FD_RESERVE, 1)
+    log.warning("server.max_connections is %d, but the open-file limit (%d) leaves room for %d only: taking that many",
+                connections, raised, fit)  # fmt: skip
+    return fit
