@@ -8,7 +8,9 @@ from typing import Literal
 
 from yao_agent.errors import PermissionDenied
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:+-]{0,127}$")
+# No `/`: `access.users` writes a member of a team as `team/user`, which must name one identity only.
+# (fullmatch, not match: `$` would also accept a trailing newline.)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:+-]{0,127}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,9 +19,9 @@ class Identity:
     team_id: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.user_id, str) or not _NAME.match(self.user_id):  # pyright: ignore[reportUnnecessaryIsInstance]
+        if not isinstance(self.user_id, str) or not _NAME.fullmatch(self.user_id):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise PermissionDenied(f"invalid user id {self.user_id!r} (expected 1-128 letters, digits, _.@:+-)")
-        if self.team_id is not None and not _NAME.match(self.team_id):
+        if self.team_id is not None and not _NAME.fullmatch(self.team_id):
             raise PermissionDenied(f"invalid team id {self.team_id!r} (expected 1-128 letters, digits, _.@:+-)")
 
     @property

@@ -71,3 +71,21 @@ def test_db_flag_points_elsewhere(tmp_path: Path) -> None:
     assert cli(app, "--db", f"sqlite:///{other}", "roles", "set", "light", "demo.echo", "--team", "t")[0] == 0
     assert other.is_file()
     assert "team:t" not in cli(app, "roles", "list")[1]
+
+
+def test_a_connector_nobody_of_the_scope_may_use_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every run of that scope would refuse it (its `access`), so the operator hears it when setting it."""
+    app = make_app(tmp_path, {**FILES, "connectors/demo/premium.yml": (
+        "type: scripted\nrules: [{reply: rich}]\naccess: {teams: [acme], users: [globex/bob]}\n"
+    )})  # fmt: skip
+    assert cli(app, "roles", "set", "heavy", "demo.premium", "--team", "initech")[0] == 2
+    assert capsys.readouterr().err == (
+        "error: connector 'demo.premium' is not available to team initech "
+        "(its access admits teams: acme; users: globex/bob)\n"
+    )
+    assert cli(app, "roles", "set", "heavy", "demo.premium", "--user", "bob")[0] == 2  # bob without a team
+    assert "not available to user bob" in capsys.readouterr().err
+    assert cli(app, "roles", "set", "heavy", "demo.other", "demo.premium", "--team", "initech")[0] == 2
+    assert "heavy" not in cli(app, "roles", "list")[1]
+    for team in ("acme", "globex"):  # globex: its bob may use it, so the setting is useful there
+        assert cli(app, "roles", "set", "heavy", "demo.premium", "--team", team)[0] == 0

@@ -99,3 +99,77 @@ async def test_a_setting_naming_a_removed_connector_says_so(app: App, store: Sql
     await store.set_role(("team", "acme"), "light", ["c.gone"])
     with pytest.raises(ModelError, match=re.escape("role 'light' of team:acme names unknown connector 'c.gone'")):
         await resolve_connectors("use::light", app, BOB_AT_ACME, store)
+
+
+# --- connector access: a tenant's settings reach only the connectors meant for it ----------------------------
+
+ACME_BOB, GLOBEX_BOB = Identity("bob", "acme"), Identity("bob", "globex")
+PREMIUM = SCRIPT + "access: {teams: [acme]}\n"
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> App:
+    """c.premium is acme's, c.vip acme's bob's; seven more public connectors make the app's list long."""
+    files = {f"connectors/c/{name}.yml": SCRIPT for name in ("app_default", "app_light", "team")}
+    files |= {f"connectors/c/more{i}.yml": SCRIPT for i in range(7)}
+    files["connectors/c/premium.yml"] = PREMIUM
+    files["connectors/c/vip.yml"] = SCRIPT + "access: {users: [acme/bob]}\n"
+    files["app.yml"] = "roles:\n  default: c.app_default\n  light: c.app_light\n  heavy: c.premium\n"
+    return load_app(make_app(tmp_path, files, base={}))
+
+
+async def test_a_team_setting_naming_a_connector_the_caller_may_not_use_is_an_error(
+    guarded: App, store: SqlStore
+) -> None:
+    """Before: globex's setting called acme's connector."""
+    await store.set_role(("team", "globex"), "light", ["c.premium"])
+    with pytest.raises(ModelError) as caught:
+        await resolve_connectors("use::light", guarded, GLOBEX_BOB, store)
+    message = "role 'light' of team:globex names connector 'c.premium', which is not available to bob@globex"
+    assert str(caught.value) == message
+    assert caught.value.reason == "model_error"
+    await store.set_role(("team", "acme"), "light", ["c.premium"])
+    assert await ids("use::light", guarded, ACME_BOB, store) == (("c.premium",), "scoped_role")
+
+
+async def test_a_link_the_caller_may_not_use_is_skipped(guarded: App, store: SqlStore) -> None:
+    await store.set_role(("team", "globex"), "light", ["c.premium", "c.team"])
+    assert await ids("use::light", guarded, GLOBEX_BOB, store) == (("c.team",), "scoped_role")
+    await store.set_role(("team", "globex"), "light", ["c.premium", "c.vip"])
+    with pytest.raises(ModelError) as caught:
+        await resolve_connectors("use::light", guarded, GLOBEX_BOB, store)
+    assert str(caught.value) == (
+        "role 'light' of team:globex names connectors 'c.premium', 'c.vip', none of which is available to bob@globex"
+    )
+    await store.set_role(("team", "acme"), "light", ["c.vip", "c.premium"])
+    assert await ids("use::light", guarded, ACME_BOB, store) == (("c.vip", "c.premium"), "scoped_role")
+    assert await ids("use::light", guarded, Identity("carol", "acme"), store) == (("c.premium",), "scoped_role")
+
+
+async def test_app_roles_and_an_assistants_own_connector_apply_as_written(guarded: App, store: SqlStore) -> None:
+    """app.yml and assistant.yml are the operator's: their choices are not the tenant's to be refused."""
+    assert await ids("use::heavy", guarded, GLOBEX_BOB, store) == (("c.premium",), "app_role")
+    assert await ids("c.premium", guarded, GLOBEX_BOB, store) == (("c.premium",), "explicit")
+
+
+async def test_a_connector_chosen_at_run_time_must_admit_the_caller(guarded: App, store: SqlStore) -> None:
+    """What a hook chooses (from_app=False) may come from the request: one meant for others is unknown to them."""
+    found = await resolve_connectors("c.premium", guarded, ACME_BOB, store, from_app=False)
+    assert found.ids == ("c.premium",)
+    with pytest.raises(ModelError) as caught:
+        await resolve_connectors("c.premium", guarded, GLOBEX_BOB, store, from_app=False)
+    assert str(caught.value) == (
+        "connector 'c.premium' names unknown connector 'c.premium' "
+        "(known: c.app_default, c.app_light, c.more0, c.more1, c.more2, … 5 more)"
+    )
+
+
+async def test_an_unknown_connector_error_names_only_a_few_the_caller_may_use(guarded: App, store: SqlStore) -> None:
+    await store.set_role(("team", "globex"), "light", ["c.gone"])
+    with pytest.raises(ModelError) as caught:
+        await resolve_connectors("use::light", guarded, GLOBEX_BOB, store)
+    assert str(caught.value) == (
+        "role 'light' of team:globex names unknown connector 'c.gone' "
+        "(known: c.app_default, c.app_light, c.more0, c.more1, c.more2, … 5 more)"
+    )
+    assert "premium" not in str(caught.value)

@@ -33,8 +33,10 @@ def check_file(kind: str, doc: Document) -> None:
         _check_prompts(doc, ("prompts",), data.get("prompts"))
         for name, presets in mapping(data.get("prompt_presets")).items():
             _check_prompts(doc, ("prompt_presets", name), presets)
+        _check_access(doc, data)
     elif kind == "connector":
         _check_connector(doc, data)
+        _check_access(doc, data)
     elif kind == "mcp":
         transport = data.get("transport", "stdio")
         misplaced = ("command", "args", "env", "cwd") if transport == "http" else ("url", "headers")
@@ -59,6 +61,19 @@ def check_template_at(doc: Document, path: YamlPath, source: object, allowed: fr
 def _check_prompts(doc: Document, path: YamlPath, prompts: object) -> None:
     for index, prompt in items(prompts):
         check_template_at(doc, (*path, index, "content"), mapping(prompt).get("content"), PROMPT_VARIABLES)
+
+
+def _check_access(doc: Document, data: Mapping[str, Any]) -> None:
+    """An `access` is public or lists whom it admits, never both and never nobody: one that admits nobody
+    (`teams: []`, `public: false`) makes the file unusable, which is always a mistake."""
+    given = mapping(data.get("access"))
+    if given is not data.get("access") or not isinstance(given.get("public", False), bool):
+        return  # none, or the wrong shape: the schema said so
+    listed = [key for key in ("teams", "users") if as_list(given.get(key))]
+    if given.get("public") is True and listed:
+        doc.add(("access", listed[0]), "listed with public: true, which admits everyone (expected one or the other)")
+    elif given.get("public") is not True and not listed:
+        doc.add(("access",), "admits nobody (expected public: true, or teams or users naming someone)")
 
 
 def _check_connector(doc: Document, data: Mapping[str, Any]) -> None:

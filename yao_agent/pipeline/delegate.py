@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from yao_agent.errors import DelegateError, HookError, NotFound, RunError, UsageError
+from yao_agent.dsl.refs import HANDFUL, unknown
+from yao_agent.errors import DelegateError, HookError, RunError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, parse_input
 from yao_agent.pipeline import close, connector
@@ -91,12 +92,13 @@ def _child(
     rt: Runtime, parent: RunState, assistant_id: str, thread_id: str, given: list[dict[str, Any]] | None, *,
     hidden: bool, conversation: list[dict[str, Any]] | None = None,
 ) -> RunState:  # fmt: skip
-    try:
-        spec = rt.app.assistant(assistant_id)
-    except NotFound as exc:
-        raise DelegateError(str(exc)) from None
-    if not spec.access.allows(parent.identity.user_id, parent.identity.team_id):
-        raise DelegateError(f"assistant '{assistant_id}' is not available to {parent.identity}")
+    who = parent.identity
+    spec = rt.app.assistants.get(assistant_id)
+    if spec is None or not spec.access.allows(who.user_id, who.team_id):
+        # The id may come from the request, and this error reaches the caller: an assistant they may not use
+        # is unknown to them, as over HTTP, and only a few they may use are named.
+        visible = rt.app.assistants_for(who.user_id, who.team_id)
+        raise DelegateError(unknown("assistant", assistant_id, visible, HANDFUL))
     if conversation is None:
         conversation = given if given is not None else list(parent.conversation)
     return RunState(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-from yao_agent.errors import PermissionDenied, UsageError
+from yao_agent.dsl.refs import HANDFUL, unknown
+from yao_agent.errors import NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity
 from yao_agent.messages import check_text, parse_input
 from yao_agent.pipeline.buffer import Buffer
@@ -24,7 +25,10 @@ async def check(rt: Runtime, request: RunRequest) -> RunState:
     identity = request.identity
     if not isinstance(identity, Identity):
         raise PermissionDenied("a run needs the caller's identity (a user id)")
-    assistant = rt.app.assistant(request.assistant_id)
+    assistant = rt.app.assistants.get(request.assistant_id)
+    if assistant is None:  # e.g. a resumed run's assistant, removed since: name only what the caller may use
+        visible = rt.app.assistants_for(identity.user_id, identity.team_id)
+        raise NotFound(unknown("assistant", request.assistant_id, visible, HANDFUL))
     if not assistant.access.allows(identity.user_id, identity.team_id):
         raise PermissionDenied(f"assistant '{assistant.id}' is not available to {identity}")
     given = parse_input(request.messages) if request.resume is None or request.messages else []
