@@ -108,6 +108,7 @@ def cmd_roles_set(args: argparse.Namespace, out: TextIO) -> int:
     for connector in args.connectors:
         if connector not in app.connectors:
             raise UsageError(unknown("connector", connector, app.connectors))
+        _reachable(app, connector, scope)
 
     async def work() -> None:
         store = await _open_store(args, app)
@@ -120,6 +121,18 @@ def cmd_roles_set(args: argparse.Namespace, out: TextIO) -> int:
     chain = " → ".join(args.connectors)
     print(f"role {args.role} for {scope[0]} {scope[1]}: {chain}", file=out)
     return EXIT_OK
+
+
+def _reachable(app: App, connector: str, scope: tuple[str, str]) -> None:
+    """A connector whose `access` admits nobody the setting applies to would be refused by each of their
+    runs: the operator hears it now, with whom it admits."""
+    access = app.connectors[connector].access
+    if access.reaches(*scope):
+        return
+    admits = "; ".join(
+        f"{key}: {', '.join(sorted(ids))}" for key, ids in (("teams", access.teams), ("users", access.users)) if ids
+    )
+    raise UsageError(f"connector '{connector}' is not available to {scope[0]} {scope[1]} (its access admits {admits})")
 
 
 def cmd_roles_unset(args: argparse.Namespace, out: TextIO) -> int:
@@ -188,10 +201,18 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     return asyncio.run(resume(args, out))
 
 
+def printable(text: str) -> str:
+    """Text fit for the operator's terminal: what is not printable (ANSI escapes, carriage returns, NUL,
+    bidirectional overrides) is written as its escape, so a stored string cannot rewrite the screen."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
     from .identity import OPERATOR, Identity
 
     who = Identity(args.user, args.team or None)
+    if args.label and not args.label.isprintable():
+        raise UsageError(f"--label: a label is one line of printable text (got {printable(args.label)})")
 
     async def work() -> str:
         store = await _open_store(args, _load(args))
@@ -231,8 +252,8 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
             found = await store.list_tokens(OPERATOR)
         finally:
             await store.aclose()
-        return [f"{t.prefix}…  {t.user_id}{'@' + t.team_id if t.team_id else ''}  {t.label}"
-                f"{'  (revoked)' if t.revoked_at else ''}" for t in found]  # fmt: skip
+        return [printable(f"{t.prefix}…  {t.user_id}{'@' + t.team_id if t.team_id else ''}  {t.label}")
+                + ("  (revoked)" if t.revoked_at else "") for t in found]  # fmt: skip
 
     for line in asyncio.run(work()):
         print(line, file=out)

@@ -298,12 +298,12 @@ async def test_the_example_weather_server_runs_from_the_app_yaml() -> None:
     )
 
 
-async def test_a_stdio_server_runs_our_python_in_the_app_root_with_its_env_and_stderr_goes_to_the_log(
+async def test_a_stdio_server_runs_our_python_in_the_app_root_with_only_its_env_and_stderr_goes_to_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="yao_agent.mcp")
-    monkeypatch.setenv("TOOLS_TEST_SECRET", "s3cret")
-    monkeypatch.setenv("TOOLS_TEST_PARENT", "inherited")
+    monkeypatch.setenv("TOOLS_TEST_SECRET", "s3cret-for-the-tool-0042")
+    monkeypatch.setenv("TOOLS_TEST_PARENT", "inherited")  # the server's own environment is not the tool's
     yml = f"command: python\nargs: ['{SERVERS_PY}']\nenv: {{SECRET: $ENV.TOOLS_TEST_SECRET}}\n"
     app = load_app(make_app(tmp_path, {"mcps/testing.yml": yml}))
     async with ToolManager(app.mcps, root=app.root) as manager:
@@ -314,7 +314,8 @@ async def test_a_stdio_server_runs_our_python_in_the_app_root_with_its_env_and_s
         shout = await call(manager, tools["shout"])
         await wait_until(lambda: "noise on stderr" in caplog.text)
     assert where.result == f"{sys.executable}|{tmp_path}"
-    assert (secret.result, parent.result, shout.result) == ("s3cret", "inherited", "ok")
+    # The tool got its declared variable, and said it: what it says never carries a resolved secret.
+    assert (secret.result, parent.result, shout.result) == ("****", "<unset>", "ok")
     assert [r.name for r in caplog.records if r.getMessage() == "noise on stderr"] == ["yao_agent.mcp.testing"]
     captured = capfd.readouterr()
     assert "noise on stderr" not in captured.out + captured.err

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable
 
 from yao_agent.errors import ModelError
+from yao_agent.redact import redact
 
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
 # Kinds after which the next connector of a chain is tried: the retryable ones, and a connector
@@ -28,7 +29,6 @@ RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
 FALLBACK = RETRYABLE | {"config"}
 
 _CONTEXT = re.compile(r"context[_ ]length|maximum context|too many tokens|prompt is too long|context window", re.I)
-_KEY_SHAPES = re.compile(r"\b(sk|pk|rk|key|tok)[-_][A-Za-z0-9_\-]{8,}\b")
 
 
 def kind_for_status(status: int | None, message: str = "", code: str | None = None) -> str:
@@ -46,11 +46,8 @@ def kind_for_status(status: int | None, message: str = "", code: str | None = No
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove secret values (and anything shaped like an API key) from a provider's message."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "****")
-    return _KEY_SHAPES.sub("****", text)
+    """Remove secret values (these, every resolved `$ENV` value, anything shaped like an API key)."""
+    return redact(text, secrets)
 
 
 _WHAT = {

@@ -60,7 +60,7 @@ def plan_reply(
             "tool_results": _tool_results(messages),
             "now": now or datetime.now(UTC),
         }
-        return _answer(rule, variables, messages)
+        return _answer(rule, variables, messages, f"{connector.file}:{rule.line}")
     raise NoRuleMatched(
         f"no rule of scripted connector {connector.id} ({connector.file}) matches the last message "
         f"(role {last.get('role')!r}, text {last_user[:60]!r})"
@@ -87,25 +87,27 @@ def _tool_results(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return results[::-1]
 
 
-def _answer(rule: ScriptRule, variables: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]) -> ScriptedReply:
+def _answer(
+    rule: ScriptRule, variables: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], origin: str
+) -> ScriptedReply:
     if rule.error_status is not None:
         return ScriptedReply(error_status=rule.error_status, error_message=rule.error_message or "scripted error")
-    reasoning = render(rule.reasoning, variables) if rule.reasoning else ""
-    text = render(rule.reply, variables) if rule.reply else ""
-    calls = tuple((c.name, json.dumps(_render_arguments(c.arguments, variables))) for c in rule.tool_calls)
+    reasoning = render(rule.reasoning, variables, origin) if rule.reasoning else ""
+    text = render(rule.reply, variables, origin) if rule.reply else ""
+    calls = tuple((c.name, json.dumps(_render_arguments(c.arguments, variables, origin))) for c in rule.tool_calls)
     prompt = sum(len(text_of(m.get("content"))) for m in messages) // 4 + len(messages)
     completion = (len(reasoning) + len(text) + sum(len(a) for _, a in calls)) // 4 + 1
     usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     return ScriptedReply(reasoning=reasoning, text=text, tool_calls=calls, usage=usage)
 
 
-def _render_arguments(value: Any, variables: Mapping[str, Any]) -> Any:
+def _render_arguments(value: Any, variables: Mapping[str, Any], origin: str) -> Any:
     if isinstance(value, str):
-        return render(value, variables)
+        return render(value, variables, origin)
     if isinstance(value, Mapping):
-        return {k: _render_arguments(v, variables) for k, v in cast(Mapping[str, Any], value).items()}
+        return {k: _render_arguments(v, variables, origin) for k, v in cast(Mapping[str, Any], value).items()}
     if isinstance(value, list):
-        return [_render_arguments(v, variables) for v in cast(list[Any], value)]
+        return [_render_arguments(v, variables, origin) for v in cast(list[Any], value)]
     return value
 
 

@@ -36,8 +36,12 @@ from .specs import (
 Data = Mapping[str, Any]
 
 
-def _prompts(items: list[Data]) -> tuple[PromptSpec, ...]:
-    return tuple(PromptSpec(role=i["role"], content=i["content"], name=i.get("name")) for i in items)
+def _prompts(doc: Document, path: YamlPath, items: list[Data]) -> tuple[PromptSpec, ...]:
+    return tuple(
+        PromptSpec(role=i["role"], content=i["content"], name=i.get("name"),
+                   origin=f"{doc.file}:{doc.line((*path, n, 'content'))}")
+        for n, i in enumerate(items)
+    )  # fmt: skip
 
 
 def _env(doc: Document, path: YamlPath, value: str, *, secret: bool = False) -> EnvValue:
@@ -64,7 +68,7 @@ def build_app_config(doc: Document) -> AppConfig:
         roles=roles,
         store=data.get("store", DEFAULT_STORE),
         history_size=data.get("history_size", 20),
-        prompts=_prompts(data.get("prompts", [])),
+        prompts=_prompts(doc, ("prompts",), data.get("prompts", [])),
         limits=Limits(
             max_turns=limits.get("max_turns", defaults.max_turns),
             timeout_s=float(limits.get("timeout_s", defaults.timeout_s)),
@@ -95,6 +99,7 @@ def build_connector(connector_id: str, doc: Document) -> ConnectorSpec:
         rules=tuple(_rule(doc.line(("rules", i)), r) for i, r in enumerate(data.get("rules", []))),
         chunk_size=data.get("chunk_size", 4),
         delay_ms=float(data.get("delay_ms", 0)),
+        access=_access(cast(Data | None, data.get("access"))),
     )
 
 
@@ -122,15 +127,17 @@ def build_assistant(assistant_id: str, doc: Document, root: Path) -> AssistantSp
         file=doc.file,
         description=data.get("description", ""),
         connector=data.get("connector", DEFAULT_CONNECTOR),
-        prompts=_prompts(data.get("prompts", [])),
-        prompt_presets={k: _prompts(v) for k, v in cast(Data, data.get("prompt_presets", {})).items()},
+        prompts=_prompts(doc, ("prompts",), data.get("prompts", [])),
+        prompt_presets={
+            k: _prompts(doc, ("prompt_presets", k), v) for k, v in cast(Data, data.get("prompt_presets", {})).items()
+        },
         disable_global_prompts=data.get("disable_global_prompts", False),
         options=dict(cast(Data, data.get("options", {}))),
         hook=hook,
         hook_path=(root / hook) if hook else None,
         hook_policy=HookPolicy(**cast(Data, data.get("hook_policy", {}))),
         mcp=_mcp_settings(cast(Data, data.get("mcp", {}))),
-        access=_access(cast(Data, data.get("access", {}))),
+        access=_access(cast(Data | None, data.get("access"))),
         on_busy=data.get("on_busy", "queue"),
     )
 
@@ -149,11 +156,14 @@ def _mcp_settings(data: Data) -> McpSettings:
     )
 
 
-def _access(data: Data) -> Access:
+def _access(data: Data | None) -> Access:
+    """No `access`: public. Given, it admits whom it lists and nobody else unless `public: true` (a list
+    left empty never opens it to everyone; `checks` refuses an `access` that admits nobody)."""
+    if data is None:
+        return Access()
     teams = frozenset(cast(list[str], data.get("teams", [])))
     users = frozenset(cast(list[str], data.get("users", [])))
-    public = data.get("public", not (teams or users))
-    return Access(public=public, teams=teams, users=users)
+    return Access(public=data.get("public", False), teams=teams, users=users)
 
 
 def build_mcp(server_id: str, doc: Document, root: Path) -> McpServerSpec:

@@ -1,4 +1,9 @@
-"""`$ENV.NAME` values: kept as written at load, resolved when used, never shown resolved."""
+"""`$ENV.NAME` values: kept as written at load, resolved when used, never shown resolved.
+
+`$ENV` belongs to the operator's YAML files only: nothing a hook, a request or a tenant supplies is
+ever resolved, and every resolved value is handed to `redact`, which keeps it out of what leaves the
+process.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 
+from yao_agent import redact
 from yao_agent.errors import EnvVarMissing
 
 ENV_PATTERN = re.compile(r"\$ENV\.([A-Za-z_][A-Za-z0-9_]*)")
@@ -16,10 +22,12 @@ def env_names(text: str) -> list[str]:
     return ENV_PATTERN.findall(text)
 
 
-def resolve_env(text: str, origin: str, environ: Mapping[str, str] | None = None) -> str:
+def resolve_env(text: str, origin: str, environ: Mapping[str, str] | None = None, *, secret: bool = True) -> str:
     """Replace every `$ENV.NAME` in `text`; a missing NAME raises `EnvVarMissing` naming it and `origin`.
 
-    An empty variable counts as missing: an empty API key or URL is never what the author meant.
+    An empty variable counts as missing: an empty API key or URL is never what the author meant. A
+    `secret` value (all but a connector reference, which names a connector of the app) is redacted from
+    then on.
     """
     if "$ENV." not in text:
         return text
@@ -29,6 +37,8 @@ def resolve_env(text: str, origin: str, environ: Mapping[str, str] | None = None
         value = env.get(match.group(1), "")
         if not value:
             raise EnvVarMissing(match.group(1), origin)
+        if secret:
+            redact.note(value)  # from now on, it is masked wherever it would leave the process
         return value
 
     return ENV_PATTERN.sub(substitute, text)

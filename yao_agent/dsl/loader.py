@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from yao_agent.errors import Problem, SpecError, UsageError
+from yao_agent.files import NotRegular, TooLarge, read_regular
 
 from . import build, checks, refs
 from .discover import Found, discover
@@ -76,11 +77,13 @@ def _order(problem: Problem) -> tuple[str, int, str]:
 def _read(item: Found) -> Document:
     doc = Document(item.rel)
     try:
-        size = item.path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            doc.problems.append(Problem(item.rel, 0, "", f"file is {size} bytes (expected at most {MAX_FILE_BYTES})"))
-            return doc
-        data = item.path.read_bytes()
+        data = read_regular(item.path, MAX_FILE_BYTES)
+    except TooLarge as exc:
+        doc.problems.append(Problem(item.rel, 0, "", f"file is {exc.size} bytes (expected at most {MAX_FILE_BYTES})"))
+        return doc
+    except NotRegular:
+        doc.problems.append(Problem(item.rel, 0, "", "not a regular file (expected a YAML file)"))
+        return doc
     except OSError as exc:
         doc.problems.append(
             Problem(item.rel, 0, "", f"cannot read file: {exc.strerror or exc} (expected a readable file)")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from yao_agent.errors import Problem
+from yao_agent.files import MAX_HOOK_BYTES, read_regular
 
 from .checks import items, mapping
 from .envvars import ENV_PATTERN
@@ -33,15 +34,20 @@ def known_list(ids: Collection[str], limit: int = 15) -> str:
     return shown + (f", … {len(names) - limit} more" if len(names) > limit else "")
 
 
-def choices(name: str, known: Collection[str]) -> str:
+# What an error a tenant can provoke may list: only ids that tenant may use, and only a few of them, so
+# that no error becomes a way to read the app's inventory.
+HANDFUL = 5
+
+
+def choices(name: str, known: Collection[str], limit: int = 15) -> str:
     """`(did you mean 'x'? known: a, b, x)`: the close match first, since it is usually the fix."""
     close = difflib.get_close_matches(name, list(known), n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
-    return f"({hint}known: {known_list(known)})"
+    return f"({hint}known: {known_list(known, limit)})"
 
 
-def unknown(kind: str, name: str, known: Collection[str]) -> str:
-    return f"unknown {kind} '{name}' {choices(name, known)}"
+def unknown(kind: str, name: str, known: Collection[str], limit: int = 15) -> str:
+    return f"unknown {kind} '{name}' {choices(name, known, limit)}"
 
 
 def missing_tool(server: str, tool: str, known: Collection[str]) -> str:
@@ -149,7 +155,7 @@ def locate_hook(root: Path, hook: object) -> tuple[Path, str] | str | None:
         hooks = [p.relative_to(root).as_posix() for p in (root / "hooks").glob("*.js")]
         return f"hook file not found: {hook} (known: {known_list(hooks)})"
     try:
-        return target, target.read_text("utf-8")
+        return target, read_regular(target, MAX_HOOK_BYTES).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return f"hook file cannot be read: {type(exc).__name__} (expected UTF-8 JavaScript)"
 

@@ -21,6 +21,9 @@ Path = tuple[str | int, ...]
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DEPTH = 64  # far beyond any app file, far below Python's recursion limit
+# Values one file may build. Aliases re-use a node, so a few hundred bytes can stand for billions of
+# values (an "alias bomb"); an app file holds a few hundred.
+MAX_VALUES = 100_000
 
 
 def label(path: Path) -> str:
@@ -142,6 +145,7 @@ class _Builder:
     def __init__(self, doc: Document) -> None:
         self.doc = doc
         self.active: set[int] = set()  # node ids on the current branch, to stop alias cycles
+        self.built = 0  # values built so far, to stop alias bombs
         self.construct: Callable[..., Any] = SafeConstructor().construct_object  # pyright: ignore[reportUnknownMemberType]
 
     def build(self, node: Node, path: Path) -> Any:
@@ -150,6 +154,12 @@ class _Builder:
             return None
         if id(node) in self.active:
             self.doc.problems.append(self.doc.problem(path, "recursive YAML alias (expected a finite value)"))
+            return None
+        self.built += 1
+        if self.built > MAX_VALUES:
+            if self.built == MAX_VALUES + 1:
+                message = f"the file expands to more than {MAX_VALUES:,} values (YAML aliases repeated too often?)"
+                self.doc.problems.append(self.doc.problem(path[:1], message))  # where the top-level value starts
             return None
         self.active.add(id(node))
         try:

@@ -23,6 +23,7 @@ class PromptSpec:
     role: Literal["system", "user", "assistant"]
     content: str  # a Jinja2 template, checked at load
     name: str | None = None
+    origin: str = ""  # "file:line" of its content, for errors while rendering
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +36,17 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
+    """`yao-agent serve`'s settings: where it listens, and what one client may take of it."""
+
     host: str = "127.0.0.1"
     port: int = 8765
     max_body_bytes: int = 1 << 20
+    max_messages: int = 500  # per request: a run's input, an append
+    header_timeout_s: float = 10.0  # for a whole request head, from the connection's opening or the head's first byte
+    body_timeout_s: float = 30.0  # from a request's head to the end of its body
+    keep_alive_s: float = 5.0  # an idle connection between two requests
+    max_connections: int = 4096  # open at once; more are closed as they come
+    max_requests: int = 2048  # in progress at once, streams included; more are a 503 (health checks never)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +89,39 @@ class ScriptRule:
     error_message: str = ""
 
 
+def member(user_id: str, team_id: str | None) -> str:
+    """How `access.users` names an identity: `team/user` for a member of a team, `user` for one without."""
+    return f"{team_id}/{user_id}" if team_id is not None else user_id
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Who may use an assistant (list and run it) or a connector (name it in a role setting, and have runs
+    call it through one). No `access` at all means public.
+
+    A user id means something only with its team (two teams may each have a `bob`), so `users` entries
+    are whole identities, as `member` writes them: `acme/bob` is bob of acme, a bare `bob` is the user
+    bob without a team; `teams` admits every member of those teams. Neither id may contain `/`, so an
+    entry names exactly one identity and a bare name never admits a member of any team.
+    """
+
+    public: bool = True
+    teams: frozenset[str] = frozenset()
+    users: frozenset[str] = frozenset()
+
+    def allows(self, user_id: str, team_id: str | None) -> bool:
+        if self.public:
+            return True
+        return member(user_id, team_id) in self.users or (team_id is not None and team_id in self.teams)
+
+    def reaches(self, kind: str, owner: str) -> bool:
+        """Whether anybody a role setting of this scope applies to may use it: some member of team
+        `owner` (kind `team`), or the user `owner` without a team (kind `user`)."""
+        if kind != "team":
+            return self.allows(owner, None)
+        return self.public or owner in self.teams or any(u.startswith(owner + "/") for u in self.users)
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectorSpec:
     id: str
@@ -98,6 +140,7 @@ class ConnectorSpec:
     rules: tuple[ScriptRule, ...] = ()
     chunk_size: int = 4
     delay_ms: float = 0.0
+    access: Access = Access()
 
     @property
     def scripted(self) -> bool:
@@ -124,20 +167,6 @@ class HookPolicy:
     timeout_ms: int = 1000
     memory_mb: int = 64
     on_error: Literal["fail", "ignore"] = "fail"
-
-
-@dataclass(frozen=True, slots=True)
-class Access:
-    """Who may list and run an assistant. No rules at all means public."""
-
-    public: bool = True
-    teams: frozenset[str] = frozenset()
-    users: frozenset[str] = frozenset()
-
-    def allows(self, user_id: str, team_id: str | None) -> bool:
-        if self.public:
-            return True
-        return user_id in self.users or (team_id is not None and team_id in self.teams)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,3 +224,11 @@ class App:
         except KeyError:
             known = ", ".join(sorted(self.assistants)) or "none"
             raise NotFound(f"unknown assistant '{assistant_id}' (known: {known})") from None
+
+    def assistants_for(self, user_id: str, team_id: str | None) -> list[str]:
+        """The ids of the assistants whose `access` admits this caller."""
+        return [a.id for a in self.assistants.values() if a.access.allows(user_id, team_id)]
+
+    def connectors_for(self, user_id: str, team_id: str | None) -> list[str]:
+        """The ids of the connectors whose `access` admits this caller."""
+        return [c.id for c in self.connectors.values() if c.access.allows(user_id, team_id)]

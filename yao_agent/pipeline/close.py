@@ -12,6 +12,7 @@ from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.redact import redact
 
 log = logging.getLogger("yao_agent.run")
 
@@ -32,7 +33,7 @@ async def settle(rt: Runtime, state: RunState, outcome: BaseException | None) ->
         run.status, run.reason, run.error = "failed", outcome.reason, error_detail(outcome)
         # Clients show a failure in plain words with the run id; the details are here, for whoever runs the server.
         log.warning("run %s of chat %s (%s) failed: %s: %s", run.id, run.chat_id, run.assistant_id, run.reason,
-                    outcome.message, extra={"run_outcome": True})  # fmt: skip
+                    run.error["message"], extra={"run_outcome": True})  # fmt: skip
     else:
         log.error("run %s failed on an unexpected error", run.id, exc_info=outcome)
         run.status, run.reason = "failed", "internal_error"
@@ -82,9 +83,10 @@ def _attempt_of(state: RunState, call_id: str) -> int:
 
 
 def error_detail(error: RunError) -> dict[str, Any]:
+    """What a run's error shows (in `stream_end`, the store, the OpenAI error body): never a secret."""
     if isinstance(error, HookError):
-        return error.detail()
-    return {"message": error.message}
+        return {**error.detail(), "message": redact(error.message)}
+    return {"message": redact(error.message)}
 
 
 def stream_end(state: RunState) -> StreamEnd:

@@ -9,11 +9,11 @@ is a hook error naming the hook file, so a typo never silently does nothing or f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from yao_agent.dsl.envvars import ENV_PATTERN
-from yao_agent.dsl.refs import known_list, unknown
+from yao_agent.dsl.refs import HANDFUL, known_list, unknown
 from yao_agent.dsl.specs import ROLE_PREFIX, App, McpUse
 from yao_agent.errors import HookError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
@@ -76,12 +76,17 @@ def check(app: App, state: RunState, value: Any) -> dict[str, Any] | None:
 
 
 def _check_connector(app: App, state: RunState, ref: str | None) -> None:
-    """An explicit connector id must exist. A role (`use::…`) may be set per team or user at run time,
-    and a `$ENV.` reference is only known when used, so those are left to the connector stage."""
-    if not ref or ref.startswith(ROLE_PREFIX) or ENV_PATTERN.search(ref):
+    """An explicit connector id must exist and admit the caller; a role (`use::…`) may be set per team or
+    user at run time, so it is left to the connector stage. `$ENV` is never resolved in what a hook returns."""
+    if ref and "$ENV" in ref:
+        raise _bad(state, "Create returned a connector with $ENV in it ($ENV is only for the app's own YAML files)")
+    if not ref or ref.startswith(ROLE_PREFIX):
         return
-    if ref not in app.connectors:
-        raise _bad(state, "Create chose " + unknown("connector", ref, app.connectors))
+    # What a hook picks may come from the request, and its error reaches the tenant: only a connector the
+    # caller may use (`access`) is known to them, and the error names only a few of those.
+    usable = app.connectors_for(state.identity.user_id, state.identity.team_id)
+    if ref not in usable:
+        raise _bad(state, "Create chose " + unknown("connector", ref, usable, HANDFUL))
 
 
 def _servers(app: App, state: RunState, entries: list[Any]) -> list[McpUse]:
@@ -99,6 +104,12 @@ def _servers(app: App, state: RunState, entries: list[Any]) -> list[McpUse]:
     return out
 
 
+# The ranges the assistant's `options` allow (assistant.json): a value out of them fails the hook
+# here, naming it, rather than the model call later, as a provider's error.
+RANGES: dict[str, tuple[float, float]] = {"temperature": (0, 2), "top_p": (0, 1), "max_tokens": (1, math.inf),
+                                          "max_completion_tokens": (1, math.inf)}  # fmt: skip
+
+
 def _check_types(state: RunState, changes: Mapping[str, Any]) -> None:
     expected = {"connector": str, "prompt_preset": str, "locale": str, "temperature": (int, float),
                 "top_p": (int, float), "max_tokens": int, "max_completion_tokens": int, "metadata": Mapping,
@@ -106,6 +117,11 @@ def _check_types(state: RunState, changes: Mapping[str, Any]) -> None:
     for key, kinds in expected.items():
         if key in changes and changes[key] is not None and not isinstance(changes[key], kinds):
             raise _bad(state, f"Create returned {key} of type {type(changes[key]).__name__}")
+    for key, (low, high) in RANGES.items():
+        value = changes.get(key)
+        if value is not None and (isinstance(value, bool) or not low <= value <= high):
+            said = f"at least {low}" if high == math.inf else f"from {low} to {high}"
+            raise _bad(state, f"Create returned {key} {value!r} (expected a number {said})")
     delegate = changes.get("delegate")
     if delegate is not None and not isinstance(as_mapping(delegate).get("assistant_id"), str):
         raise _bad(state, "Create returned a delegate without assistant_id (expected {assistant_id, messages?})")

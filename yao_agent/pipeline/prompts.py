@@ -35,7 +35,7 @@ def system_messages(rt: Runtime, state: RunState) -> list[dict[str, Any]]:
     values = variables(rt, state)
     out: list[dict[str, Any]] = []
     for prompt in chosen:
-        message: dict[str, Any] = {"role": prompt.role, "content": render(prompt.content, values)}
+        message: dict[str, Any] = {"role": prompt.role, "content": render(prompt.content, values, prompt.origin)}
         if prompt.name:
             message["name"] = prompt.name
         out.append(message)

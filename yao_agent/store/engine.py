@@ -13,7 +13,9 @@ updates under concurrency. PostgreSQL uses psycopg 3.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
 import sqlite3
 import threading
@@ -219,7 +221,7 @@ def _locked(exc: BaseException | None) -> bool:
 
 def connect(url: URL) -> Database:
     if url.get_backend_name() == "sqlite":
-        Path(url.database or "").parent.mkdir(parents=True, exist_ok=True)
+        _private_file(Path(url.database or ""))
         threaded = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8)
         _tune_sqlite(threaded, busy_timeout_ms=30_000)
         # The loop's own connection never waits for a lock: a held lock sends the work to a thread.
@@ -229,6 +231,14 @@ def connect(url: URL) -> Database:
         _tune_sqlite(inline, busy_timeout_ms=0)
         return Database(threaded, workers=4, inline=inline)
     return Database(create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True), workers=10)
+
+
+def _private_file(path: Path) -> None:
+    """Create the database file readable by its owner alone (its folder too, if new): it holds every chat.
+    SQLite gives its WAL and shared-memory files the database file's permissions."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 def _set_pragmas(connection: Any, busy_timeout_ms: int) -> None:

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import httpx2
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, Tool
@@ -222,7 +222,10 @@ class ServerLink:
         if command in PYTHON_COMMANDS:
             command = sys.executable  # the interpreter running yao-agent, with its packages
         parent = os.environ if self._environ is None else self._environ
-        env = {**parent, **{key: value.resolve(self._environ) for key, value in spec.env.items()}}
+        # Only what a program needs to start (PATH, HOME, ...) and what the server's YAML gives it: never
+        # the server's whole environment, which holds every provider's key.
+        inherited = {key: parent[key] for key in DEFAULT_INHERITED_ENV_VARS if key in parent}
+        env = {**inherited, **{key: value.resolve(self._environ) for key, value in spec.env.items()}}
         args = [arg.resolve(self._environ) for arg in spec.args]
         return StdioServerParameters(command=command, args=args, env=env, cwd=spec.cwd or self._root)
 

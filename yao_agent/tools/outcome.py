@@ -1,7 +1,8 @@
 """What one tool call produced, in the form the model is told about it.
 
 Every outcome says whether the model may fix the call and try again (`retryable`): the pipeline feeds
-those back to the model and ends the run on the others.
+those back to the model and ends the run on the others. A tool's output and errors are redacted of
+every resolved secret before anything (the model, the stream, the store) sees them.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from yao_agent.redact import redact
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult, ContentBlock
@@ -40,7 +43,7 @@ class ToolOutcome:
 
 
 def failure(message: str, *, retryable: bool) -> ToolOutcome:
-    return ToolOutcome(result=None, error=message, retryable=retryable)
+    return ToolOutcome(result=None, error=redact(message), retryable=retryable)
 
 
 def from_result(result: CallToolResult, max_chars: int = DEFAULT_MAX_CHARS) -> ToolOutcome:
@@ -50,15 +53,17 @@ def from_result(result: CallToolResult, max_chars: int = DEFAULT_MAX_CHARS) -> T
     Text parts are joined; structured content stands in only when there is no text, since servers that
     send both put the same data in the text.
     """
-    text = "\n".join(part for part in (_render(block) for block in result.content) if part)
+    text = redact("\n".join(part for part in (_render(block) for block in result.content) if part))
     if result.is_error:
         return failure(truncate(text or "the tool reported an error without a message", max_chars), retryable=True)
     if text or result.structured_content is None:
         return ToolOutcome(result=truncate(text, max_chars), error=None, retryable=False)
     dumped = json.dumps(result.structured_content, ensure_ascii=False)
-    if len(dumped) > max_chars:
-        return ToolOutcome(result=truncate(dumped, max_chars), error=None, retryable=False)
-    return ToolOutcome(result=result.structured_content, error=None, retryable=False)
+    cleaned = redact(dumped)
+    if len(cleaned) > max_chars:
+        return ToolOutcome(result=truncate(cleaned, max_chars), error=None, retryable=False)
+    value = result.structured_content if cleaned == dumped else json.loads(cleaned)
+    return ToolOutcome(result=value, error=None, retryable=False)
 
 
 def truncate(text: str, max_chars: int) -> str:

@@ -1,0 +1,51 @@
+"""The pipeline under what an app's author (or a hook) can get wrong on purpose or by mistake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.pipeline.conftest import app_files, make_runtime
+from tests.pipeline.helpers import end_of, turn
+from yao_agent.store import SqlStore
+from yao_agent.testing import FakeProvider, Reply
+
+
+async def test_a_prompt_that_fails_to_render_ends_the_run_naming_its_file_and_line(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    files = app_files(fake.base_url)
+    files["assistants/chat/assistant.yml"] = "name: Chat\nprompts:\n  - role: system\n    content: '{{ 1 / 0 }}'\n"
+    rt = make_runtime(tmp_path / "app", store, files)
+    fake.enqueue(Reply(text="never"))
+    try:
+        end = end_of(await turn(rt, "hi"))
+        assert end.status == "failed"
+        assert end.error["message"] == (
+            "assistants/chat/assistant.yml:4 template failed to render (line 1 of the template): "
+            "ZeroDivisionError: division by zero"
+        )
+        assert fake.requests == []
+    finally:
+        await rt.engines.aclose()
+
+
+async def test_a_hook_file_replaced_by_a_fifo_fails_the_run_instead_of_blocking_it(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider
+) -> None:
+    import os
+
+    files = app_files(fake.base_url)
+    files["hooks/h.js"] = "function Create() { return null }\n"
+    files["assistants/chat/assistant.yml"] = "name: Chat\nhook: hooks/h.js\n"
+    rt = make_runtime(tmp_path / "app", store, files)
+    fake.enqueue(Reply(text="fine"), Reply(text="never"))
+    try:
+        assert end_of(await turn(rt, "hi")).status == "completed"
+        hook = rt.app.root / "hooks" / "h.js"
+        hook.unlink()
+        os.mkfifo(hook)  # nobody will ever write to it: a plain read would wait for ever
+        end = end_of(await turn(rt, "again"))
+        assert (end.reason, end.error["message"]) == ("hook_error", "hook file cannot be read: not a regular file")
+    finally:
+        await rt.engines.aclose()
+        await rt.hooks.aclose()
