@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -63,7 +64,10 @@ async def stopped(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: Path) -> None:
+@pytest.mark.parametrize("slow_store", [False, True], ids=["at-once", "store-busy-for-a-while"])
+async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: Path, slow_store: bool) -> None:
+    """Also when storing the cancelled run takes a while (the database busy): its stream still ends with
+    its `stream_end`, never cut short by the shutdown."""
     async with FakeProvider() as fake:
         app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
         env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -90,7 +94,10 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
                         if line.startswith("data: "):
                             events.append(json.loads(line[6:]))
                             if len(events) == 5:
+                                held = hold_the_store(app / ".yao" / "agent.db") if slow_store else None
                                 server.send_signal(signal.SIGTERM)
+                                if held is not None:
+                                    asyncio.get_running_loop().call_later(1.5, held.close)
             assert await asyncio.wait_for(server.wait(), 30) == 0
         finally:
             await stopped(server)
@@ -101,6 +108,13 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
         assert run is not None and run.status == "cancelled"
     finally:
         await rt.aclose()
+
+
+def hold_the_store(db: Path) -> sqlite3.Connection:
+    """Take SQLite's write lock (until the connection is closed), as a busy database would hold it."""
+    conn = sqlite3.connect(db, timeout=5, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
 
 
 async def test_a_second_server_on_a_taken_port_says_so_in_one_line_and_never_that_it_serves(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from dataclasses import replace
 from types import FrameType
 
 import uvicorn
+from sse_starlette.sse import AppStatus
 
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import YaoAgentError
@@ -65,6 +66,9 @@ class Server(uvicorn.Server):
         super().__init__(config)
         self.rt = rt
         self.on_started = on_started
+        # sse-starlette would cut every stream within 0.5 s of a shutdown, before a run cancelled by
+        # `handle_exit` has stored itself and sent its `stream_end`; each stream ends with its run instead.
+        AppStatus.disable_automatic_graceful_drain()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
