@@ -6,7 +6,10 @@
     ├── SpecError            the app's YAML is wrong; carries every Problem found in one pass
     ├── UsageError           a command or call was used wrongly (unknown id, bad option, no identity)
     │   ├── NotFound         no such chat / assistant / resume point in the caller's scope
-    │   └── PermissionDenied the caller may not do this (fail closed)
+    │   ├── PermissionDenied the caller may not do this (fail closed)
+    │   ├── ChatBusy         `on_busy: reject` found the chat busy (HTTP 409)
+    │   └── NoActiveRun      an append found no run to join (HTTP 409)
+    ├── CannotListen         `serve` cannot listen on its address
     ├── EnvVarMissing        a `$ENV.NAME` value was used while NAME is unset
     ├── HistoryUnavailable   a chat's history could not be read (the run goes on without it)
     └── RunError             a run ended badly; `reason` is its terminal reason
@@ -14,7 +17,10 @@
         ├── ToolError        a tool could not be run (server unreachable, unknown tool, retries exhausted)
         ├── HookError        a JS hook threw, timed out or ran out of memory; carries file and line
         ├── DelegateError    delegation failed (unknown assistant, depth limit, cycle)
-        └── RenderError      a prompt or scripted template failed while rendering
+        ├── RenderError      a prompt or scripted template failed while rendering
+        ├── MaxTurns         the run used `limits.max_turns` model calls
+        ├── RunTimeout       the run took longer than `limits.timeout_s`
+        └── LoopDetected     the same tool calls with the same results, again and again
 
 Messages never contain secret values: errors name variables and files, never what they hold.
 """
@@ -22,6 +28,8 @@ Messages never contain secret values: errors name variables and files, never wha
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from yao_agent.vocabulary import ModelErrorKind, TerminalReason
 
 
 class YaoAgentError(Exception):
@@ -84,9 +92,9 @@ class HistoryUnavailable(YaoAgentError):
 class RunError(YaoAgentError):
     """A run ended without completing. `reason` is one of the terminal reasons."""
 
-    reason: str = "internal_error"
+    reason: TerminalReason = "internal_error"
 
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
+    def __init__(self, message: str, *, reason: TerminalReason | None = None) -> None:
         super().__init__(message)
         if reason is not None:
             self.reason = reason
@@ -110,7 +118,7 @@ class ModelError(RunError):
         self,
         message: str,
         *,
-        kind: str,
+        kind: ModelErrorKind,
         retryable: bool = False,
         status: int | None = None,
         connector: str = "",
@@ -149,3 +157,27 @@ class DelegateError(RunError):
 
 class RenderError(RunError):
     """A template that passed the load-time check failed while rendering."""
+
+
+class MaxTurns(RunError):
+    reason = "max_turns"
+
+
+class RunTimeout(RunError):
+    reason = "timeout"
+
+
+class LoopDetected(RunError):
+    reason = "loop_detected"
+
+
+class ChatBusy(UsageError):
+    """A request with `on_busy: reject` found the chat busy (HTTP 409)."""
+
+
+class NoActiveRun(UsageError):
+    """Append found no active run for the chat (HTTP 409)."""
+
+
+class CannotListen(YaoAgentError):
+    """The address cannot be listened on: taken, not this host's, or not allowed."""

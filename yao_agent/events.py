@@ -11,8 +11,9 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, Literal
 
+from yao_agent.vocabulary import EndStatus, MessageStatus, TerminalReason
+
 Kind = str  # text | reasoning | tool_call | error | a hook's own kind
-EndStatus = Literal["completed", "failed", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,7 @@ class MessageEnd:
     message_id: str
     kind: Kind
     content: Any
-    status: Literal["completed", "incomplete"] = "completed"
+    status: MessageStatus = "completed"
     thread_id: str | None = None
     type: Literal["message_end"] = "message_end"
 
@@ -89,7 +90,7 @@ class StreamEnd:
 
     run_id: str
     status: EndStatus
-    reason: str
+    reason: TerminalReason
     usage: dict[str, int]
     duration_ms: int
     error: Any = None

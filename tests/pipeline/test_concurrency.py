@@ -15,11 +15,11 @@ from tests.pipeline.conftest import app_files, make_runtime
 from tests.pipeline.helpers import ALICE, stored
 from tests.tools.servers import server as testing_server
 from yao_agent.connectors import RetryPolicy
+from yao_agent.errors import ChatBusy, NoActiveRun
 from yao_agent.events import Event, FallbackEvent, MessageDelta, MessageEnd, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start
-from yao_agent.pipeline.admission import ChatBusy, NoActiveRun
 from yao_agent.store import SqlStore
 from yao_agent.store.leases import PgLease
 from yao_agent.store.records import RunRecord, StepRecord

@@ -22,16 +22,17 @@ from collections.abc import Iterable
 
 from yao_agent.errors import ModelError
 from yao_agent.redact import redact
+from yao_agent.vocabulary import ModelErrorKind
 
-RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
+RETRYABLE: frozenset[ModelErrorKind] = frozenset({"rate_limit", "server", "timeout", "connection"})
 # Kinds after which the next connector of a chain is tried: the retryable ones, and a connector
 # that cannot even be called (its key is not set), since the chain exists for exactly that.
-FALLBACK = RETRYABLE | {"config"}
+FALLBACK: frozenset[ModelErrorKind] = RETRYABLE | frozenset[ModelErrorKind]({"config"})
 
 _CONTEXT = re.compile(r"context[_ ]length|maximum context|too many tokens|prompt is too long|context window", re.I)
 
 
-def kind_for_status(status: int | None, message: str = "", code: str | None = None) -> str:
+def kind_for_status(status: int | None, message: str = "", code: str | None = None) -> ModelErrorKind:
     if status in (401, 403):
         return "auth"
     if status == 429:
@@ -64,7 +65,7 @@ _WHAT = {
 
 
 def model_error(
-    kind: str,
+    kind: ModelErrorKind,
     connector: str,
     detail: str,
     *,

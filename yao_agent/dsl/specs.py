@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from yao_agent.errors import NotFound, Problem
+from yao_agent.vocabulary import OnBusy
 
 from .envvars import EnvValue
 
@@ -185,7 +186,7 @@ class AssistantSpec:
     hook_policy: HookPolicy = HookPolicy()
     mcp: McpSettings = McpSettings()
     access: Access = Access()
-    on_busy: Literal["queue", "reject", "interrupt"] = "queue"
+    on_busy: OnBusy = "queue"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,24 +19,16 @@ import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from yao_agent.aio import uncancel, wait_despite_cancel
-from yao_agent.errors import UsageError
+from yao_agent.errors import ChatBusy
+from yao_agent.vocabulary import OnBusy
 
 if TYPE_CHECKING:
     from yao_agent.pipeline.state import RunState
 
-OnBusy = Literal["queue", "reject", "interrupt"]
 log = logging.getLogger("yao_agent.admission")
-
-
-class ChatBusy(UsageError):
-    """A request with `on_busy: reject` found the chat busy (HTTP 409)."""
-
-
-class NoActiveRun(UsageError):
-    """Append found no active run for the chat (HTTP 409)."""
 
 
 class Lease(Protocol):

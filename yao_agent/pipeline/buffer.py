@@ -15,6 +15,7 @@ from typing import Any
 
 from yao_agent.messages import ChatMessage
 from yao_agent.store.records import StepRecord
+from yao_agent.vocabulary import StepStatus, StepType
 
 log = logging.getLogger("yao_agent.run")
 
@@ -31,7 +32,7 @@ class Buffer:
         self.messages.append(message)
         return message
 
-    def begin(self, kind: str, given: Any = None, thread_id: str | None = None) -> StepRecord:
+    def begin(self, kind: StepType, given: Any = None, thread_id: str | None = None) -> StepRecord:
         step = StepRecord(
             id=self.new_id("step"), run_id=self.run_id, seq=len(self.steps) + 1, type=kind, status="running",
             started_at=self.clock(), thread_id=thread_id, input=given,
@@ -40,7 +41,7 @@ class Buffer:
         return step
 
     def end(
-        self, step: StepRecord, status: str, *, output: Any = None, error: Any = None, keep_input: bool = False
+        self, step: StepRecord, status: StepStatus, *, output: Any = None, error: Any = None, keep_input: bool = False
     ) -> None:
         """`keep_input`: the step's input is part of its record (a hook's), not only what a resume needs."""
         step.status = status
@@ -59,7 +60,7 @@ class Buffer:
         """Forget a step that turned out not to happen (a hook file without that function)."""
         self.steps.remove(step)
 
-    def settle(self, status: str, error: Any) -> None:
+    def settle(self, status: StepStatus, error: Any) -> None:
         """At the end of a run that did not complete, steps still running end with the run."""
         for step in self.steps:
             if step.status == "running":

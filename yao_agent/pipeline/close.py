@@ -13,6 +13,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.redact import redact
+from yao_agent.vocabulary import end_status
 
 log = logging.getLogger("yao_agent.run")
 
@@ -91,8 +92,7 @@ def error_detail(error: RunError) -> dict[str, Any]:
 
 def stream_end(state: RunState) -> StreamEnd:
     run = state.run
-    status = "completed" if run.status == "completed" else "cancelled" if run.status == "cancelled" else "failed"
     return StreamEnd(
-        run_id=run.id, status=status, reason=run.reason or "internal_error", usage=run.usage,
+        run_id=run.id, status=end_status(run.status), reason=run.reason or "internal_error", usage=run.usage,
         duration_ms=run.duration_ms or 0, error=run.error, next=run.next,
     )  # fmt: skip

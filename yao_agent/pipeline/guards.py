@@ -8,29 +8,17 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from yao_agent.errors import RunError
+from yao_agent.errors import LoopDetected, MaxTurns
 from yao_agent.pipeline.state import RunState
 
 LOOP_WINDOW = 10  # tool steps looked at
 LOOP_THRESHOLD = 5  # one signature more often than this among them is a loop
 
 
-class MaxTurns(RunError):
-    reason = "max_turns"
-
-
-class RunTimeout(RunError):
-    reason = "timeout"
-
-
 def before_model_call(state: RunState, limit: int) -> None:
     """A run may call models at most `limits.max_turns` times."""
     if state.turns >= limit:
         raise MaxTurns(f"the run reached its limit of {limit} model calls (limits.max_turns)")
-
-
-class LoopDetected(RunError):
-    reason = "loop_detected"
 
 
 def step_signature(calls: Iterable[tuple[str, str, Any, str | None]]) -> str:

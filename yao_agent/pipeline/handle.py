@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from yao_agent.aio import finish_despite_cancel
 from yao_agent.events import Event
 from yao_agent.pipeline.state import RunState
+from yao_agent.vocabulary import EndStatus, TerminalReason, end_status
 
 if TYPE_CHECKING:
     from yao_agent.pipeline.runtime import Runtime
@@ -21,8 +22,8 @@ class RunResult:
 
     run_id: str
     chat_id: str
-    status: str
-    reason: str
+    status: EndStatus
+    reason: TerminalReason
     messages: list[dict[str, Any]]
     usage: dict[str, int]
     next: Any = None
@@ -93,10 +94,6 @@ class RunHandle:
     def result(self) -> RunResult:
         run = self.state.run
         return RunResult(
-            run_id=run.id, chat_id=run.chat_id, status=_public_status(run.status), reason=run.reason or "",
+            run_id=run.id, chat_id=run.chat_id, status=end_status(run.status), reason=run.reason or "internal_error",
             messages=[m.to_api() for m in self.state.new_messages], usage=run.usage, next=run.next, error=run.error,
         )  # fmt: skip
-
-
-def _public_status(status: str) -> str:
-    return status if status in ("completed", "cancelled") else "failed"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from yao_agent.errors import HookError
 from yao_agent.hooks.host import printable
@@ -32,7 +32,7 @@ def _same(value: Any) -> Any:
 async def call_hook(
     rt: Runtime,
     state: RunState,
-    step_type: str,
+    step_type: Literal["hook_create", "hook_next"],
     function: str,
     args: Sequence[Any],
     check: Callable[[Any], Any] = _same,

@@ -15,12 +15,11 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 from yao_agent.aio import finish_despite_cancel, uncancel
-from yao_agent.errors import RunError
+from yao_agent.errors import ChatBusy, RunError, RunTimeout
 from yao_agent.events import Event, StreamStart
 from yao_agent.pipeline import close, connector, history, permission, turns
-from yao_agent.pipeline.admission import ChatBusy, Ticket
+from yao_agent.pipeline.admission import Ticket
 from yao_agent.pipeline.buffer import log
-from yao_agent.pipeline.guards import RunTimeout
 from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunRequest, RunState

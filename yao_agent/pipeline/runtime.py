@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from yao_agent.connectors import Cooldowns, Engines, RetryPolicy, resolve_connectors
 from yao_agent.connectors.providers import resolve_endpoint
 from yao_agent.dsl import App, load_app
-from yao_agent.errors import ModelError, NotFound, UsageError
+from yao_agent.errors import ModelError, NoActiveRun, NotFound, UsageError
 from yao_agent.hooks import HookRunner
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import IdSource, RandomIds
 from yao_agent.messages import parse_input
-from yao_agent.pipeline.admission import Admission, NoActiveRun
+from yao_agent.pipeline.admission import Admission
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.leases import TTL_S, PgLease
 from yao_agent.tools import ToolManager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from yao_agent.connectors import Usage
 from yao_agent.dsl.specs import AssistantSpec, ConnectorSpec
@@ -16,8 +16,7 @@ from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.store.records import ResumePoint, RunRecord
 from yao_agent.tools import Offer
-
-OnBusy = Literal["queue", "reject", "interrupt"]
+from yao_agent.vocabulary import OnBusy
 
 
 @dataclass(frozen=True)

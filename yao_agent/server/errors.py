@@ -14,8 +14,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from yao_agent.errors import EnvVarMissing, NotFound, PermissionDenied, RunError, UsageError, YaoAgentError
-from yao_agent.pipeline.admission import ChatBusy, NoActiveRun
+from yao_agent.errors import (
+    ChatBusy,
+    EnvVarMissing,
+    NoActiveRun,
+    NotFound,
+    PermissionDenied,
+    RunError,
+    UsageError,
+    YaoAgentError,
+)
 
 log = logging.getLogger("yao_agent.server")
 

@@ -6,7 +6,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -15,16 +15,16 @@ from sse_starlette.sse import EventSourceResponse
 
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import ServerSettings
-from yao_agent.errors import NotFound, UsageError
+from yao_agent.errors import ChatBusy, NotFound, UsageError
 from yao_agent.events import to_json
 from yao_agent.identity import Identity
 from yao_agent.messages import iso_time
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start, start_resume
-from yao_agent.pipeline.admission import ChatBusy
 from yao_agent.pipeline.permission import CHAT_ID, valid_chat_id
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.limits import check_messages
+from yao_agent.vocabulary import OnBusy
 
 router = APIRouter()
 Streamed = Annotated[bool, Query(description="false: wait for the run and answer with JSON")]
@@ -36,7 +36,7 @@ class RunBody(BaseModel):
     chat_id: str | None = None
     messages: list[dict[str, Any]] = Field(min_length=1)
     metadata: dict[str, Any] | None = None
-    on_busy: Literal["queue", "reject", "interrupt"] | None = None
+    on_busy: OnBusy | None = None
 
 
 class AppendBody(BaseModel):

@@ -27,7 +27,7 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 
 from yao_agent.dsl.specs import ServerSettings
-from yao_agent.errors import YaoAgentError
+from yao_agent.errors import CannotListen
 from yao_agent.pipeline import Runtime
 from yao_agent.server.app import create_app
 from yao_agent.server.protocol import protocol
@@ -36,10 +36,6 @@ log = logging.getLogger("yao_agent.server")
 GC_THRESHOLD = 20_000  # allocations between two young collections (Python's default: 700)
 BACKLOG = 2048  # uvicorn's default
 FD_RESERVE = 256  # file descriptors kept for the process's own use: the database, MCP servers, logs
-
-
-class CannotListen(YaoAgentError):
-    """The address cannot be listened on: taken, not this host's, or not allowed."""
 
 
 def listen(host: str, port: int) -> socket.socket:

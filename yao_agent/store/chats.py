@@ -54,7 +54,7 @@ def _run(row: Any) -> RunRecord:
 
 def _step(row: Any) -> StepRecord:
     return StepRecord(row.id, row.run_id, row.seq, row.type, row.status, row.started_at, row.thread_id,
-                      row.input, row.output, row.error, row.ended_at)  # fmt: skip
+                      row.input, row.output, row.error, row.ended_at, row.transition)  # fmt: skip
 
 
 class ChatStore:

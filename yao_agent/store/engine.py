@@ -33,7 +33,7 @@ from sqlalchemy.pool import SingletonThreadPool
 from yao_agent.dsl.envvars import resolve_env
 from yao_agent.errors import UsageError
 
-HEAD = "0003"  # the newest migration; a test keeps it in step with migrations/versions
+HEAD = "0004"  # the newest migration; a test keeps it in step with migrations/versions
 T = TypeVar("T")
 WRITE = {"yao_write": True}  # execution option: this transaction writes (SQLite: BEGIN IMMEDIATE)
 SQLITE_BUSY, SQLITE_LOCKED = 5, 6

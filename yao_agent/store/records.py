@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from yao_agent.messages import iso_time
-
-RUN_STATUSES = ("running", "completed", "failed", "cancelled", "interrupted")
+from yao_agent.vocabulary import RunStatus, StepStatus, StepType, TerminalReason, Transition
 
 
 def iso(ts: float | None) -> str | None:
@@ -47,8 +46,8 @@ class RunRecord:
     trace_id: str
     owner: str
     started_at: float
-    status: str = "running"
-    reason: str | None = None
+    status: RunStatus = "running"
+    reason: TerminalReason | None = None
     error: Any = None
     usage: dict[str, int] = field(default_factory=dict[str, int])
     next: Any = None
@@ -64,14 +63,15 @@ class StepRecord:
     id: str
     run_id: str
     seq: int
-    type: str  # hook_create | llm | tool | hook_next | delegate
-    status: str  # running | completed | failed | recovered (failed, and the run went on) | interrupted | cancelled
+    type: StepType
+    status: StepStatus
     started_at: float
     thread_id: str | None = None
     input: Any = None
     output: Any = None
     error: Any = None
     ended_at: float | None = None
+    transition: Transition | None = None  # an `llm` step's: why it was made
 
     def to_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "status": self.status}

@@ -32,7 +32,7 @@ MESSAGE_COLUMNS = (
     "id, chat_id, seq, run_id, role, content, tool_calls, tool_call_id, reasoning, status, thread_id, created_at, "
     "hidden"
 )
-STEP_COLUMNS = "id, run_id, seq, type, status, thread_id, input, output, error, started_at, ended_at"
+STEP_COLUMNS = "id, run_id, seq, type, status, transition, thread_id, input, output, error, started_at, ended_at"
 
 
 def _values(columns: str) -> str:
@@ -190,5 +190,6 @@ def _message(row: Sequence[Any], dialect: Dialect) -> ChatMessage:
 
 def _step_row(step: StepRecord) -> dict[str, Any]:
     return {"id": step.id, "run_id": step.run_id, "seq": step.seq, "type": step.type, "status": step.status,
-            "thread_id": step.thread_id, "input": _json(step.input), "output": _json(step.output),
-            "error": _json(step.error), "started_at": step.started_at, "ended_at": step.ended_at}  # fmt: skip
+            "transition": step.transition, "thread_id": step.thread_id, "input": _json(step.input),
+            "output": _json(step.output), "error": _json(step.error), "started_at": step.started_at,
+            "ended_at": step.ended_at}  # fmt: skip

@@ -87,6 +87,7 @@ steps = Table(
     Column("seq", Integer, nullable=False),
     Column("type", String(16), nullable=False),  # hook_create | llm | tool | hook_next | delegate
     Column("status", String(16), nullable=False),  # completed | failed | recovered | interrupted | cancelled
+    Column("transition", String(32), nullable=True),  # why an llm step was made (first, tool_results, ...)
     Column("thread_id", String(64), nullable=True),
     Column("input", JSON, nullable=True),  # kept only for steps a resume may re-run
     Column("output", JSON, nullable=True),

@@ -1,0 +1,71 @@
+"""The words a run is described in, each defined once (CONTRACT §4, §5, §6).
+
+Every module that writes or reads one of these takes its type from here, so a misspelt reason or
+status is a type error, not a run that silently never matches.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+# How a run ended (`stream_end.reason`, stored on the run).
+TerminalReason = Literal[
+    "completed",
+    "cancelled",
+    "max_turns",
+    "timeout",
+    "loop_detected",
+    "model_error",
+    "tool_error",
+    "hook_error",
+    "delegate_error",
+    "context_overflow",
+    "output_error",
+    "approval_required",
+    "internal_error",
+]
+# A stored run's status; `interrupted` is a run its process left `running` when it died.
+RunStatus = Literal["running", "completed", "failed", "cancelled", "interrupted", "waiting"]
+# The status a client is told in `stream_end` and in a run's result.
+EndStatus = Literal["completed", "failed", "cancelled", "waiting"]
+StepType = Literal["hook_create", "llm", "tool", "hook_next", "delegate"]
+# `recovered`: the step failed and the run went on past it (never where a resume starts).
+StepStatus = Literal["running", "completed", "failed", "recovered", "cancelled", "interrupted"]
+# Why an `llm` step was made (seed 004's "how did we get here").
+Transition = Literal[
+    "first",
+    "tool_results",
+    "tool_retry",
+    "hook_continue",
+    "appended",
+    "compact_retry",
+    "output_recovery",
+    "output_retry",
+    "last_word",
+    "approved",
+]
+# How a model call failed (connectors/classify.py says which are retried and which fall back).
+ModelErrorKind = Literal[
+    "auth",
+    "bad_request",
+    "context_overflow",
+    "rate_limit",
+    "server",
+    "timeout",
+    "connection",
+    "config",
+    "incomplete",
+]
+OnBusy = Literal["queue", "reject", "interrupt"]
+MessageStatus = Literal["completed", "incomplete"]
+
+TERMINAL_REASONS: Final = frozenset[str](get_args(TerminalReason))
+TRANSITIONS: Final = frozenset[str](get_args(Transition))
+UNFINISHED_STEPS: Final[tuple[StepStatus, ...]] = ("running", "failed", "cancelled", "interrupted")
+
+
+def end_status(status: RunStatus) -> EndStatus:
+    """What a client is told of a stored status: a run that did not complete, wait or get cancelled failed."""
+    if status in ("completed", "cancelled", "waiting"):
+        return status
+    return "failed"
