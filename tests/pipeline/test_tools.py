@@ -17,7 +17,7 @@ from yao_agent.events import Event, ToolResult
 from yao_agent.messages import provider_messages
 from yao_agent.pipeline import RunRequest, Runtime, start, start_resume
 from yao_agent.pipeline.guards import repeats_in_window, step_signature
-from yao_agent.pipeline.tool_round import RETRY_PROMPT
+from yao_agent.pipeline.turns import RETRY_PROMPT
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ToolCall
 from yao_agent.tools import ToolManager, ToolOutcome, ToolSpec

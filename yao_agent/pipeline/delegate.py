@@ -10,7 +10,8 @@ a resume can find the step a run stopped at even when it stopped inside a child 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 from yao_agent.dsl.refs import HANDFUL, unknown
@@ -18,19 +19,98 @@ from yao_agent.errors import DelegateError, HookError, RunError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, parse_input
 from yao_agent.pipeline import close, connector
+from yao_agent.pipeline.answers import Delegation
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import ResumePoint, StepRecord
 
 Via = Literal["delegate", "call"]
+# The stages a child runs: the turn loop, handed in by the stage that drives runs (never imported here).
+Converse = Callable[[Runtime, RunState, StepRecord | None], Awaitable[None]]
 
 
-async def hand_over(rt: Runtime, state: RunState, target: Mapping[str, Any]) -> None:
-    """`delegate`: the child's reply is this turn's reply (and the conversation continues with it)."""
-    child = await run_child(
-        rt, state, str(target.get("assistant_id")), target.get("messages"), hidden=state.hidden, via="delegate"
-    )
-    _adopt(state, child)
+class Children:
+    """The child runs of one run tree, each run with `converse` (the same stages as its parent's)."""
+
+    def __init__(self, rt: Runtime, converse: Converse) -> None:
+        self.rt = rt
+        self.converse = converse
+
+    async def hand_over(self, state: RunState, target: Delegation) -> None:
+        """`delegate`: the child's reply is this turn's reply (and the conversation continues with it)."""
+        child = await self._child_run(state, target.assistant_id, target.messages, hidden=state.hidden,
+                                      via="delegate")  # fmt: skip
+        _adopt(state, child)
+
+    async def call(self, state: RunState, assistant_id: str, messages: Any) -> dict[str, Any]:
+        """`ctx.call`: ask another assistant; its turns are kept (hidden from later model calls).
+
+        A child that fails is an error the hook can catch, worded for its author. A delegation that cannot
+        happen at all (unknown assistant, too deep, a cycle) is not: it ends the run with `delegate_error`.
+        """
+        try:
+            child = await self._child_run(state, assistant_id, messages, hidden=True, via="call")
+        except DelegateError:
+            raise
+        except RunError as exc:
+            raise RunError(f"assistant '{assistant_id}' failed with {_described(exc)}", reason=exc.reason) from None
+        reply = _last_reply(child)
+        return {
+            "assistant_id": assistant_id,
+            "thread_id": child.thread_id,
+            "content": reply.content if reply is not None else None,
+            "message_id": reply.id if reply is not None else None,
+            "next": child.next,
+        }
+
+    async def resume(self, parent: RunState, target: StepRecord) -> None:
+        """The run stopped inside a child `parent` handed over to: hand over again to that same thread and
+        resume the child at `target`, so nothing before it (Create, the hand-over, the child's model) reruns."""
+        point = parent.request.resume
+        steps = point.steps if point is not None else ()
+        delegation = _towards(steps, parent.thread_id, target.thread_id)
+        if delegation is None or delegation.thread_id is None:
+            raise DelegateError("the delegation this run stopped in is no longer recorded; start a new turn")
+        given = as_mapping(delegation.input)
+        assistant_id = str(given.get("assistant_id"))
+        messages = [dict(as_mapping(m)) for m in as_list(given.get("messages"))] if given.get("messages") else None
+        thread_id = delegation.thread_id
+        conversation = None if messages is None else [*messages, *_thread_messages(parent.root, thread_id)]
+        child = _child(self.rt, parent, assistant_id, thread_id, messages, hidden=parent.hidden,
+                       conversation=conversation)  # fmt: skip
+        step = parent.buffer.begin("delegate", _step_input(parent, assistant_id, messages, "delegate"), thread_id)
+        await self._run(child, step, resume_at=target)
+        _adopt(parent, child)
+
+    async def _child_run(self, parent: RunState, assistant_id: str, messages: Any, *, hidden: bool,
+                         via: Via) -> RunState:  # fmt: skip
+        limit = self.rt.app.config.limits.max_delegate_depth
+        if parent.depth + 1 > limit:
+            chain = " → ".join(s.assistant.id for s in _lineage(parent)) + f" → {assistant_id}"
+            raise DelegateError(f"delegation deeper than {limit} (limits.max_delegate_depth): {chain}")
+        try:
+            given = parse_input(messages, where="delegate messages") if messages is not None else None
+        except UsageError as exc:
+            raise DelegateError(str(exc)) from None
+        thread_id = self.rt.ids.new("thread")
+        child = _child(self.rt, parent, assistant_id, thread_id, given, hidden=hidden)
+        step = parent.buffer.begin("delegate", _step_input(parent, assistant_id, given, via), thread_id)
+        await self._run(child, step)
+        return child
+
+    async def _run(self, child: RunState, step: StepRecord, resume_at: StepRecord | None = None) -> None:
+        """The child's stages; its step ends with it, failed or not (a caught `ctx.call` failure included)."""
+        try:
+            await connector.resolve(self.rt, child)
+            await self.converse(self.rt, child, resume_at)
+        except RunError as exc:
+            child.buffer.end(step, "failed", error=close.error_detail(exc))
+            raise
+        except Exception as exc:
+            child.buffer.end(step, "failed", error={"message": f"internal error: {type(exc).__name__}"})
+            raise
+        reply = _last_reply(child)
+        child.buffer.end(step, "completed", output={"thread_id": child.thread_id, "reply": reply.id if reply else None})
 
 
 def _adopt(state: RunState, child: RunState) -> None:
@@ -41,51 +121,11 @@ def _adopt(state: RunState, child: RunState) -> None:
         state.next = child.next  # the child answered, so its Next data is the run's
 
 
-async def call_child(rt: Runtime, state: RunState, assistant_id: str, messages: Any) -> dict[str, Any]:
-    """`ctx.call`: ask another assistant; its turns are kept (hidden from later model calls).
-
-    A child that fails is an error the hook can catch, worded for its author. A delegation that cannot
-    happen at all (unknown assistant, too deep, a cycle) is not: it ends the run with `delegate_error`.
-    """
-    try:
-        child = await run_child(rt, state, assistant_id, messages, hidden=True, via="call")
-    except DelegateError:
-        raise
-    except RunError as exc:
-        raise RunError(f"assistant '{assistant_id}' failed with {_described(exc)}", reason=exc.reason) from None
-    reply = _last_reply(child)
-    return {
-        "assistant_id": assistant_id,
-        "thread_id": child.thread_id,
-        "content": reply.content if reply is not None else None,
-        "message_id": reply.id if reply is not None else None,
-        "next": child.next,
-    }
-
-
 def _described(exc: RunError) -> str:
     if isinstance(exc, HookError):
         where = f"{exc.file}:{exc.line}" if exc.line else exc.file
         return f"{exc.reason} ({where}): {exc.message}"
     return f"{exc.reason}: {exc.message}"
-
-
-async def run_child(
-    rt: Runtime, parent: RunState, assistant_id: str, messages: Any, *, hidden: bool, via: Via
-) -> RunState:
-    limit = rt.app.config.limits.max_delegate_depth
-    if parent.depth + 1 > limit:
-        chain = " → ".join(s.assistant.id for s in _lineage(parent)) + f" → {assistant_id}"
-        raise DelegateError(f"delegation deeper than {limit} (limits.max_delegate_depth): {chain}")
-    try:
-        given = parse_input(messages, where="delegate messages") if messages is not None else None
-    except UsageError as exc:
-        raise DelegateError(str(exc)) from None
-    thread_id = rt.ids.new("thread")
-    child = _child(rt, parent, assistant_id, thread_id, given, hidden=hidden)
-    step = parent.buffer.begin("delegate", _step_input(parent, assistant_id, given, via), thread_id)
-    await _run(rt, child, step)
-    return child
 
 
 def _child(
@@ -101,33 +141,14 @@ def _child(
         raise DelegateError(unknown("assistant", assistant_id, visible, HANDFUL))
     if conversation is None:
         conversation = given if given is not None else list(parent.conversation)
-    return RunState(
-        request=parent.request, identity=parent.identity, assistant=spec, run=parent.run, out=parent.out,
-        buffer=parent.buffer, started_mono=parent.started_mono, input=[], stored=True,
-        conversation=conversation, metadata=dict(parent.metadata),
-        locale=parent.locale, thread_id=thread_id, depth=parent.depth + 1, hidden=hidden, parent=parent,
-    )  # fmt: skip
+    ctx = replace(parent.ctx, assistant=spec, thread_id=thread_id, depth=parent.depth + 1, hidden=hidden,
+                  parent=parent)  # fmt: skip
+    return RunState(ctx=ctx, input=[], stored=True, conversation=conversation, metadata=dict(parent.metadata),
+                    locale=parent.locale, children=parent.children, spend=parent.spend)  # fmt: skip
 
 
 def _step_input(parent: RunState, assistant_id: str, given: Any, via: Via) -> dict[str, Any]:
     return {"assistant_id": assistant_id, "messages": given, "via": via, "from_thread": parent.thread_id}
-
-
-async def _run(rt: Runtime, child: RunState, step: StepRecord, resume_at: StepRecord | None = None) -> None:
-    """The child's stages; its step ends with it, failed or not (a caught `ctx.call` failure included)."""
-    from yao_agent.pipeline.turns import converse  # the child runs the same stages
-
-    try:
-        await connector.resolve(rt, child)
-        await converse(rt, child, resume_at)
-    except RunError as exc:
-        child.buffer.end(step, "failed", error=close.error_detail(exc))
-        raise
-    except Exception as exc:
-        child.buffer.end(step, "failed", error={"message": f"internal error: {type(exc).__name__}"})
-        raise
-    reply = _last_reply(child)
-    child.buffer.end(step, "completed", output={"thread_id": child.thread_id, "reply": reply.id if reply else None})
 
 
 def resume_target(point: ResumePoint | None) -> StepRecord | None:
@@ -144,25 +165,6 @@ def resume_target(point: ResumePoint | None) -> StepRecord | None:
         if own[0].type != "delegate":
             return own[0]
         thread = own[0].thread_id
-
-
-async def resume_child(rt: Runtime, parent: RunState, target: StepRecord) -> None:
-    """The run stopped inside a child `parent` handed over to: hand over again to that same thread and
-    resume the child at `target`, so nothing before it (Create, the hand-over, the child's model) reruns."""
-    point = parent.request.resume
-    steps = point.steps if point is not None else ()
-    delegation = _towards(steps, parent.thread_id, target.thread_id)
-    if delegation is None or delegation.thread_id is None:
-        raise DelegateError("the delegation this run stopped in is no longer recorded; start a new turn")
-    given = as_mapping(delegation.input)
-    assistant_id = str(given.get("assistant_id"))
-    messages = [dict(as_mapping(m)) for m in as_list(given.get("messages"))] if given.get("messages") else None
-    thread_id = delegation.thread_id
-    conversation = None if messages is None else [*messages, *_thread_messages(parent.root, thread_id)]
-    child = _child(rt, parent, assistant_id, thread_id, messages, hidden=parent.hidden, conversation=conversation)
-    step = parent.buffer.begin("delegate", _step_input(parent, assistant_id, messages, "delegate"), thread_id)
-    await _run(rt, child, step, resume_at=target)
-    _adopt(parent, child)
 
 
 def _towards(steps: tuple[StepRecord, ...], start: str | None, thread: str | None) -> StepRecord | None:

@@ -19,12 +19,16 @@ from yao_agent.errors import HookError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import parse_input
 from yao_agent.pipeline import connector
+from yao_agent.pipeline.answers import CreateChanges, Delegation
 from yao_agent.pipeline.hooking import call_hook
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
 ALLOWED = ("messages", "connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens",
            "top_p", "metadata", "locale", "mcp_servers", "disable_global_prompts", "delegate")  # fmt: skip
+# What Create may set in the run's options (the rest of ALLOWED changes the run in other ways).
+OPTIONS = ("connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens", "top_p",
+           "disable_global_prompts")  # fmt: skip
 
 
 def run_options(state: RunState) -> dict[str, Any]:
@@ -37,42 +41,59 @@ def run_options(state: RunState) -> dict[str, Any]:
     }
 
 
-async def run(rt: Runtime, state: RunState) -> Mapping[str, Any] | None:
-    """Call Create (if the assistant has one) and apply what it returned; returns a `delegate`, if any."""
+async def run(rt: Runtime, state: RunState) -> Delegation | None:
+    """Call Create (if the assistant has one) and apply what it returned; the hand-over it asked for, if any."""
     given = [list(state.conversation), run_options(state)]
     _, changes = await call_hook(rt, state, "hook_create", "Create", given, lambda value: check(rt.app, state, value))
-    if not changes:
+    if changes is None:
         return None
     apply(state, changes)
-    if changes.get("connector"):
+    if changes.options.get("connector"):
         await connector.resolve(rt, state)  # stage 4 again, for the connector the hook chose
-    return as_mapping(changes.get("delegate")) or None
+    return changes.delegate
 
 
-def check(app: App, state: RunState, value: Any) -> dict[str, Any] | None:
-    """The changes Create asked for, checked; a HookError for anything it may not return."""
+def check(app: App, state: RunState, value: Any) -> CreateChanges | None:
+    """The changes Create asked for, checked and typed; a HookError for anything it may not return."""
     if value is None:
         return None
-    changes = dict(as_mapping(value))
+    raw = dict(as_mapping(value))
     if not isinstance(value, Mapping):
         raise _bad(state, f"Create returned {type(value).__name__} (expected an object or null)")
-    for key in changes:
+    for key in raw:
         if key not in ALLOWED:
             raise _bad(state, f"Create returned unknown key '{key}' (expected one of: {', '.join(ALLOWED)})")
-    preset = changes.get("prompt_preset")
+    preset = raw.get("prompt_preset")
     if preset is not None and preset not in state.assistant.prompt_presets:
         known = known_list(state.assistant.prompt_presets)
         raise _bad(state, f"Create chose unknown prompt preset '{preset}' (known: {known})")
-    _check_types(state, changes)
-    _check_connector(app, state, changes.get("connector"))
-    if changes.get("messages") is not None:
-        try:
-            changes["messages"] = parse_input(changes["messages"], where="Create messages")
-        except UsageError as exc:
-            raise _bad(state, str(exc)) from None
-    if changes.get("mcp_servers") is not None:
-        changes["mcp_servers"] = _servers(app, state, changes["mcp_servers"])
-    return changes
+    _check_types(state, raw)
+    _check_connector(app, state, raw.get("connector"))
+    return CreateChanges(
+        messages=_messages(state, raw.get("messages")),
+        metadata=as_mapping(raw.get("metadata")),
+        locale=str(raw["locale"]) if raw.get("locale") else None,
+        options={k: raw[k] for k in OPTIONS if raw.get(k) is not None},
+        mcp_servers=_servers(app, state, raw["mcp_servers"]) if raw.get("mcp_servers") is not None else None,
+        delegate=_delegation(raw.get("delegate")),
+    )
+
+
+def _messages(state: RunState, given: Any) -> list[dict[str, Any]] | None:
+    if given is None:
+        return None
+    try:
+        return parse_input(given, where="Create messages")
+    except UsageError as exc:
+        raise _bad(state, str(exc)) from None
+
+
+def _delegation(given: Any) -> Delegation | None:
+    """A `delegate` that passed `_check_types` (it names its assistant)."""
+    if given is None:
+        return None
+    target = as_mapping(given)
+    return Delegation(str(target["assistant_id"]), target.get("messages"))
 
 
 def _check_connector(app: App, state: RunState, ref: str | None) -> None:
@@ -89,7 +110,7 @@ def _check_connector(app: App, state: RunState, ref: str | None) -> None:
         raise _bad(state, "Create chose " + unknown("connector", ref, usable, HANDFUL))
 
 
-def _servers(app: App, state: RunState, entries: list[Any]) -> list[McpUse]:
+def _servers(app: App, state: RunState, entries: list[Any]) -> tuple[McpUse, ...]:
     """`mcp_servers` entries: a server id, or {server, tools}; only servers the app declares."""
     out: list[McpUse] = []
     for entry in entries:
@@ -101,7 +122,7 @@ def _servers(app: App, state: RunState, entries: list[Any]) -> list[McpUse]:
         if server not in app.mcps:
             raise _bad(state, "Create chose " + unknown("MCP server", server, app.mcps))
         out.append(McpUse(server, tuple(tools) if tools is not None else None))
-    return out
+    return tuple(out)
 
 
 # The ranges the assistant's `options` allow (assistant.json): a value out of them fails the hook
@@ -127,18 +148,15 @@ def _check_types(state: RunState, changes: Mapping[str, Any]) -> None:
         raise _bad(state, "Create returned a delegate without assistant_id (expected {assistant_id, messages?})")
 
 
-def apply(state: RunState, changes: Mapping[str, Any]) -> None:
-    if changes.get("messages") is not None:
-        state.conversation = list(changes["messages"])
-    state.metadata.update(as_mapping(changes.get("metadata")))
-    if changes.get("locale"):
-        state.locale = str(changes["locale"])
-    for key in ("connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens", "top_p",
-                "disable_global_prompts"):  # fmt: skip
-        if changes.get(key) is not None:
-            state.options[key] = changes[key]
-    if changes.get("mcp_servers") is not None:
-        state.options["mcp_servers"] = changes["mcp_servers"]
+def apply(state: RunState, changes: CreateChanges) -> None:
+    if changes.messages is not None:
+        state.conversation = list(changes.messages)
+    state.metadata.update(changes.metadata)
+    if changes.locale:
+        state.locale = changes.locale
+    state.options.update(changes.options)
+    if changes.mcp_servers is not None:
+        state.options["mcp_servers"] = changes.mcp_servers
         state.tools = None  # list again, from the servers the hook chose
 
 

@@ -3,18 +3,18 @@
 Each method acts on the run the hook belongs to, with the run's identity: a hook can never read or
 write another chat's memory or send into another run. What a hook logs is escaped and cut to one
 line of the server log. The per-run limits (`hooks.host`) count every hook call of the run, its
-children's included: they share the root run's `RunSpend`.
+children's included: they share the root run's `spend`. `ctx.call` runs its child through the run's
+`children` (see `delegate.Children`), so nothing here imports the turn loop.
 """
 
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Any
 
 from yao_agent.events import MessageDelta, MessageEnd, MessageStart
 from yao_agent.hooks import HookContext
-from yao_agent.hooks.host import RunSpend, printable
+from yao_agent.hooks.host import printable
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, text_of
 from yao_agent.pipeline.runtime import Runtime
@@ -23,7 +23,6 @@ from yao_agent.pipeline.state import RunState
 hook_log = logging.getLogger("yao_agent.hook")
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "warning": logging.WARNING,
           "error": logging.ERROR}  # fmt: skip
-_spends: dict[int, RunSpend] = {}  # by id of the root RunState, dropped with it
 
 
 def snapshot(state: RunState) -> dict[str, Any]:
@@ -54,21 +53,9 @@ def hook_context(rt: Runtime, state: RunState) -> HookContext:
         await rt.store.memory_set(state.identity, state.chat_id, str(key), value)
 
     async def call(assistant_id: str, messages: Any) -> Any:
-        from yao_agent.pipeline.delegate import call_child
+        return await state.children.call(state, str(assistant_id), messages)
 
-        return await call_child(rt, state, str(assistant_id), messages)
-
-    return HookContext(snapshot(state), log, send, memory_get, memory_set, call, hook, run_spend(state))
-
-
-def run_spend(state: RunState) -> RunSpend:
-    """What the hooks of this run's whole tree have used of the per-run limits."""
-    root = state.root
-    spend = _spends.get(id(root))
-    if spend is None:
-        spend = _spends[id(root)] = RunSpend()
-        weakref.finalize(root, _spends.pop, id(root), None)
-    return spend
+    return HookContext(snapshot(state), log, send, memory_get, memory_set, call, hook, state.root.spend)
 
 
 async def send_message(rt: Runtime, state: RunState, message: Any) -> str:

@@ -20,6 +20,7 @@ from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageSta
 from yao_agent.messages import ChatMessage, ToolCall, storable_call_id
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.vocabulary import Transition
 
 
 @dataclass
@@ -84,8 +85,10 @@ async def call(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]] = (),
     options: dict[str, Any] | None = None,
+    why: Transition = "first",
 ) -> ChatMessage:
-    """One model call: streamed to the client, stored in the buffer, recorded as an `llm` step."""
+    """One model call: streamed to the client, stored in the buffer, recorded as an `llm` step with the
+    transition that asked for it (`why`)."""
     request = ModelRequest(messages=list(messages), tools=list(tools), options=options or {})
     step = state.buffer.begin(
         "llm",
@@ -97,6 +100,7 @@ async def call(
         },
         state.thread_id,
     )
+    step.transition = why
     reply = LiveReply(state, rt.ids.new, state.thread_id)
     state.turns += 1
     try:

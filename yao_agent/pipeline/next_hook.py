@@ -15,6 +15,7 @@ from typing import Any
 from yao_agent.errors import HookError, UsageError
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, parse_input
+from yao_agent.pipeline.answers import Delegation, NextDecision
 from yao_agent.pipeline.hook_create import run_options
 from yao_agent.pipeline.hooking import call_hook
 from yao_agent.pipeline.runtime import Runtime
@@ -49,16 +50,18 @@ def _before_reply(conversation: Sequence[dict[str, Any]]) -> list[dict[str, Any]
     return list(conversation[:end])
 
 
-async def decide(rt: Runtime, state: RunState, given: list[Any]) -> tuple[bool, Mapping[str, Any] | None]:
-    """Call Next with `given` ([payload, options]); (whether it ran, its checked answer)."""
-    return await call_hook(rt, state, "hook_next", "Next", given, lambda value: check(state, value))
+async def decide(rt: Runtime, state: RunState, given: list[Any]) -> NextDecision | None:
+    """Call Next with `given` ([payload, options]); its checked answer (None: no hook, or it said null)."""
+    _, decision = await call_hook(rt, state, "hook_next", "Next", given, lambda value: check(state, value))
+    return decision
 
 
 def arguments(state: RunState, reply: ChatMessage, results: Sequence[Mapping[str, Any]]) -> list[Any]:
     return [payload(state, reply, results), run_options(state)]
 
 
-def check(state: RunState, value: Any) -> Mapping[str, Any] | None:
+def check(state: RunState, value: Any) -> NextDecision | None:
+    """Next's answer, checked and typed; a HookError for anything it may not return."""
     if value is None:
         return None
     answer = dict(as_mapping(value))
@@ -74,15 +77,27 @@ def check(state: RunState, value: Any) -> Mapping[str, Any] | None:
         raise _bad(
             state, f"Next returned both {' and '.join(chosen)} (expected at most one of: {', '.join(DECISIONS)})"
         )
-    more = answer.get("continue")
-    if more is not None:
-        try:
-            answer["continue"] = parse_input(as_mapping(more).get("messages"), where="Next continue.messages")
-        except UsageError as exc:
-            raise _bad(state, str(exc)) from None
-    if answer.get("delegate") is not None and not isinstance(as_mapping(answer["delegate"]).get("assistant_id"), str):
+    return NextDecision(data=answer.get("data"), stop=bool(answer.get("stop")),
+                        delegate=_delegation(state, answer.get("delegate")),
+                        continue_with=_continued(state, answer.get("continue")))  # fmt: skip
+
+
+def _continued(state: RunState, more: Any) -> tuple[dict[str, Any], ...] | None:
+    if more is None:
+        return None
+    try:
+        return tuple(parse_input(as_mapping(more).get("messages"), where="Next continue.messages"))
+    except UsageError as exc:
+        raise _bad(state, str(exc)) from None
+
+
+def _delegation(state: RunState, given: Any) -> Delegation | None:
+    if given is None:
+        return None
+    target = as_mapping(given)
+    if not isinstance(target.get("assistant_id"), str):
         raise _bad(state, "Next returned a delegate without assistant_id (expected {assistant_id, messages?})")
-    return answer
+    return Delegation(str(target["assistant_id"]), target.get("messages"))
 
 
 def _bad(state: RunState, message: str) -> HookError:

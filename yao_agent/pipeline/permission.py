@@ -15,7 +15,7 @@ from yao_agent.messages import check_text, parse_input
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.pipeline.runtime import Runtime
-from yao_agent.pipeline.state import RunRequest, RunState
+from yao_agent.pipeline.state import RunContext, RunRequest, RunState
 from yao_agent.store.records import RunRecord
 
 CHAT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -42,11 +42,10 @@ async def check(rt: Runtime, request: RunRequest) -> RunState:
         assistant_id=assistant.id, trace_id=rt.ids.new("trace"), owner=rt.owner, started_at=rt.clock(),
         resumed_from=request.resume.run.id if request.resume else None,
     )  # fmt: skip
-    return RunState(
-        request=request, identity=identity, assistant=assistant, run=run, out=EventChannel(),
-        buffer=Buffer(run_id, rt.ids.new, rt.clock), started_mono=rt.monotonic(), input=given,
-        metadata=dict(request.metadata), locale=request.locale, options=dict(request.options),
-    )  # fmt: skip
+    ctx = RunContext(request=request, identity=identity, assistant=assistant, run=run, out=EventChannel(),
+                     buffer=Buffer(run_id, rt.ids.new, rt.clock), started_mono=rt.monotonic())  # fmt: skip
+    return RunState(ctx=ctx, input=given, metadata=dict(request.metadata), locale=request.locale,
+                    options=dict(request.options))  # fmt: skip
 
 
 def valid_chat_id(chat_id: str) -> str:

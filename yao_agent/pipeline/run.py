@@ -17,7 +17,7 @@ from contextlib import aclosing
 from yao_agent.aio import finish_despite_cancel, uncancel
 from yao_agent.errors import ChatBusy, RunError, RunTimeout
 from yao_agent.events import Event, StreamStart
-from yao_agent.pipeline import close, connector, history, permission, turns
+from yao_agent.pipeline import close, connector, delegate, history, permission, turns
 from yao_agent.pipeline.admission import Ticket
 from yao_agent.pipeline.buffer import log
 from yao_agent.pipeline.handle import RunHandle, RunResult
@@ -62,6 +62,7 @@ async def execute(rt: Runtime, state: RunState, ticket: Ticket) -> None:
 
 
 async def work(rt: Runtime, state: RunState) -> None:
+    state.children = delegate.Children(rt, turns.converse)  # how its hooks start child runs
     await connector.resolve(rt, state)  # 4. connector
     await history.load(rt, state)  # 5. history, and the clean input written ahead
     await turns.converse(rt, state)  # 6–9. Create hook, LLM, tools, Next hook / tool loop

@@ -1,20 +1,23 @@
-"""What a run is asked to do (`RunRequest`), and what it knows while it runs (`RunState`)."""
+"""What a run is asked to do (`RunRequest`), what it is (`RunContext`), and what it knows while it runs
+(`RunState`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from yao_agent.connectors import Usage
 from yao_agent.dsl.specs import AssistantSpec, ConnectorSpec
-from yao_agent.errors import RunError
+from yao_agent.errors import DelegateError
 from yao_agent.events import Event
+from yao_agent.hooks.host import RunSpend
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
+from yao_agent.pipeline.answers import Delegation
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
-from yao_agent.store.records import ResumePoint, RunRecord
+from yao_agent.store.records import ResumePoint, RunRecord, StepRecord
 from yao_agent.tools import Offer
 from yao_agent.vocabulary import OnBusy
 
@@ -32,8 +35,34 @@ class RunRequest:
     options: Mapping[str, Any] = field(default_factory=dict[str, Any])  # call options (temperature, ...)
 
 
-@dataclass
-class RunState:
+class ChildRuns(Protocol):
+    """How a run starts a child run (a hook's `delegate` or `ctx.call`): handed to the run by the stage
+    that drives it, so the modules a hook reaches never import the turn loop back."""
+
+    async def hand_over(self, state: RunState, target: Delegation) -> None: ...
+    async def call(self, state: RunState, assistant_id: str, messages: Any) -> dict[str, Any]: ...
+    async def resume(self, parent: RunState, target: StepRecord) -> None: ...
+
+
+class _NoChildren:
+    """Until the driving stage hands a run its child runner (a run state made outside a run)."""
+
+    async def hand_over(self, state: RunState, target: Delegation) -> None:
+        raise DelegateError("this run cannot start child runs")
+
+    async def call(self, state: RunState, assistant_id: str, messages: Any) -> dict[str, Any]:
+        raise DelegateError("this run cannot start child runs")
+
+    async def resume(self, parent: RunState, target: StepRecord) -> None:
+        raise DelegateError("this run cannot start child runs")
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a run (or child run) is, fixed from its start: who asks, which assistant, where it streams
+    and stores. The objects it holds change (the run record's outcome, the buffer's contents); which
+    objects they are does not."""
+
     request: RunRequest
     identity: Identity
     assistant: AssistantSpec
@@ -41,6 +70,17 @@ class RunState:
     out: EventChannel
     buffer: Buffer
     started_mono: float
+    thread_id: str | None = None  # a child run's stack id; None for the root
+    depth: int = 0  # how deeply delegated (0 = root)
+    hidden: bool = False  # a ctx.call child: its turns are kept but never sent to a model again
+    parent: RunState | None = None
+
+
+@dataclass
+class RunState:
+    """A run's fixed `ctx`, and the small part its stages change as it goes."""
+
+    ctx: RunContext
     input: list[dict[str, Any]]  # validated input messages
     chain: tuple[ConnectorSpec, ...] = ()
     history: list[ChatMessage] = field(default_factory=list[ChatMessage])
@@ -51,19 +91,62 @@ class RunState:
     begun: bool = False  # its task has started (a cancel before that is only noted)
     cancel_requested: bool = False
     appended: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # folded into the next call
-    turns: int = 0
-    failure: RunError | None = None
-    next: Any = None
+    turns: int = 0  # model calls made
+    next: Any = None  # a Next hook's `data`, for `stream_end.next`
     metadata: dict[str, Any] = field(default_factory=dict[str, Any])
     locale: str = "en"
     options: dict[str, Any] = field(default_factory=dict[str, Any])  # what the Create hook changed
-    thread_id: str | None = None  # a child run's stack id; None for the root
-    depth: int = 0  # how deeply delegated (0 = root)
-    hidden: bool = False  # a ctx.call child: its turns are kept but never sent to a model again
-    parent: RunState | None = None
     tools: Offer | None = None  # the tools offered this run (and the servers that could not be had), on first use
     signatures: list[str] = field(default_factory=list[str])  # one per tool step, for loop detection
     tool_turns: int = 0  # model turns that answered tool results (the tool loop's count)
+    tool_attempt: int = 0  # executions of the current tool round that failed and went back to the model
+    children: ChildRuns = field(default_factory=_NoChildren)
+    spend: RunSpend = field(default_factory=RunSpend)  # the root's: what its hooks used of the per-run limits
+
+    # The context's fields, read where a stage reads them.
+    @property
+    def request(self) -> RunRequest:
+        return self.ctx.request
+
+    @property
+    def identity(self) -> Identity:
+        return self.ctx.identity
+
+    @property
+    def assistant(self) -> AssistantSpec:
+        return self.ctx.assistant
+
+    @property
+    def run(self) -> RunRecord:
+        return self.ctx.run
+
+    @property
+    def out(self) -> EventChannel:
+        return self.ctx.out
+
+    @property
+    def buffer(self) -> Buffer:
+        return self.ctx.buffer
+
+    @property
+    def started_mono(self) -> float:
+        return self.ctx.started_mono
+
+    @property
+    def thread_id(self) -> str | None:
+        return self.ctx.thread_id
+
+    @property
+    def depth(self) -> int:
+        return self.ctx.depth
+
+    @property
+    def hidden(self) -> bool:
+        return self.ctx.hidden
+
+    @property
+    def parent(self) -> RunState | None:
+        return self.ctx.parent
 
     @property
     def root(self) -> RunState:

@@ -3,9 +3,10 @@
 Calls of one reply run concurrently; each result is paired with its call id, streamed as a
 `tool_result` and stored as a `tool` message. Retryable failures (invalid JSON, arguments that break
 the tool's schema, an error the tool reported) go back to the model with a plain-words request to
-correct the call; at most `limits.max_tool_retries` executions. A non-retryable failure (unknown
-tool, unreachable server, protocol error, timeout) ends the run with `tool_error`. If the model
-answers in text instead of retrying, that answer ends the round normally.
+correct the call; at most `limits.max_tool_retries` executions. A round's attempt returns what it
+came to — `Executed` (every call has its result) or `Correct` (the model is to be asked, which the turn
+machine does: transition `tool_retry`). A non-retryable failure (unknown tool, unreachable server,
+protocol error, timeout) ends the run with `tool_error`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from yao_agent.dsl.specs import McpUse
@@ -30,19 +31,20 @@ from yao_agent.tools.validate import invalid_arguments
 
 log = logging.getLogger("yao_agent.tools")
 
-RETRY_PROMPT = (
-    "One or more of your tool calls failed; the error is in each tool result above. Correct the call "
-    "(its arguments must match the tool's JSON Schema) and call the tool again, or answer without it."
-)
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """Every call of the reply has its result (an error the model may read is a result too)."""
+
+    results: list[dict[str, Any]]
 
 
-@dataclass
-class Round:
-    """What one reply's tool calls came to, across retries: the model's last reply and its results."""
+@dataclass(frozen=True, slots=True)
+class Correct:
+    """Some calls failed in a way the model may correct, and attempts are left: it is asked to."""
 
-    reply: ChatMessage  # the last reply: the model's correction, if it retried
-    results: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # the last attempt's only
-    answered_in_text: bool = False  # the model answered instead of retrying: the turn is over
+
+RoundOutcome = Executed | Correct
 
 
 @dataclass
@@ -77,32 +79,27 @@ def unavailable_note(offer: Offer) -> list[dict[str, Any]]:
     return [{"role": "system", "content": text}]
 
 
-async def run(
-    rt: Runtime, state: RunState, reply: ChatMessage, model_turn: Any, replacing: Mapping[str, str] | None = None
-) -> Round:
-    """Execute `reply`'s calls; on retryable failures, ask the model to fix them (bounded).
+async def run_round(
+    rt: Runtime, state: RunState, reply: ChatMessage, replacing: Mapping[str, str] | None = None
+) -> RoundOutcome:
+    """Execute `reply`'s calls as the round's next attempt (`state.tool_attempt` counts those that failed).
 
-    `replacing` (a resumed round: call id → the stored result it replaces) is for the first attempt only:
+    `replacing` (a resumed round: call id → the stored result it replaces) is for a first attempt only:
     a correction the model makes is a new reply with new calls."""
     limit = rt.app.config.limits.max_tool_retries
-    done = Round(reply)
-    for attempt in range(1, limit + 1):
-        step, outcomes = await execute(rt, state, reply.tool_calls, attempt, replacing if attempt == 1 else None)
-        done.results = [r for _, r in outcomes]
-        failed = [(call, o) for call, (o, _) in zip(reply.tool_calls, outcomes, strict=True) if not o.ok]
-        if not failed:
-            return done
-        if any(not outcome.retryable for _, outcome in failed):
-            raise ToolError(_summary("a tool call failed and cannot be retried", failed))
-        if attempt == limit:
-            raise ToolError(_summary(f"tool calls failed after {limit} attempts", failed))
-        state.buffer.recovered(step)  # the model is asked to correct it: a resume never runs it again
-        reply = await model_turn(rt, state, [{"role": "system", "content": RETRY_PROMPT}])
-        done.reply, done.results = reply, []
-        if not reply.tool_calls:
-            done.answered_in_text = True
-            return done
-    return done
+    attempt = state.tool_attempt + 1
+    step, outcomes = await execute(rt, state, reply.tool_calls, attempt, replacing)
+    failed = [(call, o) for call, (o, _) in zip(reply.tool_calls, outcomes, strict=True) if not o.ok]
+    if not failed:
+        state.tool_attempt = 0
+        return Executed([r for _, r in outcomes])
+    if any(not outcome.retryable for _, outcome in failed):
+        raise ToolError(_summary("a tool call failed and cannot be retried", failed))
+    if attempt == limit:
+        raise ToolError(_summary(f"tool calls failed after {limit} attempts", failed))
+    state.buffer.recovered(step)  # the model is asked to correct it: a resume never runs it again
+    state.tool_attempt = attempt
+    return Correct()
 
 
 def _summary(head: str, failed: Sequence[tuple[ToolCall, ToolOutcome]]) -> str:
