@@ -93,3 +93,74 @@ async def test_a_second_process_writing_delays_a_write_without_stalling_the_loop
         assert [m.content for m in await store.history(ALICE, "c1")] == ["hi"]
     finally:
         await store.aclose()
+
+
+def said(role: str, text: str, n: int, run_id: str) -> ChatMessage:
+    return ChatMessage(f"{run_id}-m{n}", role, text, run_id=run_id)  # type: ignore[arg-type]
+
+
+async def test_the_write_ahead_stores_only_what_does_not_repeat_the_history(store: SqlStore) -> None:
+    """History and write-ahead are one transaction; the store itself drops the input's overlap with the
+    history it read there, so no other run's messages can land in between."""
+    first = a_run()
+    await store.start_run(ALICE, first, [said("user", "hi", 1, "r1")])
+    await store.finish_run(ALICE, finished(first), [said("assistant", "hello", 2, "r1")], [])
+
+    resent = [said("user", "hi", 1, "r2"), said("assistant", "hello", 2, "r2"), said("user", "how are you?", 3, "r2")]
+    loaded = await store.load_and_start(ALICE, a_run(2), 10, resent)
+    assert [m.id for m in loaded.history] == ["r1-m1", "r1-m2"]
+    assert loaded.sent == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert [m.id for m in loaded.written] == ["r2-m3"]  # the two resent ones were not stored again
+    assert [(m.id, m.seq) for m in await store.history(ALICE, "c1")] == [("r1-m1", 1), ("r1-m2", 2), ("r2-m3", 3)]
+    chat = await store.check_chat(ALICE, "c1")
+    assert chat is not None and (chat.message_count, chat.last_run_id, chat.last_status) == (3, "r2", "running")
+
+    fresh = await store.load_and_start(ALICE, a_run(3, chat_id="c2"), 10, [said("user", "hi", 1, "r3")])
+    assert (fresh.history, fresh.sent, [m.id for m in fresh.written]) == ([], [], ["r3-m1"])  # a new chat
+
+
+async def test_a_resumed_tool_result_takes_its_predecessors_place(store: SqlStore) -> None:
+    run = a_run()
+    await store.start_run(ALICE, run, [said("user", "weather?", 1, "r1")])
+    cut = ChatMessage("t1", "tool", "cancelled", run_id="r1", tool_call_id="call_1")
+    await store.finish_run(ALICE, finished(run), [*produced(run)[:1], cut], [])
+    resumed = a_run(2)
+    await store.start_run(ALICE, resumed, [])
+    again = ChatMessage("t1", "tool", "Lima: 25°C", run_id="r2", tool_call_id="call_1", replaces=True, hidden=True)
+    await store.finish_run(ALICE, finished(resumed), [again, said("assistant", "sunny", 9, "r2")], [])
+    history = await store.history(ALICE, "c1")
+    assert [(m.id, m.seq, m.run_id, m.content) for m in history] == [
+        ("r1-m1", 1, "r1", "weather?"), ("m2", 2, "r1", None), ("t1", 3, "r2", "Lima: 25°C"),
+        ("r2-m9", 4, "r2", "sunny"),
+    ]  # fmt: skip
+    chat = await store.check_chat(ALICE, "c1")
+    assert history[2].hidden and chat is not None and chat.message_count == 4
+
+
+@pytest.mark.parametrize("value", [{"n": 1, "list": [1, "two", None]}, [1, 2], "text", 3.5, True, None])
+async def test_json_values_come_back_as_they_went_in(store: SqlStore, value: object) -> None:
+    run = a_run()
+    await store.start_run(ALICE, run, [said("user", "hi", 1, "r1")])
+    await store.memory_set(ALICE, "c1", "k", value)
+    assert await store.memory_get(ALICE, "c1", "k") == value
+    await store.set_role(("team", "acme"), "light", ["a.one", "b.two"])
+    await store.set_role(("team", "acme"), "light", ["c.three"])  # replaced, not added
+    assert await store.get_role(("team", "acme"), "light") == ("c.three",)
+    assert [s.connectors for s in await store.list_roles(("team", "acme"))] == [("c.three",)]
+
+
+async def test_a_run_left_running_by_a_dead_process_becomes_resumable(store: SqlStore) -> None:
+    from yao_agent.identity import OPERATOR
+
+    store.clock = lambda: 200.0  # the run started at 101
+    run = a_run()
+    await store.start_run(ALICE, run, [said("user", "hi", 1, "r1")])
+    assert await store.recover_interrupted(OPERATOR, lambda owner, _beat: owner != "test") == []
+    assert await store.recover_interrupted(OPERATOR, lambda owner, _beat: owner == "test") == ["r1"]
+    point = await store.resume_point(ALICE, "c1")
+    assert point is not None and (point.run.status, point.run.reason) == ("interrupted", "internal_error")
+    assert (point.run.ended_at, point.run.duration_ms) == (200.0, 99_000)
+    why = "the process running this run stopped before it finished (killed or crashed)"
+    assert [(s.type, s.status, s.error) for s in point.steps] == [("llm", "interrupted", {"message": why})]
+    chat = await store.check_chat(ALICE, "c1")
+    assert chat is not None and chat.last_status == "interrupted"

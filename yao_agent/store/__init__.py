@@ -2,6 +2,9 @@
 
 from yao_agent.identity import OPERATOR, Operator
 from yao_agent.store.engine import HEAD, Database, open_engine, store_url
+from yao_agent.store.protocol import Store
 from yao_agent.store.sql import RoleSetting, SqlStore
 
-__all__ = ["HEAD", "OPERATOR", "Database", "Operator", "RoleSetting", "SqlStore", "open_engine", "store_url"]
+__all__ = [
+    "HEAD", "OPERATOR", "Database", "Operator", "RoleSetting", "SqlStore", "Store", "open_engine", "store_url",
+]  # fmt: skip

@@ -12,20 +12,98 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection, Text, cast, delete, false, func, insert, select, update
+from sqlalchemy import ColumnElement, Integer, Text, bindparam, cast, delete, false, func, or_, select, update
 
 from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store import runlog
-from yao_agent.store.engine import Database, Tx
-from yao_agent.store.records import ChatRecord, ResumePoint, RunRecord, StepRecord
-from yao_agent.store.runlog import team_of
+from yao_agent.store.engine import Database
+from yao_agent.store.records import ChatRecord, Loaded, ResumePoint, RunRecord, StepRecord
+from yao_agent.store.runlog import chat_record, team_of
 from yao_agent.store.schema import chat_leases, chats, memory, messages, metadata, runs, steps
+from yao_agent.store.tx import Sql, Tx
 
 TITLE_MAX = 200
 # Bidirectional embeddings, overrides and isolates: in a title they could make it read as another one.
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_LIMIT = bindparam("limit", type_=Integer)
+_OWNED = (chats.c.user_id == bindparam("user_id")) & (chats.c.team_id == bindparam("team_id"))
+
+
+def _matching() -> ColumnElement[bool]:
+    """Chats whose title, or a user or assistant message of which, matches (LIKE, escape `!`) a pattern.
+
+    The title is matched against `in_title`, messages against `in_text`: message content is stored as
+    JSON text, so the query is looked for as JSON writes it (see `_patterns`).
+    """
+    in_title = func.lower(chats.c.title).like(bindparam("in_title"), escape="!")
+    in_text = func.lower(cast(messages.c.content, Text)).like(bindparam("in_text"), escape="!")
+    said = (
+        select(messages.c.id)
+        .where(messages.c.chat_id == chats.c.id, or_(messages.c.role == "user", messages.c.role == "assistant"),
+               messages.c.hidden == false(), in_text)
+        .exists()
+    )  # fmt: skip
+    return in_title | said
+
+
+_LISTED = select(*runlog.CHAT_COLUMNS).order_by(chats.c.updated_at.desc()).limit(_LIMIT)
+LIST_CHATS = Sql(_LISTED.where(_OWNED))
+FIND_CHATS = Sql(_LISTED.where(_OWNED, _matching()))
+GET_CHAT = Sql(select(*runlog.CHAT_COLUMNS).where(chats.c.id == bindparam("chat_id"), _OWNED))
+RENAME_CHAT = Sql(update(chats).where(chats.c.id == bindparam("chat_id")), columns=("title",))
+HELD = Sql(
+    select(chat_leases.c.chat_id).where(
+        chat_leases.c.chat_id == bindparam("chat_id"), chat_leases.c.expires_at > bindparam("now")
+    )
+)
+RUNS_OF = Sql(
+    select(runs)
+    .where(runs.c.chat_id == bindparam("chat_id"), runs.c.user_id == bindparam("user_id"),
+           runs.c.team_id == bindparam("team_id"))
+    .order_by(runs.c.started_at.desc(), runs.c.id.desc())
+    .limit(_LIMIT)
+)  # fmt: skip
+UNFINISHED_STEPS = Sql(
+    select(steps)
+    .where(steps.c.run_id == bindparam("run_id"), steps.c.status != "completed", steps.c.status != "recovered")
+    .order_by(steps.c.seq)
+)
+RUNNING = Sql(select(runs.c.id, runs.c.owner, runs.c.heartbeat_at).where(runs.c.status == "running"))
+RUNNING_RUN = Sql(
+    select(runs.c.chat_id, runs.c.started_at).where(runs.c.id == bindparam("run_id"), runs.c.status == "running")
+)
+INTERRUPT_RUN = Sql(
+    update(runs).where(runs.c.id == bindparam("run_id")),
+    columns=("status", "reason", "error", "ended_at", "duration_ms"),
+)
+INTERRUPTED_STEP = Sql(steps.insert())
+INTERRUPT_CHAT = Sql(
+    update(chats).where(chats.c.id == bindparam("chat_id"), chats.c.last_run_id == bindparam("run_id")),
+    columns=("last_status", "updated_at"),
+)
+MEMORY_GET = Sql(
+    select(memory.c.value)
+    .join(chats, chats.c.id == memory.c.chat_id)
+    .where(memory.c.chat_id == bindparam("chat_id"), memory.c.key == bindparam("key"), _OWNED)
+)
+MEMORY_DELETE = Sql(delete(memory).where(memory.c.chat_id == bindparam("chat_id"), memory.c.key == bindparam("key")))
+MEMORY_INSERT = Sql(memory.insert())
+
+
+def _erasing() -> tuple[Sql, ...]:
+    """Deleting every row stored for a chat: in each table naming one of its runs, then each naming it,
+    then the chat. The tables are found in the schema, so a table added later is not left holding a
+    deleted chat's data."""
+    ordered = [t for t in reversed(metadata.sorted_tables) if t is not chats]  # children before parents
+    its_runs = select(runs.c.id).where(runs.c.chat_id == bindparam("chat_id"))
+    by_run = [delete(t).where(t.c.run_id.in_(its_runs)) for t in ordered if "run_id" in t.c and "chat_id" not in t.c]
+    by_chat = [delete(t).where(t.c.chat_id == bindparam("chat_id")) for t in ordered if "chat_id" in t.c]
+    return tuple(Sql(s) for s in (*by_run, *by_chat, delete(chats).where(chats.c.id == bindparam("chat_id"))))
+
+
+ERASE_CHAT = _erasing()
 
 
 def _require(identity: Identity | None) -> Identity:
@@ -34,13 +112,8 @@ def _require(identity: Identity | None) -> Identity:
     return identity
 
 
-def _owned(identity: Identity) -> Any:
-    return (chats.c.user_id == identity.user_id) & (chats.c.team_id == team_of(identity))
-
-
-def _chat(row: Any) -> ChatRecord:
-    return ChatRecord(row.id, row.user_id, row.team_id or None, row.assistant_id, row.title, row.created_at,
-                      row.updated_at, row.last_status, row.last_run_id, row.message_count)  # fmt: skip
+def _owner(identity: Identity) -> dict[str, str]:
+    return {"user_id": identity.user_id, "team_id": team_of(identity)}
 
 
 def _run(row: Any) -> RunRecord:
@@ -70,29 +143,29 @@ class ChatStore:
         await self.db.write_tx(lambda tx: runlog.start(tx, identity, run, _locked(tx, identity, run), new, now))
 
     async def load_and_start(
-        self,
-        identity: Identity,
-        run: RunRecord,
-        limit: int,
-        clean: Callable[[list[ChatMessage]], Sequence[ChatMessage]],
-    ) -> list[ChatMessage]:
-        """History and write-ahead in one trip: the last `limit` messages, then `clean(history)` stored.
+        self, identity: Identity, run: RunRecord, limit: int, given: Sequence[ChatMessage]
+    ) -> Loaded:
+        """History and write-ahead in one transaction: the last `limit` messages are read, then the given
+        input is stored, less its leading messages that repeat the end of that history (clients resend
+        the conversation; see `messages.overlap`).
 
-        Returns the history. Being one transaction, no other run's messages can land in between.
-        A history that cannot be read raises `HistoryUnavailable` with nothing written; a failed
-        write raises as it is.
+        Being one transaction, no other run's messages can land in between: the input is compared with
+        the chat as it is when it is written. A history that cannot be read raises `HistoryUnavailable`
+        with nothing written; a failed write raises as it is.
         """
         identity = _require(identity)
         now = self.clock()
 
-        def work(tx: Tx) -> list[ChatMessage]:
+        def work(tx: Tx) -> Loaded:
             chat = _locked(tx, identity, run)
             try:
                 past = self.read_history(tx, run.chat_id, limit) if chat is not None else []
             except Exception as exc:
                 raise HistoryUnavailable(str(exc) or type(exc).__name__) from exc
-            runlog.start(tx, identity, run, chat, clean(past), now)
-            return past
+            sent, repeated = runlog.fresh_input(past, given)
+            fresh = list(given[repeated:])
+            runlog.start(tx, identity, run, chat, fresh, now)
+            return Loaded(past, sent, fresh)
 
         return await self.db.write_tx(work)
 
@@ -118,30 +191,31 @@ class ChatStore:
 
     async def get_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
         identity = _require(identity)
-        query = select(chats).where(chats.c.id == chat_id, _owned(identity))
-        row = await self.db.read(lambda conn: conn.execute(query).first())
-        return _chat(row) if row is not None else None
+        found = await self.db.read_tx(lambda tx: tx.tuples(GET_CHAT, {"chat_id": chat_id, **_owner(identity)}))
+        return chat_record(found[0]) if found else None
 
     async def list_chats(self, identity: Identity, limit: int = 100, query: str | None = None) -> list[ChatRecord]:
         """The caller's chats, most recently active first; with `query`, only those it finds (see `_matching`)."""
         identity = _require(identity)
-        where = _owned(identity) if not query else _owned(identity) & _matching(query)
-        found = select(chats).where(where).order_by(chats.c.updated_at.desc()).limit(limit)
-        return [_chat(r) for r in await self.db.read(lambda conn: conn.execute(found).all())]
+        params = {**_owner(identity), "limit": limit}
+        if query:
+            params |= _patterns(query)
+        found = await self.db.read_tx(lambda tx: tx.tuples(FIND_CHATS if query else LIST_CHATS, params))
+        return [chat_record(r) for r in found]
 
     async def rename_chat(self, identity: Identity, chat_id: str, title: str) -> ChatRecord:
         """Give the caller's chat a title of their own (`clean_title` says which); NotFound for any other chat."""
         identity = _require(identity)
         title = clean_title(title)
 
-        def work(conn: Connection) -> ChatRecord:
-            chat = runlog.owned_chat(Tx.of(conn), identity, chat_id, lock=True)
+        def work(tx: Tx) -> ChatRecord:
+            chat = runlog.owned_chat(tx, identity, chat_id, lock=True)
             if chat is None:
                 raise NotFound(f"no chat '{chat_id}'")
-            conn.execute(update(chats).where(chats.c.id == chat_id).values(title=title))
+            tx.execute(RENAME_CHAT, {"title": title, "chat_id": chat_id})
             return replace(chat, title=title)
 
-        return await self.db.write(work)
+        return await self.db.write_tx(work)
 
     async def delete_chat(self, identity: Identity, chat_id: str) -> bool:
         """Delete the caller's chat and everything stored for it; NotFound for any other chat.
@@ -153,16 +227,16 @@ class ChatStore:
         identity = _require(identity)
         now = self.clock()
 
-        def work(conn: Connection) -> bool:
-            if runlog.owned_chat(Tx.of(conn), identity, chat_id, lock=True) is None:
+        def work(tx: Tx) -> bool:
+            if runlog.owned_chat(tx, identity, chat_id, lock=True) is None:
                 raise NotFound(f"no chat '{chat_id}'")
-            held = select(chat_leases.c.chat_id).where(chat_leases.c.chat_id == chat_id, chat_leases.c.expires_at > now)
-            if conn.execute(held).first() is not None:
+            if tx.first(HELD, {"chat_id": chat_id, "now": now}) is not None:
                 return False
-            _erase(conn, chat_id)
+            for statement in ERASE_CHAT:
+                tx.execute(statement, {"chat_id": chat_id})
             return True
 
-        return await self.db.write(work)
+        return await self.db.write_tx(work)
 
     async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
         """The chat's messages in order; with `limit`, only the last `limit` of them."""
@@ -181,13 +255,8 @@ class ChatStore:
     async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]:
         """The chat's runs, newest first."""
         identity = _require(identity)
-        query = (
-            select(runs)
-            .where(runs.c.chat_id == chat_id, runs.c.user_id == identity.user_id, runs.c.team_id == team_of(identity))
-            .order_by(runs.c.started_at.desc(), runs.c.id.desc())
-            .limit(limit)
-        )
-        return [_run(row) for row in await self.db.read(lambda conn: conn.execute(query).all())]
+        params = {"chat_id": chat_id, **_owner(identity), "limit": limit}
+        return [_run(row) for row in await self.db.read_tx(lambda tx: tx.all(RUNS_OF, params))]
 
     async def latest_run(self, identity: Identity, chat_id: str) -> RunRecord | None:
         found = await self.runs_of(identity, chat_id, limit=1)
@@ -198,23 +267,22 @@ class ChatStore:
         run = await self.latest_run(identity, chat_id)
         if run is None or run.status in ("completed", "running"):
             return None
-        unfinished = steps.c.status.not_in(("completed", "recovered"))
-        query = select(steps).where(steps.c.run_id == run.id, unfinished).order_by(steps.c.seq)
-        found = await self.db.read(lambda conn: conn.execute(query).all())
+        found = await self.db.read_tx(lambda tx: tx.all(UNFINISHED_STEPS, {"run_id": run.id}))
         return ResumePoint(run, tuple(_step(r) for r in found))
 
     async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]:
         """Runs left `running` by a process that is gone become `interrupted`, with a resume point at `llm`.
 
-        `is_dead(owner, heartbeat_at)` decides; the operator token is required (this spans tenants).
+        `is_dead(owner, heartbeat_at)` decides, between transactions; the operator token is required
+        (this spans tenants).
         """
         if not isinstance(operator, Operator):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise PermissionDenied("recovering interrupted runs is an operator action")
-        found = await self.db.read(lambda conn: conn.execute(select(runs).where(runs.c.status == "running")).all())
+        found = await self.db.read_tx(lambda tx: tx.all(RUNNING))
         dead = [row.id for row in found if is_dead(row.owner, row.heartbeat_at)]
         now = self.clock()
         for run_id in dead:
-            await self.db.write(lambda conn, run_id=run_id: mark_interrupted(conn, run_id, now, "killed or crashed"))
+            await self.db.write_tx(lambda tx, run_id=run_id: mark_interrupted(tx, run_id, now, "killed or crashed"))
         return dead
 
     async def memory_get(self, identity: Identity, chat_id: str, key: str) -> Any:
@@ -222,25 +290,21 @@ class ChatStore:
         a UsageError on every database (PostgreSQL would fail on it, SQLite would take it)."""
         identity = _require(identity)
         _check_memory_key(key)
-        query = (
-            select(memory.c.value)
-            .join(chats, chats.c.id == memory.c.chat_id)
-            .where(memory.c.chat_id == chat_id, memory.c.key == key, _owned(identity))
-        )
-        return await self.db.read(lambda conn: conn.execute(query).scalar_one_or_none())
+        params = {"chat_id": chat_id, "key": key, **_owner(identity)}
+        return await self.db.read_tx(lambda tx: tx.scalar(MEMORY_GET, params))
 
     async def memory_set(self, identity: Identity, chat_id: str, key: str, value: Any) -> None:
         identity = _require(identity)
         _check_memory_key(key)
         now = self.clock()
 
-        def work(conn: Connection) -> None:
-            if runlog.owned_chat(Tx.of(conn), identity, chat_id, lock=False) is None:
+        def work(tx: Tx) -> None:
+            if runlog.owned_chat(tx, identity, chat_id, lock=False) is None:
                 raise NotFound(f"no chat '{chat_id}'")
-            conn.execute(delete(memory).where(memory.c.chat_id == chat_id, memory.c.key == key))
-            conn.execute(insert(memory).values(chat_id=chat_id, key=key, value=value, updated_at=now))
+            tx.execute(MEMORY_DELETE, {"chat_id": chat_id, "key": key})
+            tx.execute(MEMORY_INSERT, {"chat_id": chat_id, "key": key, "value": value, "updated_at": now})
 
-        await self.db.write(work)
+        await self.db.write_tx(work)
 
 
 MEMORY_KEY_MAX = 256  # the memory.key column's size (schema.py)
@@ -278,38 +342,11 @@ def _like(text: str) -> str:
     return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
 
 
-def _matching(query: str) -> Any:
-    """Chats whose title, or a user or assistant message of which, contains `query`, in any case.
-
-    (Any case for every letter on PostgreSQL; for ASCII letters on SQLite, whose lower() knows no
-    other.) Message content is stored as JSON text, so the query is looked for as JSON writes it.
-    """
+def _patterns(query: str) -> dict[str, str]:
+    """What `_matching` looks for: the query in any case (for every letter on PostgreSQL; for ASCII
+    letters on SQLite, whose lower() knows no other), in a title and as JSON writes it in a message."""
     needle = query.lower()
-    in_title = func.lower(chats.c.title).like(_like(runlog.plain_text(needle) or ""), escape="!")
-    in_text = func.lower(cast(messages.c.content, Text)).like(_like(json.dumps(needle)[1:-1]), escape="!")
-    said = (
-        select(messages.c.id)
-        .where(messages.c.chat_id == chats.c.id, messages.c.role.in_(("user", "assistant")),
-               messages.c.hidden == false(), in_text)
-        .exists()
-    )  # fmt: skip
-    return in_title | said
-
-
-def _erase(conn: Connection, chat_id: str) -> None:
-    """Every row stored for a chat: in each table naming one of its runs, then each naming it, then the chat.
-
-    The tables are found in the schema, so a table added later is not left holding a deleted chat's data.
-    """
-    ordered = [t for t in reversed(metadata.sorted_tables) if t is not chats]  # children before parents
-    its_runs = select(runs.c.id).where(runs.c.chat_id == chat_id)
-    for table in ordered:
-        if "run_id" in table.c and "chat_id" not in table.c:
-            conn.execute(delete(table).where(table.c.run_id.in_(its_runs)))
-    for table in ordered:
-        if "chat_id" in table.c:
-            conn.execute(delete(table).where(table.c.chat_id == chat_id))
-    conn.execute(delete(chats).where(chats.c.id == chat_id))
+    return {"in_title": _like(runlog.plain_text(needle) or ""), "in_text": _like(json.dumps(needle)[1:-1])}
 
 
 def _locked(tx: Tx, identity: Identity, run: RunRecord) -> ChatRecord | None:
@@ -317,29 +354,18 @@ def _locked(tx: Tx, identity: Identity, run: RunRecord) -> ChatRecord | None:
     return runlog.owned_chat(tx, identity, run.chat_id, lock=True)
 
 
-def mark_interrupted(conn: Connection, run_id: str, now: float, why: str) -> bool:
+def mark_interrupted(tx: Tx, run_id: str, now: float, why: str) -> bool:
     """A `running` run whose process is gone becomes `interrupted`, resumable from its model call."""
-    row = conn.execute(select(runs).where(runs.c.id == run_id, runs.c.status == "running")).first()
+    row = tx.first(RUNNING_RUN, {"run_id": run_id})
     if row is None:
         return False  # it finished meanwhile
     error = {"message": f"the process running this run stopped before it finished ({why})"}
-    conn.execute(update(runs).where(runs.c.id == run_id).values(
-        status="interrupted", reason="internal_error", error=error, ended_at=now,
-        duration_ms=int((now - row.started_at) * 1000)))  # fmt: skip
-    step = StepRecord(id=f"{run_id}-interrupted", run_id=run_id, seq=1, type="llm", status="interrupted",
-                      started_at=row.started_at, error=error, ended_at=now)  # fmt: skip
-    conn.execute(
-        insert(steps).values(
-            id=step.id,
-            run_id=step.run_id,
-            seq=step.seq,
-            type=step.type,
-            status=step.status,
-            error=step.error,
-            started_at=step.started_at,
-            ended_at=step.ended_at,
-        )
-    )
-    conn.execute(update(chats).where(chats.c.id == row.chat_id, chats.c.last_run_id == run_id).values(
-        last_status="interrupted", updated_at=now))  # fmt: skip
+    tx.execute(INTERRUPT_RUN, {"status": "interrupted", "reason": "internal_error", "error": error, "ended_at": now,
+                               "duration_ms": int((now - row.started_at) * 1000), "run_id": run_id})  # fmt: skip
+    tx.execute(INTERRUPTED_STEP, {"id": f"{run_id}-interrupted", "run_id": run_id, "seq": 1, "type": "llm",
+                                  "status": "interrupted", "transition": None, "thread_id": None, "input": None,
+                                  "output": None, "error": error, "started_at": row.started_at,
+                                  "ended_at": now})  # fmt: skip
+    tx.execute(INTERRUPT_CHAT, {"last_status": "interrupted", "updated_at": now, "chat_id": row.chat_id,
+                                "run_id": run_id})  # fmt: skip
     return True

@@ -7,6 +7,10 @@ than the lease lives, so another process may have taken it) stops the run holdin
 each other about cancels and released chats with PostgreSQL's LISTEN/NOTIFY on one channel; a cancel
 that wants to know what it cancelled (`cancel_counted`) is answered by each process with its count.
 SQLite deployments are single-process and use no lease.
+
+Leases, heartbeats and notices are written like every statement of the store (`Database.write_tx`).
+Listening is another transport: one psycopg connection of the lease's own, in autocommit, that waits
+for notices as long as the process lives — no transaction, so nothing a pool should hold.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, text, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql
 
 from yao_agent.aio import finish_despite_cancel
 from yao_agent.store.chats import mark_interrupted
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import chat_leases, runs
+from yao_agent.store.tx import Sql, Tx
 
 log = logging.getLogger("yao_agent.lease")
 CHANNEL = "yao_agent_chats"
@@ -34,6 +39,29 @@ TTL_S = 15.0  # a dead process blocks a chat at most this long
 RENEW_S = 4.0
 POLL_S = 1.0  # re-check a held chat this often even if no release notice arrives
 ANSWER_S = 2.0  # how long a counted cancel waits for the process holding the chat to answer
+
+_CHAT = chat_leases.c.chat_id == bindparam("chat_id")
+HOLDER = Sql(select(chat_leases.c.owner).where(_CHAT, chat_leases.c.expires_at > bindparam("now")))
+HOLDING_RUN = Sql(select(chat_leases.c.run_id).where(_CHAT))
+RELEASE = Sql(delete(chat_leases).where(_CHAT, chat_leases.c.run_id == bindparam("run_id")))
+EXTEND = Sql(update(chat_leases).where(_CHAT, chat_leases.c.run_id == bindparam("run_id")), columns=("expires_at",))
+HEARTBEAT = Sql(update(runs).where(runs.c.id == bindparam("run_id")), columns=("heartbeat_at",))
+NOTIFY = Sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))
+
+
+def _claiming() -> Sql:
+    """Take the chat, unless a lease its holder still renews has it; the run holding it then, if taken."""
+    insert = postgresql.insert(chat_leases)
+    claim = insert.on_conflict_do_update(
+        index_elements=["chat_id"],
+        set_={"owner": insert.excluded.owner, "run_id": insert.excluded.run_id,
+              "expires_at": insert.excluded.expires_at},
+        where=chat_leases.c.expires_at <= bindparam("now"),  # only a lease its holder stopped renewing
+    ).returning(chat_leases.c.run_id)  # fmt: skip
+    return Sql({"postgresql": claim}, columns=("chat_id", "owner", "run_id", "expires_at"))
+
+
+CLAIM = _claiming()
 
 
 @dataclass
@@ -129,18 +157,17 @@ class PgLease:
         renewal = self._renewals.pop(chat_id, None)
         if renewal is not None:
             renewal.cancel()
-        statement = delete(chat_leases).where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
 
-        def work(conn: Connection) -> None:
-            conn.execute(statement)
-            _notify(conn, {"op": "release", "chat_id": chat_id})
+        def work(tx: Tx) -> None:
+            tx.execute(RELEASE, {"chat_id": chat_id, "run_id": run_id})
+            _notify(tx, {"op": "release", "chat_id": chat_id})
 
-        await self.db.write(work)
+        await self.db.write_tx(work)
 
     async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None:
         """Tell the other processes to cancel what they accepted for the chat up to now (or `at`)."""
         message = {"op": "cancel", "chat_id": chat_id, "at": self.clock() if at is None else at, "from": self.owner}
-        await self.db.write(lambda conn: _notify(conn, message))
+        await self.db.write_tx(lambda tx: _notify(tx, message))
 
     async def cancel_counted(self, chat_id: str) -> int:
         """`cancel_everywhere`, and how many runs and requests the other processes cancelled.
@@ -156,7 +183,7 @@ class PgLease:
         tally = self._tallies[key] = _Tally(holder or "")
         try:
             message = {"op": "cancel", "chat_id": chat_id, "at": self.clock(), "from": self.owner, "tally": key}
-            await self.db.write(lambda conn: _notify(conn, message))
+            await self.db.write_tx(lambda tx: _notify(tx, message))
             if holder is None or holder == self.owner:
                 return tally.count
             with contextlib.suppress(TimeoutError):
@@ -167,31 +194,21 @@ class PgLease:
 
     async def _holder(self, chat_id: str) -> str | None:
         """The process holding the chat now, if any."""
-        query = select(chat_leases.c.owner).where(
-            chat_leases.c.chat_id == chat_id, chat_leases.c.expires_at > self.clock()
-        )
-        return await self.db.read(lambda conn: conn.execute(query).scalar_one_or_none())
+        params = {"chat_id": chat_id, "now": self.clock()}
+        return await self.db.read_tx(lambda tx: tx.scalar(HOLDER, params))
 
     async def _claim(self, chat_id: str, run_id: str) -> bool:
         now = self.clock()
-        insert = postgresql.insert(chat_leases).values(
-            chat_id=chat_id, owner=self.owner, run_id=run_id, expires_at=now + self.ttl_s
-        )
-        claim = insert.on_conflict_do_update(
-            index_elements=["chat_id"],
-            set_={"owner": self.owner, "run_id": run_id, "expires_at": now + self.ttl_s},
-            where=chat_leases.c.expires_at <= now,  # only a lease its holder stopped renewing
-        ).returning(chat_leases.c.run_id)
-        holder = select(chat_leases.c.run_id).where(chat_leases.c.chat_id == chat_id)
+        claim = {"chat_id": chat_id, "owner": self.owner, "run_id": run_id, "expires_at": now + self.ttl_s, "now": now}
 
-        def work(conn: Connection) -> bool:
-            previous = conn.execute(holder).first()
-            taken = conn.execute(claim).first()
-            if taken is not None and previous is not None and previous[0] != run_id:
-                mark_interrupted(conn, previous[0], now, "its lease expired")  # it died holding the chat
+        def work(tx: Tx) -> bool:
+            previous = tx.scalar(HOLDING_RUN, {"chat_id": chat_id})
+            taken = tx.first(CLAIM, claim)
+            if taken is not None and previous is not None and previous != run_id:
+                mark_interrupted(tx, previous, now, "its lease expired")  # it died holding the chat
             return taken is not None
 
-        return await self.db.write(work)
+        return await self.db.write_tx(work)
 
     async def _renew(self, chat_id: str, run_id: str) -> None:
         """Extend the lease while the run lasts; once it is gone, stop the run (one run per chat)."""
@@ -200,7 +217,7 @@ class PgLease:
             await asyncio.sleep(self.renew_s)
             now = self.clock()
             try:
-                held = await self.db.write(lambda conn, now=now: self._extend(conn, chat_id, run_id, now))
+                held = await self.db.write_tx(lambda tx, now=now: self._extend(tx, chat_id, run_id, now))
             except Exception:
                 log.exception("could not renew the lease of chat %s", chat_id)
                 held = None if now - renewed_at < self.ttl_s else False  # past its expiry: others may run
@@ -211,12 +228,11 @@ class PgLease:
             if held:
                 renewed_at = now
 
-    def _extend(self, conn: Connection, chat_id: str, run_id: str, now: float) -> bool:
+    def _extend(self, tx: Tx, chat_id: str, run_id: str, now: float) -> bool:
         """Whether the run still held the lease (now extended), with its heartbeat."""
-        lease = update(chat_leases).where(chat_leases.c.chat_id == chat_id, chat_leases.c.run_id == run_id)
-        if conn.execute(lease.values(expires_at=now + self.ttl_s)).rowcount == 0:
+        if tx.execute(EXTEND, {"chat_id": chat_id, "run_id": run_id, "expires_at": now + self.ttl_s}) == 0:
             return False
-        conn.execute(update(runs).where(runs.c.id == run_id).values(heartbeat_at=now))
+        tx.execute(HEARTBEAT, {"run_id": run_id, "heartbeat_at": now})
         return True
 
     async def _listen(self, ready: asyncio.Event) -> None:
@@ -265,7 +281,7 @@ class PgLease:
 
         async def send() -> None:
             try:
-                await self.db.write(lambda conn: _notify(conn, answer))
+                await self.db.write_tx(lambda tx: _notify(tx, answer))
             except Exception:  # the canceller then counts the holder's run alone
                 log.exception("could not answer a cancel of chat %s", cancel.get("chat_id"))
 
@@ -274,6 +290,6 @@ class PgLease:
         task.add_done_callback(self._answers.discard)
 
 
-def _notify(conn: Connection, message: dict[str, Any]) -> None:
+def _notify(tx: Tx, message: dict[str, Any]) -> None:
     """Tell every listening process (delivered when the transaction commits)."""
-    conn.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": json.dumps(message)})
+    tx.execute(NOTIFY, {"channel": CHANNEL, "payload": json.dumps(message)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from yao_agent.messages import iso_time
+from yao_agent.messages import ChatMessage, iso_time
 from yao_agent.vocabulary import RunStatus, StepStatus, StepType, TerminalReason, Transition
 
 
@@ -93,3 +93,12 @@ class ResumePoint:
             out["error"] = self.run.error
         out["steps"] = [s.to_api() for s in self.steps]
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """What a run's write-ahead read and wrote in its one transaction (`load_and_start`)."""
+
+    history: list[ChatMessage]  # the chat's last messages, oldest first
+    sent: list[dict[str, Any]]  # the same as a model is sent them (see messages.provider_messages)
+    written: list[ChatMessage]  # the input less what repeated the history's end: what was stored

@@ -1,73 +1,66 @@
-"""What every request reads and every run writes — its token, role settings, write-ahead and
-flush — as the database driver's own SQL.
+"""What every request reads and every run writes: its token, role settings, write-ahead and flush.
 
 Each run opens two transactions (CONTRACT §4 step 3): one before the model is called, one at the end.
-SQLAlchemy Core rebuilds, keys and compiles each of their statements on every execution, and that
-measured three times the work of the database itself for a plain run. So these few statements are
-written out once per dialect and go straight to the driver's cursor (`Tx`: see Database.write_tx
-for where the transaction comes from). The tables are those of schema.py; everything off this
-path keeps using SQLAlchemy Core.
-
-JSON columns are written as JSON text. SQLite gives that text back; psycopg parses it on the way
-out, so `Dialect.json_value` undoes only what the driver did not.
+Their statements are the store's like any other (tx.py: built from schema.py, compiled once per
+database, run on the driver's cursor); they are gathered here because they are the hot path, and
+`bench/flush.py` measures them.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import Integer, bindparam, select, update
+
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
-from yao_agent.messages import ChatMessage, ToolCall
-from yao_agent.store.engine import Dialect, Tx
+from yao_agent.messages import ChatMessage, ToolCall, overlap, provider_messages
 from yao_agent.store.records import ChatRecord, RunRecord, StepRecord
+from yao_agent.store.schema import chats, messages, role_settings, runs, steps, tokens
+from yao_agent.store.tx import Sql, Tx
 
 TITLE_CHARS = 80
-CHAT_COLUMNS = (
-    "id, user_id, team_id, assistant_id, title, created_at, updated_at, last_status, last_run_id, message_count"
-)
-MESSAGE_COLUMNS = (
-    "id, chat_id, seq, run_id, role, content, tool_calls, tool_call_id, reasoning, status, thread_id, created_at, "
-    "hidden"
-)
-STEP_COLUMNS = "id, run_id, seq, type, status, transition, thread_id, input, output, error, started_at, ended_at"
 
-
-def _values(columns: str) -> str:
-    return ", ".join(":" + column for column in columns.split(", "))
-
-
-SELECT_CHAT = f"SELECT {CHAT_COLUMNS} FROM chats WHERE id = :id"
-SELECT_HISTORY = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id = :chat_id ORDER BY seq DESC LIMIT :limit"
-SELECT_ALL_HISTORY = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_id = :chat_id ORDER BY seq"
-INSERT_CHAT = (
-    "INSERT INTO chats (id, user_id, team_id, assistant_id, title, created_at, updated_at, message_count)"
-    " VALUES (:id, :user_id, :team_id, :assistant_id, :title, :now, :now, 0)"
+# The columns a `ChatRecord` is made of, in its order (see `chat_record`).
+CHAT_COLUMNS = [chats.c[name] for name in ("id", "user_id", "team_id", "assistant_id", "title", "created_at",
+                                           "updated_at", "last_status", "last_run_id", "message_count")]  # fmt: skip
+_CHAT = select(*CHAT_COLUMNS).where(chats.c.id == bindparam("chat_id"))
+SELECT_CHAT = Sql(_CHAT)
+LOCK_CHAT = Sql(_CHAT.with_for_update())  # PostgreSQL locks the row; SQLite's write lock covers it
+_OF_CHAT = messages.c.chat_id == bindparam("chat_id")
+# What `_message` reads, in the order it unpacks them (every message of a run's history is read so).
+_READ = [messages.c[name] for name in ("id", "seq", "run_id", "role", "content", "tool_calls", "tool_call_id",
+                                       "reasoning", "status", "thread_id", "created_at", "hidden")]  # fmt: skip
+SELECT_HISTORY = Sql(
+    select(*_READ).where(_OF_CHAT).order_by(messages.c.seq.desc()).limit(bindparam("limit", type_=Integer))
 )
-INSERT_MESSAGE = f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES ({_values(MESSAGE_COLUMNS)})"
-REPLACE_MESSAGE = (
-    "UPDATE messages SET run_id = :run_id, content = :content, status = :status, created_at = :created_at,"
-    " hidden = :hidden WHERE id = :id AND chat_id = :chat_id"
+SELECT_ALL_HISTORY = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq))
+INSERT_CHAT = Sql(chats.insert())
+INSERT_MESSAGE = Sql(messages.insert())
+REPLACE_MESSAGE = Sql(
+    update(messages).where(messages.c.id == bindparam("id"), _OF_CHAT),
+    columns=("run_id", "content", "status", "created_at", "hidden"),
 )
-INSERT_STEP = f"INSERT INTO steps ({STEP_COLUMNS}) VALUES ({_values(STEP_COLUMNS)})"
-INSERT_RUN = (
-    "INSERT INTO runs (id, chat_id, user_id, team_id, assistant_id, trace_id, status, owner, resumed_from,"
-    " started_at, heartbeat_at) VALUES (:id, :chat_id, :user_id, :team_id, :assistant_id, :trace_id, 'running',"
-    " :owner, :resumed_from, :started_at, :now)"
+_STARTED = ("id", "chat_id", "user_id", "team_id", "assistant_id", "trace_id", "status", "owner", "resumed_from",
+            "started_at", "heartbeat_at")  # fmt: skip
+INSERT_RUN = Sql(runs.insert(), columns=_STARTED)  # its outcome's columns are the flush's
+INSERT_STEP = Sql(steps.insert())
+_RUN = update(runs).where(runs.c.id == bindparam("run_id"))
+FINISH_RUN = Sql(_RUN, columns=("status", "reason", "error", "usage", "next", "ended_at", "duration_ms"))
+_OF_CHAT_ROW = update(chats).where(chats.c.id == bindparam("chat_id"))
+START_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status", "last_run_id"))
+FINISH_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status"))
+SELECT_TOKEN = Sql(
+    select(tokens.c.user_id, tokens.c.team_id).where(tokens.c.hash == bindparam("hash"), tokens.c.revoked_at.is_(None))
 )
-START_CHAT = (
-    "UPDATE chats SET message_count = :count, updated_at = :now, last_status = 'running', last_run_id = :run_id"
-    " WHERE id = :id"
+SELECT_ROLE = Sql(
+    select(role_settings.c.connectors).where(
+        role_settings.c.scope_kind == bindparam("kind"),
+        role_settings.c.scope_id == bindparam("owner"),
+        role_settings.c.role == bindparam("role"),
+    )
 )
-FINISH_RUN = (
-    "UPDATE runs SET status = :status, reason = :reason, error = :error, usage = :usage, next = :next,"
-    " ended_at = :ended_at, duration_ms = :duration_ms WHERE id = :id"
-)
-SELECT_TOKEN = "SELECT user_id, team_id FROM tokens WHERE hash = :hash AND revoked_at IS NULL"
-SELECT_ROLE = "SELECT connectors FROM role_settings WHERE scope_kind = :kind AND scope_id = :owner AND role = :role"
-FINISH_CHAT = "UPDATE chats SET message_count = :count, updated_at = :now, last_status = :status WHERE id = :id"
 
 
 def team_of(identity: Identity) -> str:
@@ -81,115 +74,118 @@ def plain_text(value: str | None) -> str | None:
 
 def token_owner(tx: Tx, hashed: str) -> tuple[str, str] | None:
     """(user_id, team_id) of a token that is not revoked, by its hash."""
-    cur, dialect = tx.cursor, tx.dialect
-    cur.execute(dialect.sql(SELECT_TOKEN), {"hash": hashed})
-    row = cur.fetchone()
-    return (row[0], row[1]) if row is not None else None
+    found = tx.tuples(SELECT_TOKEN, {"hash": hashed})
+    return (found[0][0], found[0][1]) if found else None
 
 
 def role_connectors(tx: Tx, kind: str, owner: str, role: str) -> tuple[str, ...] | None:
     """The connectors one scope maps a role to, None if it sets none."""
-    cur, dialect = tx.cursor, tx.dialect
-    cur.execute(dialect.sql(SELECT_ROLE), {"kind": kind, "owner": owner, "role": role})
-    row = cur.fetchone()
-    return tuple(dialect.json_value(row[0])) if row is not None and row[0] else None
+    found = tx.scalar(SELECT_ROLE, {"kind": kind, "owner": owner, "role": role})
+    return tuple(found) if found else None
+
+
+def chat_record(row: Sequence[Any]) -> ChatRecord:
+    """A chat from a row of CHAT_COLUMNS."""
+    chat_id, user_id, team_id, assistant_id, title, created_at, updated_at, last_status, last_run_id, count = row
+    return ChatRecord(chat_id, user_id, team_id or None, assistant_id, title, created_at, updated_at, last_status,
+                      last_run_id, count)  # fmt: skip
 
 
 def owned_chat(tx: Tx, identity: Identity, chat_id: str, *, lock: bool) -> ChatRecord | None:
     """The caller's chat (row-locked on PostgreSQL with `lock`), None if there is none by that id."""
-    cur, dialect = tx.cursor, tx.dialect
-    cur.execute(dialect.sql(SELECT_CHAT, lock=lock), {"id": chat_id})
-    row = cur.fetchone()
-    if row is None:
+    found = tx.tuples(LOCK_CHAT if lock else SELECT_CHAT, {"chat_id": chat_id})
+    if not found:
         return None
+    row = found[0]
     if row[1] != identity.user_id or row[2] != team_of(identity):
         raise NotFound(f"no chat '{chat_id}'")  # another tenant's: the same answer as a missing one
-    return ChatRecord(row[0], row[1], row[2] or None, *row[3:])
+    return chat_record(row)
 
 
 def messages_of(tx: Tx, chat_id: str, limit: int | None) -> list[ChatMessage]:
     """A chat's messages, oldest first; with `limit`, only the last `limit` of them. No scope check."""
-    cur, dialect = tx.cursor, tx.dialect
     if limit is None:
-        cur.execute(dialect.sql(SELECT_ALL_HISTORY), {"chat_id": chat_id})
-        return [_message(row, dialect) for row in cur.fetchall()]
-    cur.execute(dialect.sql(SELECT_HISTORY), {"chat_id": chat_id, "limit": limit})
-    return [_message(row, dialect) for row in reversed(cur.fetchall())]
+        return [_message(row) for row in tx.tuples(SELECT_ALL_HISTORY, {"chat_id": chat_id})]
+    return [_message(row) for row in reversed(tx.tuples(SELECT_HISTORY, {"chat_id": chat_id, "limit": limit}))]
+
+
+def fresh_input(history: Sequence[ChatMessage], given: Sequence[ChatMessage]) -> tuple[list[dict[str, Any]], int]:
+    """The history as a model is sent it, and how many of the given messages merely repeat its end."""
+    known = provider_messages(history)
+    return known, (overlap(known, [m.to_provider() for m in given]) if known else 0)
 
 
 def start(tx: Tx, identity: Identity, run: RunRecord, chat: ChatRecord | None, new: Sequence[ChatMessage],
           now: float) -> None:  # fmt: skip
     """Write-ahead: the chat (created on its first run), the clean input and a `running` run."""
-    cur, dialect = tx.cursor, tx.dialect
-    team = team_of(identity)
-    if chat is None:
+    if chat is None:  # the chat is written first: its messages and runs refer to it
         title = next((m.content for m in new if m.role == "user" and isinstance(m.content, str)), "") or ""
-        cur.execute(dialect.sql(INSERT_CHAT), {"id": run.chat_id, "user_id": identity.user_id, "team_id": team,
-                                               "assistant_id": run.assistant_id, "now": now,
-                                               "title": plain_text(title[:TITLE_CHARS])})  # fmt: skip
-    count = _append(cur, dialect, run.chat_id, chat.message_count if chat is not None else 0, new)
-    cur.execute(dialect.sql(INSERT_RUN), {"id": run.id, "chat_id": run.chat_id, "user_id": identity.user_id,
-                                          "team_id": team, "assistant_id": run.assistant_id, "trace_id": run.trace_id,
-                                          "owner": run.owner, "resumed_from": run.resumed_from,
-                                          "started_at": run.started_at, "now": now})  # fmt: skip
-    cur.execute(dialect.sql(START_CHAT), {"count": count, "now": now, "run_id": run.id, "id": run.chat_id})
+        count = sum(1 for m in new if not m.replaces)
+        tx.execute(INSERT_CHAT, {"id": run.chat_id, "user_id": identity.user_id, "team_id": team_of(identity),
+                                 "assistant_id": run.assistant_id, "title": plain_text(title[:TITLE_CHARS]),
+                                 "created_at": now, "updated_at": now, "last_status": "running",
+                                 "last_run_id": run.id, "message_count": count})  # fmt: skip
+        _append(tx, run.chat_id, 0, new)
+    else:
+        count = _append(tx, run.chat_id, chat.message_count, new)
+        tx.execute(START_CHAT, {"message_count": count, "updated_at": now, "last_status": "running",
+                                "last_run_id": run.id, "chat_id": run.chat_id})  # fmt: skip
+    tx.execute(INSERT_RUN, _run_row(identity, run, now))
 
 
 def finish(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
            done: Sequence[StepRecord], now: float) -> None:  # fmt: skip
     """The deferred flush: the run's messages, its steps, its outcome and the chat's new state."""
-    cur, dialect = tx.cursor, tx.dialect
-    count = _append(cur, dialect, run.chat_id, chat.message_count, new)
+    count = _append(tx, run.chat_id, chat.message_count, new)
     if done:
-        cur.executemany(dialect.sql(INSERT_STEP), [_step_row(step) for step in done])
-    cur.execute(dialect.sql(FINISH_RUN), {"status": run.status, "reason": run.reason, "error": _json(run.error),
-                                          "usage": _json(run.usage), "next": _json(run.next),
-                                          "ended_at": run.ended_at, "duration_ms": run.duration_ms,
-                                          "id": run.id})  # fmt: skip
-    cur.execute(dialect.sql(FINISH_CHAT), {"count": count, "now": run.ended_at or now, "status": run.status,
-                                           "id": run.chat_id})  # fmt: skip
+        tx.executemany(INSERT_STEP, [_step_row(step) for step in done])
+    tx.execute(FINISH_RUN, {"status": run.status, "reason": run.reason, "error": run.error, "usage": run.usage,
+                            "next": run.next, "ended_at": run.ended_at, "duration_ms": run.duration_ms,
+                            "run_id": run.id})  # fmt: skip
+    tx.execute(FINISH_CHAT, {"message_count": count, "updated_at": run.ended_at or now, "last_status": run.status,
+                             "chat_id": run.chat_id})  # fmt: skip
 
 
-def _append(cur: Any, dialect: Dialect, chat_id: str, start: int, given: Sequence[ChatMessage]) -> int:
+def _append(tx: Tx, chat_id: str, start: int, given: Sequence[ChatMessage]) -> int:
     """Add messages after the chat's last; a replacing one overwrites its predecessor in place."""
     new = [m for m in given if not m.replaces]
     for offset, message in enumerate(new):
         message.seq = start + offset + 1
     if new:
-        cur.executemany(dialect.sql(INSERT_MESSAGE), [_message_row(m, chat_id) for m in new])
+        tx.executemany(INSERT_MESSAGE, [_message_row(m, chat_id) for m in new])
     replacing = [m for m in given if m.replaces]
     if replacing:
-        cur.executemany(dialect.sql(REPLACE_MESSAGE), [_message_row(m, chat_id) for m in replacing])
+        tx.executemany(REPLACE_MESSAGE, [_message_row(m, chat_id) for m in replacing])
     return start + len(new)
 
 
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+def _run_row(identity: Identity, run: RunRecord, now: float) -> dict[str, Any]:
+    return {"id": run.id, "chat_id": run.chat_id, "user_id": identity.user_id, "team_id": team_of(identity),
+            "assistant_id": run.assistant_id, "trace_id": run.trace_id, "status": "running", "owner": run.owner,
+            "resumed_from": run.resumed_from, "started_at": run.started_at, "heartbeat_at": now}  # fmt: skip
 
 
 def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
     calls = [c.to_dict() for c in message.tool_calls] or None
     return {"id": message.id, "chat_id": chat_id, "seq": message.seq, "run_id": message.run_id,
-            "role": message.role, "content": _json(message.content), "tool_calls": _json(calls),
+            "role": message.role, "content": message.content, "tool_calls": calls,
             "tool_call_id": message.tool_call_id, "reasoning": plain_text(message.reasoning),
             "status": message.status, "thread_id": message.thread_id, "created_at": message.created_at,
             "hidden": message.hidden}  # fmt: skip
 
 
-def _message(row: Sequence[Any], dialect: Dialect) -> ChatMessage:
-    (id_, _chat, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at,
-     hidden) = row  # fmt: skip
+def _message(row: Any) -> ChatMessage:
+    message_id, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at, hidden = row
     # `written`: a chat stored before invalid arguments were replaced must not carry them to a provider
-    tool_calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in dialect.json_value(calls) or ())
+    tool_calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in calls or ())
     return ChatMessage(
-        id=id_, role=role, content=dialect.json_value(content), run_id=run_id, tool_calls=tool_calls,
-        tool_call_id=tool_call_id, reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at,
-        seq=seq, hidden=bool(hidden),
+        id=message_id, role=role, content=content, run_id=run_id, tool_calls=tool_calls, tool_call_id=tool_call_id,
+        reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at, seq=seq, hidden=hidden,
     )  # fmt: skip
 
 
 def _step_row(step: StepRecord) -> dict[str, Any]:
     return {"id": step.id, "run_id": step.run_id, "seq": step.seq, "type": step.type, "status": step.status,
-            "transition": step.transition, "thread_id": step.thread_id, "input": _json(step.input),
-            "output": _json(step.output), "error": _json(step.error), "started_at": step.started_at,
+            "transition": step.transition, "thread_id": step.thread_id, "input": step.input,
+            "output": step.output, "error": step.error, "started_at": step.started_at,
             "ended_at": step.ended_at}  # fmt: skip

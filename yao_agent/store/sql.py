@@ -1,4 +1,4 @@
-"""The SQL store (SQLite or PostgreSQL through SQLAlchemy; see engine.py for how it is driven).
+"""The SQL store (SQLite or PostgreSQL; see engine.py for how it is driven, tx.py for how statements run).
 
 Every method takes the caller's scope and refuses to run without one: tenant data is reachable only
 through an `Identity`, operator-wide views only through the `OPERATOR` token the CLI holds.
@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import ClauseElement
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Operator
@@ -21,8 +21,29 @@ from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import role_settings
 from yao_agent.store.tokens import TokenStore
+from yao_agent.store.tx import Sql
 
 SCOPE_KINDS = ("team", "user")
+
+
+def _upsert_role() -> Sql:
+    """Insert a role setting, or replace the one its scope has (each database spells it its own way)."""
+    spelled: dict[str, ClauseElement] = {}
+    for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql)):
+        insert = dialect.insert(role_settings)
+        spelled[name] = insert.on_conflict_do_update(
+            index_elements=["scope_kind", "scope_id", "role"],
+            set_={"connectors": insert.excluded.connectors, "updated_at": insert.excluded.updated_at},
+        )
+    return Sql(spelled, columns=[c.key for c in role_settings.c])
+
+
+_SCOPE = (role_settings.c.scope_kind == bindparam("kind")) & (role_settings.c.scope_id == bindparam("owner"))
+_ORDER = (role_settings.c.scope_kind, role_settings.c.scope_id, role_settings.c.role)
+SET_ROLE = _upsert_role()
+DELETE_ROLE = Sql(delete(role_settings).where(_SCOPE, role_settings.c.role == bindparam("role")))
+LIST_ROLES = Sql(select(role_settings).where(_SCOPE).order_by(*_ORDER))
+LIST_ALL_ROLES = Sql(select(role_settings).order_by(*_ORDER))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +66,8 @@ class SqlStore(ChatStore, TokenStore):
         self.db = db
         self.clock = clock
 
-    @property
-    def engine(self) -> Engine:
-        return self.db.engine
-
     async def aclose(self) -> None:
         await self.db.dispose()
-
-    def _upsert(self, table: Any) -> Any:
-        dialect = postgresql if self.db.dialect == "postgresql" else sqlite
-        return dialect.insert(table)
 
     # --- role settings -------------------------------------------------------------------------
 
@@ -64,32 +77,20 @@ class SqlStore(ChatStore, TokenStore):
 
     async def set_role(self, scope: tuple[str, str], role: str, connectors: Sequence[str]) -> None:
         kind, owner = check_scope(scope)
-        values = {"scope_kind": kind, "scope_id": owner, "role": role, "connectors": list(connectors),
-                  "updated_at": self.clock()}  # fmt: skip
-        statement = self._upsert(role_settings).values(**values)
-        statement = statement.on_conflict_do_update(
-            index_elements=["scope_kind", "scope_id", "role"],
-            set_={"connectors": values["connectors"], "updated_at": values["updated_at"]},
-        )
-        await self.db.write(lambda conn: conn.execute(statement))
+        chain, now = list(connectors), self.clock()
+        values = {"scope_kind": kind, "scope_id": owner, "role": role, "updated_at": now}
+        await self.db.write_tx(lambda tx: tx.execute(SET_ROLE, {**values, "connectors": chain}))
 
     async def delete_role(self, scope: tuple[str, str], role: str) -> bool:
         kind, owner = check_scope(scope)
-        statement = delete(role_settings).where(
-            role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner, role_settings.c.role == role
-        )
-        return bool(await self.db.write(lambda conn: conn.execute(statement).rowcount))
+        params = {"kind": kind, "owner": owner, "role": role}
+        return bool(await self.db.write_tx(lambda tx: tx.execute(DELETE_ROLE, params)))
 
     async def list_roles(self, scope: tuple[str, str] | Operator) -> list[RoleSetting]:
         """Settings of one scope, or of every scope for the operator."""
-        query = select(role_settings).order_by(
-            role_settings.c.scope_kind, role_settings.c.scope_id, role_settings.c.role
-        )
-        if not isinstance(scope, Operator):
+        if isinstance(scope, Operator):
+            rows = await self.db.read_tx(lambda tx: tx.all(LIST_ALL_ROLES))
+        else:
             kind, owner = check_scope(scope)
-            query = query.where(role_settings.c.scope_kind == kind, role_settings.c.scope_id == owner)
-        rows = await self.db.read(lambda conn: conn.execute(query).mappings().all())
-        return [
-            RoleSetting(r["scope_kind"], r["scope_id"], r["role"], tuple(r["connectors"]), r["updated_at"])
-            for r in rows
-        ]
+            rows = await self.db.read_tx(lambda tx: tx.all(LIST_ROLES, {"kind": kind, "owner": owner}))
+        return [RoleSetting(r.scope_kind, r.scope_id, r.role, tuple(r.connectors), r.updated_at) for r in rows]

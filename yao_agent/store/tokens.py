@@ -7,15 +7,24 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, select, update
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Identity, Operator
 from yao_agent.store import runlog
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import tokens
+from yao_agent.store.tx import Sql
 
 TOKEN_PREFIX = "ya_"
+INSERT_TOKEN = Sql(tokens.insert())
+REVOKE_TOKEN = Sql(
+    update(tokens).where(
+        (tokens.c.hash == bindparam("hash")) | (tokens.c.prefix == bindparam("prefix")), tokens.c.revoked_at.is_(None)
+    ),
+    columns=("revoked_at",),
+)
+LIST_TOKENS = Sql(select(tokens).order_by(tokens.c.created_at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +56,9 @@ class TokenStore:
         _operator(operator, "making")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         values = {"hash": token_hash(token), "prefix": token[:12], "user_id": identity.user_id,
-                  "team_id": identity.team_id or "", "label": label, "created_at": self.clock()}  # fmt: skip
-        await self.db.write(lambda conn: conn.execute(insert(tokens).values(**values)))
+                  "team_id": identity.team_id or "", "label": label, "created_at": self.clock(),
+                  "revoked_at": None}  # fmt: skip
+        await self.db.write_tx(lambda tx: tx.execute(INSERT_TOKEN, values))
         return token
 
     async def identity_for(self, token: str) -> Identity | None:
@@ -58,12 +68,11 @@ class TokenStore:
 
     async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int:
         _operator(operator, "revoking")
-        which = (tokens.c.hash == token_hash(token_or_prefix)) | (tokens.c.prefix == token_or_prefix[:12])
-        statement = update(tokens).where(which, tokens.c.revoked_at.is_(None)).values(revoked_at=self.clock())
-        return await self.db.write(lambda conn: conn.execute(statement).rowcount)
+        params = {"hash": token_hash(token_or_prefix), "prefix": token_or_prefix[:12], "revoked_at": self.clock()}
+        return await self.db.write_tx(lambda tx: tx.execute(REVOKE_TOKEN, params))
 
     async def list_tokens(self, operator: Operator) -> list[TokenRecord]:
         _operator(operator, "listing")
-        rows = await self.db.read(lambda conn: conn.execute(select(tokens).order_by(tokens.c.created_at)).all())
+        rows = await self.db.read_tx(lambda tx: tx.all(LIST_TOKENS))
         return [TokenRecord(r.prefix, r.user_id, r.team_id or None, r.label, r.created_at, r.revoked_at)
                 for r in rows]  # fmt: skip

@@ -1,0 +1,118 @@
+"""The schema is declared once: the migrations build exactly schema.py's tables, and every statement the
+store runs is built from them and compiles, once, for both databases."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast, get_type_hints
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Column, bindparam, select
+
+from yao_agent.store import HEAD, SqlStore, Store, chats, leases, runlog, sql, tokens
+from yao_agent.store.schema import metadata, steps
+from yao_agent.store.tx import Sql
+
+VERSIONS = Path(__file__).parents[2] / "yao_agent" / "store" / "migrations" / "versions"
+
+
+def test_head_is_the_newest_migration() -> None:
+    revisions: dict[str, str | None] = {}
+    for path in VERSIONS.glob("*.py"):
+        source = path.read_text()
+        revision = re.search(r'^revision = "(\w+)"', source, re.M)
+        down = re.search(r"^down_revision = (None|\"\w+\")", source, re.M)
+        assert revision and down, path
+        revisions[revision[1]] = down[1].strip('"') if down[1] != "None" else None
+    children = {down for down in revisions.values() if down}
+    assert [r for r in revisions if r not in children] == [HEAD]  # one line of history, ending at HEAD
+
+
+def _bare(default: str | None) -> str | None:
+    """A server default as text, without the brackets (SQLite), casts (PostgreSQL) and quotes reflection adds."""
+    if default is None:
+        return None
+    text = re.sub(r"::[a-z ]+$", "", default.strip())
+    while text.startswith("(") and text.endswith(")"):
+        text = text[1:-1].strip()
+    return text.strip("'")
+
+
+def _same_default(
+    _context: Any, _inspected: Any, _declared: Column[Any], found: str | None, _default: Any, rendered: str | None
+) -> bool | None:
+    """Whether the defaults differ, read alike on both databases (None: Alembic's own comparison)."""
+    return _bare(found) != _bare(rendered) if found is not None or rendered is not None else None
+
+
+async def test_the_migrated_schema_is_schema_py(store: SqlStore) -> None:
+    """Tables, columns, their types, nullability and defaults, indexes, keys: what the migrations made is
+    what schema.py declares — the tables every statement of the store is built from."""
+    with store.db.engine.connect() as conn:
+        options = {"compare_type": True, "compare_server_default": _same_default}
+        assert compare_metadata(MigrationContext.configure(conn, opts=options), metadata) == []
+
+
+def statements() -> Iterator[tuple[str, Sql]]:
+    for module in (chats, leases, runlog, sql, tokens):
+        for name, value in vars(module).items():
+            if isinstance(value, Sql):
+                yield f"{module.__name__}.{name}", value
+            elif isinstance(value, tuple):
+                kept = [v for v in cast(tuple[object, ...], value) if isinstance(v, Sql)]
+                yield from ((f"{module.__name__}.{name}[{i}]", v) for i, v in enumerate(kept))
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_every_statement_compiles_once_to_one_text(dialect: str) -> None:
+    found = dict(statements())
+    assert {"yao_agent.store.runlog.INSERT_MESSAGE", "yao_agent.store.chats.ERASE_CHAT[0]"} <= found.keys()
+    for name, statement in found.items():
+        if dialect not in statement.statements:
+            continue  # the lease's claim: PostgreSQL only
+        compiled = statement.on(dialect)
+        assert statement.on(dialect) is compiled, name  # compiled once, then kept
+        assert compiled.text.split()[0] in ("SELECT", "INSERT", "UPDATE", "DELETE"), name
+
+
+def test_inserts_take_the_columns_of_the_schema() -> None:
+    """The run log's rows are the tables' columns, so a column added to schema.py is written or fails loudly."""
+    compiled = runlog.INSERT_STEP.on("sqlite")
+    assert compiled.text.startswith(f"INSERT INTO steps ({', '.join(c.name for c in steps.c)})")
+    assert compiled.json_params == ("input", "output", "error")
+
+
+def test_an_in_of_values_is_refused_in_a_kept_statement() -> None:
+    """It would compile to a different text per execution; a statement run once may have one."""
+    with pytest.raises(ValueError, match="no IN of values"):
+        Sql(select(steps.c.id).where(steps.c.status.in_(("completed", "failed")))).on("sqlite")
+    assert Sql(select(steps.c.id).where(steps.c.run_id == bindparam("run_id"))).on("sqlite")
+
+
+def test_the_pipeline_hands_the_store_data_never_code() -> None:
+    """Nothing the pipeline passes runs inside a store transaction. (`recover_interrupted` asks `is_dead`
+    between its transactions: the one callable, and its owner is the process, not a run.)"""
+    store_methods = {n: m for n, m in inspect.getmembers(Store) if not n.startswith("_") and callable(m)}
+    assert {"load_and_start", "start_run", "finish_run", "check_chat"} <= store_methods.keys()
+    for name, method in store_methods.items():
+        hints = get_type_hints(method)
+        called = [p for p, hint in hints.items() if p != "return" and _callable(hint)]
+        assert called == ([] if name != "recover_interrupted" else ["is_dead"]), name
+
+
+def _callable(hint: Any) -> bool:
+    return "Callable" in repr(hint) or hint is Callable
+
+
+def test_the_sql_store_is_a_store() -> None:
+    def implements(store: SqlStore) -> Store:
+        return store  # pyright checks this: SqlStore has every method of Store, with its signature
+
+    assert implements
+    missing = [n for n in dir(Store) if not n.startswith("_") and not hasattr(SqlStore, n) and n != "db"]
+    assert missing == []
