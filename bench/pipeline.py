@@ -34,7 +34,8 @@ from mcp.server.mcpserver import MCPServer
 from bench.common import MODEL, PLAIN, Row, alternate, fake_provider, median_ms, print_table, write_app
 from yao_agent.connectors import ModelRequest, stream_call
 from yao_agent.identity import Identity
-from yao_agent.pipeline import RunRequest, Runtime, run_stream
+from yao_agent.pipeline import RunRequest, Runtime
+from yao_agent.runs import Runs
 from yao_agent.tools import ToolManager
 
 server = MCPServer("bench")
@@ -103,11 +104,11 @@ class Direct:
         await self.stream([*ASK, called, answered])
 
 
-def ours(rt: Runtime, assistant: str, messages: list[dict[str, Any]]) -> Callable[[], Awaitable[None]]:
+def ours(runs: Runs, assistant: str, messages: list[dict[str, Any]]) -> Callable[[], Awaitable[None]]:
     who = Identity("bench")
 
     async def call() -> None:
-        async for event in run_stream(rt, RunRequest(assistant, who, messages)):
+        async for event in runs.stream(RunRequest(assistant, who, messages)):
             if event.type == "stream_end" and event.status != "completed":
                 raise SystemExit(f"{assistant}: the run ended {event.status} ({event.reason}): {event.error}")
 
@@ -117,19 +118,20 @@ def ours(rt: Runtime, assistant: str, messages: list[dict[str, Any]]) -> Callabl
 async def measure(url: str, runs: int, engines: tuple[str, ...] = ("openai", "litellm")) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
-        rt = await Runtime.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
+        service = await Runs.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
+        rt = service.rt
         rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"bench": server})
         tools = [t.to_openai() for t in await rt.tools.tools_for(rt.app.assistants["tool_openai"].mcp.servers)]
         async with Client(server) as mcp:
             for engine in engines:
                 direct = Direct(engine, url, mcp, tools)
-                plain = await alternate({"ours": ours(rt, f"plain_{engine}", PLAIN), "direct": direct.plain,
+                plain = await alternate({"ours": ours(service, f"plain_{engine}", PLAIN), "direct": direct.plain,
                                          "engine": engine_call(rt, engine)}, runs)  # fmt: skip
-                tooled = await alternate({"ours": ours(rt, f"tool_{engine}", ASK), "direct": direct.tool_run},
+                tooled = await alternate({"ours": ours(service, f"tool_{engine}", ASK), "direct": direct.tool_run},
                                          max(10, runs // 2), warmup=5, before=script_tool_run(url))  # fmt: skip
                 await direct.client.close()
                 rows += _rows(engine, plain, tooled)
-        await rt.aclose()
+        await service.aclose()
     return rows
 
 

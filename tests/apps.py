@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 
 MINIMAL = {
@@ -12,7 +13,7 @@ MINIMAL = {
 }
 
 
-def make_app(root: Path, files: dict[str, str | bytes | None], *, base: dict[str, str] | None = None) -> Path:
+def make_app(root: Path, files: Mapping[str, str | bytes | None], *, base: Mapping[str, str] | None = None) -> Path:
     """Write `base` (default: a minimal valid app) overlaid with `files`; None deletes a base file."""
     merged: dict[str, str | bytes | None] = {**(MINIMAL if base is None else base), **files}
     for rel, content in merged.items():

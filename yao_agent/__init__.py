@@ -1,6 +1,11 @@
-"""yao-agent: assistants in YAML, hooks in JavaScript, one streaming pipeline that never loses a run."""
+"""yao-agent: assistants in YAML, hooks in JavaScript, one streaming pipeline that never loses a run.
+
+Embedding it: `Runs` starts, streams, resumes, cancels and appends to runs (see the README's "Embedding:
+the Python API"); a run streams the typed events below and ends with exactly one `StreamEnd`.
+"""
 
 import os as _os
+from typing import TYPE_CHECKING
 
 # litellm must never reach the network on import; these must be set before anything imports it.
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -8,10 +13,12 @@ _os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
 from .dsl import App, check_app, load_app
 from .errors import (
+    ChatBusy,
     DelegateError,
     EnvVarMissing,
     HookError,
     ModelError,
+    NoActiveRun,
     NotFound,
     PermissionDenied,
     Problem,
@@ -21,21 +28,70 @@ from .errors import (
     UsageError,
     YaoAgentError,
 )
+from .events import (
+    Event,
+    FallbackEvent,
+    MessageDelta,
+    MessageEnd,
+    MessageStart,
+    StreamEnd,
+    StreamStart,
+    ToolResult,
+    to_dict,
+    to_json,
+)
+from .identity import Identity
+
+if TYPE_CHECKING:
+    from .pipeline import RunHandle, RunRequest, RunResult, Runtime
+    from .runs import Runs
+
+# The run service and the pipeline take a third of a second to import; commands that never run an
+# assistant (validate, schema, tokens, ...) do not pay for it: these load on first use.
+_LAZY = {"Runs": "runs", "RunHandle": "pipeline", "RunRequest": "pipeline", "RunResult": "pipeline",
+         "Runtime": "pipeline"}  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'yao_agent' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+
 
 __all__ = [
     "App",
+    "ChatBusy",
     "DelegateError",
     "EnvVarMissing",
+    "Event",
+    "FallbackEvent",
     "HookError",
+    "Identity",
+    "MessageDelta",
+    "MessageEnd",
+    "MessageStart",
     "ModelError",
+    "NoActiveRun",
     "NotFound",
     "PermissionDenied",
     "Problem",
     "RunError",
+    "RunHandle",
+    "RunRequest",
+    "RunResult",
+    "Runs",
+    "Runtime",
     "SpecError",
+    "StreamEnd",
+    "StreamStart",
     "ToolError",
+    "ToolResult",
     "UsageError",
     "YaoAgentError",
     "check_app",
     "load_app",
+    "to_dict",
+    "to_json",
 ]

@@ -262,24 +262,24 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     """Serve until SIGTERM/Ctrl-C. An address it cannot listen on is one line and exit 1 (CannotListen)."""
-    from .pipeline import Runtime
+    from .runs import Runs
     from .server.serve import address, listen, server, settle_memory
 
     async def work() -> None:
-        rt = await Runtime.open(_app_dir(args), db=args.db)
+        runs = await Runs.open(_app_dir(args), db=args.db)
         try:
-            settings = rt.app.config.server
+            settings = runs.app.config.server
             host = args.host or settings.host
             sock = listen(host, args.port or settings.port)
             where = f"http://{address(host, sock.getsockname()[1])}/"  # (the port the system chose for port 0)
 
             def started() -> None:  # said only once the server listens, never before a failure
-                print(f"yao-agent serving {rt.app.root.resolve()} on {where}", file=out, flush=True)
+                print(f"yao-agent serving {runs.app.root.resolve()} on {where}", file=out, flush=True)
 
             settle_memory()
-            await server(rt, host, sock.getsockname()[1], started).serve(sockets=[sock])
+            await server(runs, host, sock.getsockname()[1], started).serve(sockets=[sock])
         finally:
-            await rt.aclose()
+            await runs.aclose()
 
     asyncio.run(work())
     return EXIT_OK

@@ -27,12 +27,12 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-from yao_agent.errors import NotFound
 from yao_agent.events import Event, FallbackEvent, MessageDelta, MessageEnd, StreamEnd, StreamStart, ToolResult, to_json
 from yao_agent.identity import Identity
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage
-from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start, start_resume
+from yao_agent.pipeline import RunHandle, RunRequest
+from yao_agent.runs import Runs
 from yao_agent.startup import loading
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -128,9 +128,9 @@ def identity_of(args: argparse.Namespace) -> Identity:
     return Identity(args.user or "local", args.team or None)
 
 
-async def _open(args: argparse.Namespace) -> Runtime:
+async def _open(args: argparse.Namespace) -> Runs:
     app_dir = Path(args.app or os.environ.get("YAO_AGENT_APP") or ".")
-    return await Runtime.open(app_dir, db=args.db)
+    return await Runs.open(app_dir, db=args.db)
 
 
 async def _follow(handle: RunHandle, renderer: Renderer) -> int:
@@ -181,21 +181,21 @@ async def chat(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _chat(args: argparse.Namespace, out: TextIO) -> int:
     with loading():  # the app and the store
-        rt = await _open(args)
+        runs = await _open(args)
     try:
         with loading():  # the engines (and their SDKs) the assistant's connectors need
-            await rt.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
+            await runs.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
         if args.message is not None:
-            return await _turn(rt, args, args.message, args.chat, out)
+            return await _turn(runs, args, args.message, args.chat, out)
         with line_editing():
-            return await _repl(rt, args, out)
+            return await _repl(runs, args, out)
     finally:
-        await rt.aclose()
+        await runs.aclose()
 
 
-async def _turn(rt: Runtime, args: argparse.Namespace, text: str, chat_id: str | None, out: TextIO) -> int:
+async def _turn(runs: Runs, args: argparse.Namespace, text: str, chat_id: str | None, out: TextIO) -> int:
     request = RunRequest(args.assistant, identity_of(args), [{"role": "user", "content": text}], chat_id=chat_id)
-    handle = await start(rt, request)
+    handle = await runs.start(request)
     return await _follow(handle, Renderer(out, as_json=args.json, started=_command_start(args)))
 
 
@@ -205,7 +205,7 @@ def _command_start(args: argparse.Namespace) -> float | None:
     return started if isinstance(started, float) else None
 
 
-async def _repl(rt: Runtime, args: argparse.Namespace, out: TextIO) -> int:
+async def _repl(runs: Runs, args: argparse.Namespace, out: TextIO) -> int:
     loop = asyncio.get_running_loop()
     chat_id: str | None = args.chat
     code = EXIT_OK
@@ -214,8 +214,8 @@ async def _repl(rt: Runtime, args: argparse.Namespace, out: TextIO) -> int:
             continue
         entered = time.monotonic()
         request = RunRequest(args.assistant, identity_of(args), [{"role": "user", "content": line}], chat_id=chat_id)
-        handle = await start(rt, request)
-        chat_id = handle.state.chat_id
+        handle = await runs.start(request)
+        chat_id = handle.chat_id
         code = await _follow(handle, Renderer(out, as_json=args.json, started=entered))
     return code
 
@@ -283,14 +283,11 @@ def line_editing(history: str = HISTORY_FILE, terminal: TextIO | None = None) ->
 
 
 async def history(args: argparse.Namespace, out: TextIO) -> int:
-    rt = await _open(args)
+    runs = await _open(args)
     try:
-        who = identity_of(args)
-        if await rt.store.check_chat(who, args.chat_id) is None:
-            raise NotFound(f"no chat '{args.chat_id}'")
-        messages = await rt.store.history(who, args.chat_id)
+        messages = await runs.messages(identity_of(args), args.chat_id)
     finally:
-        await rt.aclose()
+        await runs.aclose()
     if args.json:
         for message in messages:
             print(json.dumps(message.to_api(), ensure_ascii=False), file=out)
@@ -315,9 +312,9 @@ def _show_message(console: Console, message: ChatMessage) -> None:
 
 async def resume(args: argparse.Namespace, out: TextIO) -> int:
     with terminal_logging():
-        rt = await _open(args)
+        runs = await _open(args)
         try:
-            handle = await start_resume(rt, identity_of(args), args.chat_id)
+            handle = await runs.resume(identity_of(args), args.chat_id)
             return await _follow(handle, Renderer(out, as_json=args.json, started=_command_start(args)))
         finally:
-            await rt.aclose()
+            await runs.aclose()

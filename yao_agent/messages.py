@@ -163,6 +163,19 @@ def canonical(message: Mapping[str, Any]) -> str:
     return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def overlap(history: Sequence[Mapping[str, Any]], given: Sequence[Mapping[str, Any]]) -> int:
+    """How many leading input messages repeat the end of the history (provider messages, by `canonical`).
+
+    Clients often resend the conversation; what they resend is not a new message.
+    """
+    tail = [canonical(m) for m in history[-len(given) :]] if given else []
+    head = [canonical(m) for m in given]
+    for size in range(min(len(tail), len(head)), 0, -1):
+        if tail[-size:] == head[:size]:
+            return size
+    return 0
+
+
 def parse_input(raw: object, *, where: str = "messages") -> list[dict[str, Any]]:
     """Validate request messages (OpenAI shape) → clean dicts; a precise UsageError otherwise."""
     if not isinstance(raw, list) or not raw:

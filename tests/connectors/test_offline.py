@@ -20,7 +20,10 @@ def getaddrinfo(*args, **kwargs):
     return real_getaddrinfo(*args, **kwargs)
 socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
 import yao_agent, yao_agent.connectors, yao_agent.connectors.openai_engine, yao_agent.connectors.litellm_engine
-import time; time.sleep(0.5)  # give any background fetch thread time to try
+import threading
+for thread in threading.enumerate():  # a fetch in the background runs in a thread: let each one finish
+    if thread is not threading.current_thread():
+        thread.join(60)
 print("ATTEMPTS", attempts)
 """
 

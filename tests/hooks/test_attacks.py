@@ -9,7 +9,6 @@ worker processes that can be killed and replaced.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import resource
 import time
@@ -19,6 +18,8 @@ from typing import Any
 import pytest
 
 from tests.hooks.conftest import SNAPSHOT, Host, write
+from tests.hooks.processes import running_workers, zombies
+from tests.tools.helpers import wait_until
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.errors import HookError
 from yao_agent.hooks import HookCall, HookRunner
@@ -59,21 +60,6 @@ CRASHED = r"^the hook ran out of memory or was stopped: .* under a memory limit 
 TIMED_OUT = r"^hook timed out after 1000 ms$"
 OVER = r"^hook exceeded its memory limit of 32 MB$"
 DEEP = r"^the hook gave a value nested more than 64 levels deep \(the limit\)$"
-
-
-def zombies() -> list[int]:
-    """Children of this process that ended and were never reaped."""
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] == "Z" and int(fields[1]) == os.getpid():
-            found.append(int(entry))
-    return found
 
 
 async def attack(runner: HookRunner, path: Path, host: Host, mode: str, width: int) -> Any:
@@ -125,17 +111,14 @@ async def test_an_attack_fails_only_its_own_call(
     took = time.perf_counter() - started
     ticking.cancel()
     # The hook's JavaScript ran, and stopped, outside the server: the server's own CPU and memory never
-    # paid for it, and nothing of it still runs here once its call has failed.
+    # paid for it, and once its call has failed nothing of it still runs, here or in a worker.
     assert time.process_time() - cpu < 0.5
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 100_000  # KB
-    cpu = time.process_time()
-    await asyncio.sleep(0.3)
-    assert time.process_time() - cpu < 0.1
+    await wait_until(lambda: not running_workers())
     assert isinstance(outcome, HookError), outcome
     assert (outcome.file, outcome.function) == ("hooks/attack.js", "Create")
     assert re.match(expected, outcome.message), outcome.message
-    assert took < 4.0  # the policy's second, the hard deadline's grace, and a loaded machine's slack
-    assert ticks >= took / 0.05  # the event loop was never held
+    assert ticks >= took / 0.05  # the event loop was never held (it ticked at a fifth of its pace or more)
     assert isinstance(alongside, HookCall) and alongside.value == "beside kept", alongside
     assert (await attack(runner, path, host, "calm", 0)) == "calm"
     assert (await runner.call(beside, "hooks/beside.js", "Create", [], host.context(), policy)).value == "beside kept"

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.hooks.conftest import FAST, Host, create, write
-from tests.hooks.test_attacks import zombies
+from tests.hooks.processes import worker_pids, zombies
+from tests.tools.helpers import wait_until
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.errors import HookError
 from yao_agent.hooks import HookRunner
+from yao_agent.hooks.procs import GRACE_S
 
 BUSY = """
 async function Create(ctx, ms) {
@@ -26,34 +28,19 @@ async function Create(ctx, ms) {
 """
 
 
-def worker_pids() -> list[int]:
-    """This process's children that run hooks."""
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            command = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(stat[1]) == os.getpid() and stat[0] != "Z" and b"yao_agent/hooks/worker.py" in command:
-            found.append(int(entry))
-    return found
-
-
 def proc_file(pid: int, name: str) -> bytes:
     return Path(f"/proc/{pid}/{name}").read_bytes()
 
 
 async def settled(expected: int) -> list[int]:
     """The worker processes once those being stopped are gone (a kill takes a moment to land)."""
-    for _ in range(100):
-        pids = worker_pids()
-        if len(pids) == expected and not zombies():
-            return pids
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: len(worker_pids()) == expected and not zombies())
     return worker_pids()
+
+
+async def running_js(host: Host, ms: int) -> None:
+    """Until a BUSY call for `ms` has begun its JavaScript loop (it logged just before it)."""
+    await wait_until(lambda: ("log", "info", f"busy for {ms}") in host.calls)
 
 
 async def test_a_worker_inherits_none_of_the_servers_environment(
@@ -92,7 +79,7 @@ async def test_a_worker_killed_mid_call_fails_that_call_and_is_replaced(host: Ho
         await create(runner, path, host, 0)
         (pid,) = worker_pids()
         call = asyncio.create_task(create(runner, path, host, 2000, policy=HookPolicy(timeout_ms=5000)))
-        await asyncio.sleep(0.3)
+        await running_js(host, 2000)
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(HookError) as caught:
             await call
@@ -114,13 +101,17 @@ async def test_a_call_cancelled_while_its_javascript_runs_leaves_the_worker_usab
         await create(runner, path, host, 0)
         (pid,) = worker_pids()
         call = asyncio.create_task(create(runner, path, host, 300, policy=HookPolicy(timeout_ms=400)))
-        await asyncio.sleep(0.1)
+        await running_js(host, 300)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
         # The next call waits for the abandoned one to finish, then gets a fresh context in the same process.
         assert (await create(runner, path, host, 0)).value == [0, 1]
-        await asyncio.sleep(1.0)  # past the abandoned request's hard deadline: it was met, nothing is killed
+        # The abandoned request was sent before now, with at most 0.4 s of budget: its hard deadline is before
+        # `after`. Its timer is due before this sleep's, so it has run when the sleep ends (and killed nothing).
+        loop = asyncio.get_running_loop()
+        after = loop.time() + 0.4 + GRACE_S
+        await asyncio.sleep(after - loop.time())
         assert (await create(runner, path, host, 0)).value == [0, 2]
         assert worker_pids() == [pid]
     finally:

@@ -6,16 +6,27 @@ from typing import Any
 
 from yao_agent.events import Event, StreamEnd
 from yao_agent.identity import Identity
-from yao_agent.pipeline import RunRequest, Runtime, run_stream
+from yao_agent.pipeline import RunRequest, Runtime
+from yao_agent.runs import Runs
 
 ALICE = Identity("alice")
+_RUNS: dict[Runtime, Runs] = {}  # the latest few runtimes' (a test uses one or two; older ones are let go)
+
+
+def runs_of(rt: Runtime) -> Runs:
+    """The one `Runs` of a test's runtime, as a process has one: its runs share one admission (queues, cancels)."""
+    if rt not in _RUNS:
+        _RUNS[rt] = Runs(rt)
+        while len(_RUNS) > 8:
+            del _RUNS[next(iter(_RUNS))]
+    return _RUNS[rt]
 
 
 async def turn(
     rt: Runtime, text: str | list[dict[str, Any]], chat_id: str = "c1", who: Identity = ALICE, assistant: str = "chat"
 ) -> list[Event]:
     messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
-    return [e async for e in run_stream(rt, RunRequest(assistant, who, messages, chat_id=chat_id))]
+    return [e async for e in runs_of(rt).stream(RunRequest(assistant, who, messages, chat_id=chat_id))]
 
 
 def end_of(events: list[Event]) -> StreamEnd:

@@ -12,19 +12,19 @@ import pytest
 from sqlalchemy import select
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, stored
+from tests.pipeline.helpers import ALICE, runs_of, stored
 from tests.tools.servers import server as testing_server
 from yao_agent.connectors import RetryPolicy
-from yao_agent.errors import ChatBusy, NoActiveRun
+from yao_agent.errors import ChatBusy, NoActiveRun, NotFound
 from yao_agent.events import Event, FallbackEvent, MessageDelta, MessageEnd, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
-from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start
+from yao_agent.pipeline import RunHandle, RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.leases import PgLease
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.schema import chat_leases
-from yao_agent.testing import FakeProvider, Reply, ToolCall
+from yao_agent.testing import Reply, ScriptedModel, ToolCall
 from yao_agent.tools import ToolManager
 
 SLOW = Reply(text="s" * 200, chunk_size=2, delay_s=0.02)
@@ -37,17 +37,18 @@ ON_POSTGRES = pytest.mark.parametrize(
 
 @pytest.fixture
 async def leased(rt: Runtime) -> AsyncIterator[Runtime]:
-    await rt.share_chats()
-    assert isinstance(rt.admission.lease, PgLease)
+    await runs_of(rt).share_chats()
+    lease = runs_of(rt).admission.lease
+    assert isinstance(lease, PgLease)
     try:
         yield rt
     finally:
-        await rt.admission.lease.aclose()
+        await lease.aclose()
 
 
 async def begin(rt: Runtime, text: str, chat_id: str = "c1", on_busy: str | None = None) -> RunHandle:
     request = RunRequest("chat", ALICE, [{"role": "user", "content": text}], chat_id=chat_id, on_busy=on_busy)  # type: ignore[arg-type]
-    return await start(rt, request)
+    return await runs_of(rt).start(request)
 
 
 async def until(condition: Callable[[], object], timeout_s: float = 10) -> None:
@@ -87,7 +88,7 @@ async def blocked_on_a_lock(watcher: psycopg.AsyncConnection, statement: str) ->
 
 async def leases(rt: Runtime) -> list[tuple[str, str]]:
     query = select(chat_leases.c.chat_id, chat_leases.c.owner)
-    return [(r[0], r[1]) for r in await rt.store.db.read(lambda conn: conn.execute(query).all())]
+    return [(r[0], r[1]) for r in await rt.store.db.read_tx(lambda tx: tx.all(query))]
 
 
 class Reader:
@@ -118,7 +119,7 @@ def ends(events: Sequence[Event]) -> list[tuple[str, str]]:
     return [(e.status, e.reason) for e in events if isinstance(e, StreamEnd)]
 
 
-async def test_many_requests_on_one_chat_each_end_once_in_one_order(rt: Runtime, fake: FakeProvider) -> None:
+async def test_many_requests_on_one_chat_each_end_once_in_one_order(rt: Runtime, fake: ScriptedModel) -> None:
     for _ in range(8):
         fake.enqueue("echo")
     handles = [await begin(rt, f"question {n}") for n in range(8)]
@@ -132,12 +133,12 @@ async def test_many_requests_on_one_chat_each_end_once_in_one_order(rt: Runtime,
 
 
 async def test_cancel_reaches_the_active_run_and_everything_queued_but_not_what_comes_after(
-    rt: Runtime, fake: FakeProvider
+    rt: Runtime, fake: ScriptedModel
 ) -> None:
     fake.enqueue(SLOW, Reply(text="after the cancel"))
     active, queued = await begin(rt, "first"), await begin(rt, "second")
     reading = await Reader(active).until_text()
-    assert await rt.cancel(ALICE, "c1") == 2
+    assert await runs_of(rt).cancel(ALICE, "c1") == 2
     later = await begin(rt, "third")
     first, second, third = await asyncio.gather(reading.rest(), drain(queued), drain(later))
     assert ends(first) == [("cancelled", "cancelled")]
@@ -149,24 +150,24 @@ async def test_cancel_reaches_the_active_run_and_everything_queued_but_not_what_
     assert len(fake.requests) == 2  # the queued request never reached the model
 
 
-async def test_cancel_before_any_request_poisons_nothing(rt: Runtime, fake: FakeProvider) -> None:
+async def test_cancel_before_any_request_poisons_nothing(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="one"), Reply(text="two"))
     assert ends(await drain(await begin(rt, "hello"))) == [("completed", "completed")]
-    assert await rt.cancel(ALICE, "c1") == 0  # nothing running: nothing to cancel
+    assert await runs_of(rt).cancel(ALICE, "c1") == 0  # nothing running: nothing to cancel
     assert ends(await drain(await begin(rt, "again"))) == [("completed", "completed")]
 
 
-async def test_cancel_then_at_once_a_new_request_the_new_one_survives(rt: Runtime, fake: FakeProvider) -> None:
+async def test_cancel_then_at_once_a_new_request_the_new_one_survives(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(SLOW, Reply(text="fresh"))
     reading = await Reader(await begin(rt, "long")).until_text()
-    await rt.cancel(ALICE, "c1")
+    await runs_of(rt).cancel(ALICE, "c1")
     fresh = await begin(rt, "new")  # accepted after the cancel: untouched by it
     assert ends(await reading.rest()) == [("cancelled", "cancelled")]
     assert ends(await drain(fresh)) == [("completed", "completed")]
 
 
 async def test_a_request_cancelled_before_its_task_started_still_ends_and_stores(
-    rt: Runtime, fake: FakeProvider
+    rt: Runtime, fake: ScriptedModel
 ) -> None:
     handle = await begin(rt, "too late")
     handle.cancel()  # before the run's task ever ran
@@ -175,7 +176,7 @@ async def test_a_request_cancelled_before_its_task_started_still_ends_and_stores
     assert fake.requests == []
 
 
-async def test_reject_and_interrupt(rt: Runtime, fake: FakeProvider) -> None:
+async def test_reject_and_interrupt(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(SLOW, Reply(text="interrupter"))
     reading = await Reader(await begin(rt, "busy")).until_text()
     with pytest.raises(ChatBusy, match="chat 'c1' is busy"):
@@ -186,11 +187,11 @@ async def test_reject_and_interrupt(rt: Runtime, fake: FakeProvider) -> None:
     assert "refused" not in [r[1] for r in await stored(rt)]
 
 
-async def test_append_during_streaming_reaches_the_next_model_call(rt: Runtime, fake: FakeProvider) -> None:
+async def test_append_during_streaming_reaches_the_next_model_call(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(SLOW, Reply(text="Noted the addition."))
     active = await begin(rt, "write a poem")
     reading = await Reader(active).until_text()
-    run_id = rt.append(ALICE, "c1", [{"role": "user", "content": "make it rhyme"}])
+    run_id = await runs_of(rt).append(ALICE, "c1", [{"role": "user", "content": "make it rhyme"}])
     assert run_id == active.run_id
     assert ends(await reading.rest()) == [("completed", "completed")]
     assert fake.requests[1].messages[-2:] == [
@@ -200,28 +201,32 @@ async def test_append_during_streaming_reaches_the_next_model_call(rt: Runtime, 
     assert [r[1] for r in await stored(rt)] == ["write a poem", "s" * 200, "make it rhyme", "Noted the addition."]
 
 
-async def test_an_append_to_a_run_whose_model_call_then_fails_is_kept(rt: Runtime, fake: FakeProvider) -> None:
+async def test_an_append_to_a_run_whose_model_call_then_fails_is_kept(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="s" * 200, chunk_size=2, delay_s=0.02, drop_after=40))
     reading = await Reader(await begin(rt, "write a poem")).until_text()
-    rt.append(ALICE, "c1", [{"role": "user", "content": "make it rhyme"}])
+    await runs_of(rt).append(ALICE, "c1", [{"role": "user", "content": "make it rhyme"}])
     assert ends(await reading.rest()) == [("failed", "model_error")]
     contents = [r[1] for r in await stored(rt)]
     assert contents[0] == "write a poem" and contents[-1] == "make it rhyme"  # unanswered, but not lost
 
 
-async def test_append_without_an_active_run_is_refused(rt: Runtime, fake: FakeProvider) -> None:
-    with pytest.raises(NoActiveRun):
-        rt.append(ALICE, "c1", [{"role": "user", "content": "anyone?"}])
-    fake.enqueue(SLOW)
+async def test_append_without_an_active_run_is_refused(rt: Runtime, fake: ScriptedModel) -> None:
+    runs = runs_of(rt)
+    with pytest.raises(NotFound, match="no chat 'c1'"):  # as over HTTP: an unknown chat is not found
+        await runs.append(ALICE, "c1", [{"role": "user", "content": "anyone?"}])
+    fake.enqueue(Reply(text="done"), SLOW)
+    assert ends(await drain(await begin(rt, "hello"))) == [("completed", "completed")]
+    with pytest.raises(NoActiveRun, match="chat 'c1' has no active run"):  # the caller's chat, at rest
+        await runs.append(ALICE, "c1", [{"role": "user", "content": "anyone?"}])
     active = await begin(rt, "busy")
     reading = await Reader(active).until_text()
-    with pytest.raises(NoActiveRun):  # another tenant cannot append to it
-        rt.append(Identity("mallory"), "c1", [{"role": "user", "content": "hi"}])
+    with pytest.raises(NotFound, match="no chat 'c1'"):  # another tenant cannot append to it, nor learn it runs
+        await runs.append(Identity("mallory"), "c1", [{"role": "user", "content": "hi"}])
     active.cancel()
     await reading.rest()
 
 
-async def test_a_reader_that_stops_reading_does_not_stop_the_run(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_reader_that_stops_reading_does_not_stop_the_run(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="x" * 3000, chunk_size=1))
     handle = await begin(rt, "go on without me")
     reading = await Reader(handle).until_text()  # ...and then reads nothing for a while
@@ -232,7 +237,7 @@ async def test_a_reader_that_stops_reading_does_not_stop_the_run(rt: Runtime, fa
     assert "".join(e.text or "" for e in waiting if isinstance(e, MessageDelta)) == "x" * 3000
 
 
-async def test_a_reader_that_fell_behind_gets_what_waited_in_one_batch(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_reader_that_fell_behind_gets_what_waited_in_one_batch(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="y" * 40, chunk_size=1))
     handle = await begin(rt, "go on")
     await asyncio.wait_for(asyncio.shield(handle.task), 30)  # the reader was away for the whole run
@@ -243,69 +248,81 @@ async def test_a_reader_that_fell_behind_gets_what_waited_in_one_batch(rt: Runti
     assert "".join(e.text or "" for e in events if isinstance(e, MessageDelta)) == "y" * 40
 
 
-class SlowFlush(SqlStore):
-    """A store whose final write takes a while, so a cancel can arrive in the middle of it."""
+class HeldFlush(SqlStore):
+    """A store whose final write of a run waits until the test lets it go: whatever the test does on
+    `flushing`, it does in the middle of the flush, however slow the machine."""
 
-    flushing = asyncio.Event()
+    flushing: asyncio.Event
+    release: asyncio.Event
+
+    @classmethod
+    def over(cls, store: SqlStore) -> HeldFlush:
+        held = cls(store.db)
+        held.flushing, held.release = asyncio.Event(), asyncio.Event()
+        return held
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
     ) -> None:
-        type(self).flushing.set()
-        await asyncio.sleep(0.3)
+        self.flushing.set()
+        await self.release.wait()
         await super().finish_run(identity, run, new, done)
 
 
-async def test_a_cancel_during_the_flush_changes_nothing(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+async def test_a_cancel_during_the_flush_changes_nothing(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
     from tests.pipeline.conftest import app_files
 
-    rt = make_runtime(tmp_path / "app", SlowFlush(store.db), app_files(fake.base_url))
-    SlowFlush.flushing = asyncio.Event()
+    held = HeldFlush.over(store)
+    rt = make_runtime(tmp_path / "app", held, app_files(fake.base_url), model=fake)
     fake.enqueue(Reply(text="done"))
     handle = await begin(rt, "hi")
     reading = asyncio.create_task(drain(handle))
-    await asyncio.wait_for(SlowFlush.flushing.wait(), 10)
-    handle.cancel()
+    await asyncio.wait_for(held.flushing.wait(), 10)
+    handle.cancel()  # the cancel is delivered before the flush can go on: both wake in this order
+    held.release.set()
     assert ends(await reading) == [("completed", "completed")]
     assert await stored(rt) == [("user", "hi", "completed"), ("assistant", "done", "completed")]
     await rt.engines.aclose()
 
 
 async def test_an_append_during_the_flush_is_refused_and_goes_as_a_new_request(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
-    rt = make_runtime(tmp_path / "app", SlowFlush(store.db), app_files(fake.base_url))
-    SlowFlush.flushing = asyncio.Event()
+    held = HeldFlush.over(store)
+    rt = make_runtime(tmp_path / "app", held, app_files(fake.base_url), model=fake)
     fake.enqueue(Reply(text="done"), "echo")
     reading = asyncio.create_task(drain(await begin(rt, "hi")))
-    await asyncio.wait_for(SlowFlush.flushing.wait(), 10)
+    await asyncio.wait_for(held.flushing.wait(), 10)
     with pytest.raises(NoActiveRun, match="is ending and takes no more messages; send them as a new request"):
-        rt.append(ALICE, "c1", [{"role": "user", "content": "one more thing"}])  # it would never be answered
+        await runs_of(rt).append(
+            ALICE, "c1", [{"role": "user", "content": "one more thing"}]
+        )  # it would never be answered
     again = await begin(rt, "one more thing")
+    held.release.set()
     assert ends(await reading) == [("completed", "completed")]
     assert ends(await drain(again)) == [("completed", "completed")]
     assert [r[1] for r in await stored(rt)] == ["hi", "done", "one more thing", "echo: one more thing"]
     await rt.engines.aclose()
 
 
-async def test_an_append_to_a_cancelled_run_is_refused(rt: Runtime, fake: FakeProvider) -> None:
+async def test_an_append_to_a_cancelled_run_is_refused(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(SLOW)
     reading = await Reader(await begin(rt, "busy")).until_text()
-    await rt.cancel(ALICE, "c1")
+    await runs_of(rt).cancel(ALICE, "c1")
     with pytest.raises(NoActiveRun, match="is ending"):
-        rt.append(ALICE, "c1", [{"role": "user", "content": "too late"}])
+        await runs_of(rt).append(ALICE, "c1", [{"role": "user", "content": "too late"}])
     assert ends(await reading.rest()) == [("cancelled", "cancelled")]
     assert "too late" not in [r[1] for r in await stored(rt)]
 
 
-async def test_a_cancelled_batch_leaves_no_gate_behind(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_cancelled_batch_leaves_no_gate_behind(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(SLOW, Reply(text="fresh"))
     handles = [await begin(rt, f"q{n}") for n in range(4)]
     reading = await Reader(handles[0]).until_text()
-    assert await rt.cancel(ALICE, "c1") == 4
+    assert await runs_of(rt).cancel(ALICE, "c1") == 4
     results = await asyncio.gather(reading.rest(), *(drain(h) for h in handles[1:]))
     assert [ends(r) for r in results] == [[("cancelled", "cancelled")]] * 4
-    assert rt.admission.gates == {}  # the watermark went with the last request
+    assert runs_of(rt).admission.gates == {}  # the watermark went with the last request
     assert ends(await drain(await begin(rt, "fresh"))) == [("completed", "completed")]
 
 
@@ -313,7 +330,7 @@ def stream_ends_per_run(results: Sequence[Sequence[Event]]) -> list[list[str]]:
     return [[e.run_id for e in events if isinstance(e, StreamEnd)] for events in results]
 
 
-async def test_one_stream_end_per_run_across_retries(rt: Runtime, fake: FakeProvider) -> None:
+async def test_one_stream_end_per_run_across_retries(rt: Runtime, fake: ScriptedModel) -> None:
     rt.retry = RetryPolicy(max_attempts=3)
     fake.enqueue("e500", Reply(text="one"), "e429", Reply(text="two"), "e503", "e500", Reply(text="three"))
     handles = [await begin(rt, f"q{n}") for n in range(3)]
@@ -324,11 +341,11 @@ async def test_one_stream_end_per_run_across_retries(rt: Runtime, fake: FakeProv
     assert [r[1] for r in await stored(rt)] == ["q0", "one", "q1", "two", "q2", "three"]
 
 
-async def test_one_stream_end_per_run_across_a_fallback(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+async def test_one_stream_end_per_run_across_a_fallback(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
     files = app_files(fake.base_url)
     files["app.yml"] = files["app.yml"].replace("default: fake.model", "default: [fake.model, fake.backup]")
     files["connectors/fake/backup.yml"] = files["connectors/fake/model.yml"].replace("model: text", "model: backup")
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     fake.enqueue("e500", "e503", model="text")
     fake.enqueue(Reply(text="from the backup"), Reply(text="again the backup"), model="backup")
     handles = [await begin(rt, f"q{n}") for n in range(2)]
@@ -341,7 +358,7 @@ async def test_one_stream_end_per_run_across_a_fallback(tmp_path: Path, store: S
 
 
 async def test_a_reader_that_stops_reading_during_a_long_tool_call_gets_it_whole(
-    rt: Runtime, fake: FakeProvider
+    rt: Runtime, fake: ScriptedModel
 ) -> None:
     lookup = ToolCall("lookup", {"query": "x" * 3000}, id="call_long")
     fake.enqueue(Reply(tool_calls=(lookup,), chunk_size=1))
@@ -362,28 +379,33 @@ def reached(marker: str) -> bool:
     return Path(marker).exists()
 
 
-async def test_a_chat_cancel_while_a_tool_runs(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+async def test_a_chat_cancel_while_a_tool_runs(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
     files = app_files(fake.base_url)
     files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.tools.servers]\n"
     files["assistants/tooled/assistant.yml"] = "name: Tooled\nmcp:\n  servers: [testing]\n"
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
     marker = str(tmp_path / "nap")
     nap = ToolCall("testing__nap_marked", {"seconds": 30, "marker": marker}, id="n1")
     fake.enqueue(Reply(tool_calls=(nap,)), Reply(text="after"))
     ask = [{"role": "user", "content": "sleep on it"}]
     try:
-        napping = await start(rt, RunRequest("tooled", ALICE, ask, chat_id="c1"))
-        queued = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "and?"}], chat_id="c1"))
+        napping = await runs_of(rt).start(RunRequest("tooled", ALICE, ask, chat_id="c1"))
+        queued = await runs_of(rt).start(
+            RunRequest("tooled", ALICE, [{"role": "user", "content": "and?"}], chat_id="c1")
+        )
         reading = asyncio.create_task(drain(napping))
         await until(lambda: reached(marker + ".started"))
-        assert await rt.cancel(ALICE, "c1") == 2
+        assert await runs_of(rt).cancel(ALICE, "c1") == 2
         assert ends(await reading) == [("cancelled", "cancelled")]
         assert ends(await drain(queued)) == [("cancelled", "cancelled")]
-        assert not reached(marker + ".finished")  # the tool was stopped, not waited for
+        await until(lambda: reached(marker + ".cancelled"))  # the tool was stopped, not waited for
+        assert not reached(marker + ".finished")
         rows = await rt.store.history(ALICE, "c1")
         assert [(m.tool_call_id, m.content) for m in rows if m.role == "tool"] == [("n1", "cancelled")]
-        later = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "awake?"}], chat_id="c1"))
+        later = await runs_of(rt).start(
+            RunRequest("tooled", ALICE, [{"role": "user", "content": "awake?"}], chat_id="c1")
+        )
         assert ends(await drain(later)) == [("completed", "completed")]
         assert len(fake.requests) == 2  # the queued request never reached the model
     finally:
@@ -392,30 +414,30 @@ async def test_a_chat_cancel_while_a_tool_runs(tmp_path: Path, store: SqlStore, 
 
 
 @ON_POSTGRES
-async def test_many_requests_with_leases(leased: Runtime, fake: FakeProvider) -> None:
+async def test_many_requests_with_leases(leased: Runtime, fake: ScriptedModel) -> None:
     await test_many_requests_on_one_chat_each_end_once_in_one_order(leased, fake)
     assert await leases(leased) == []
 
 
 @ON_POSTGRES
-async def test_cancel_with_leases(leased: Runtime, fake: FakeProvider) -> None:
+async def test_cancel_with_leases(leased: Runtime, fake: ScriptedModel) -> None:
     await test_cancel_reaches_the_active_run_and_everything_queued_but_not_what_comes_after(leased, fake)
-    assert leased.admission.gates == {} and await leases(leased) == []
+    assert runs_of(leased).admission.gates == {} and await leases(leased) == []
 
 
 @ON_POSTGRES
-async def test_cancel_then_a_new_request_with_leases(leased: Runtime, fake: FakeProvider) -> None:
+async def test_cancel_then_a_new_request_with_leases(leased: Runtime, fake: ScriptedModel) -> None:
     await test_cancel_then_at_once_a_new_request_the_new_one_survives(leased, fake)
 
 
 @ON_POSTGRES
-async def test_reject_and_interrupt_with_leases(leased: Runtime, fake: FakeProvider) -> None:
+async def test_reject_and_interrupt_with_leases(leased: Runtime, fake: ScriptedModel) -> None:
     await test_reject_and_interrupt(leased, fake)
 
 
 @ON_POSTGRES
-async def test_a_cancel_while_waiting_for_the_lease(leased: Runtime, fake: FakeProvider) -> None:
-    lease = leased.admission.lease
+async def test_a_cancel_while_waiting_for_the_lease(leased: Runtime, fake: ScriptedModel) -> None:
+    lease = runs_of(leased).admission.lease
     assert isinstance(lease, PgLease)
     fake.enqueue(Reply(text="free again"))
     async with pg_session(leased, autocommit=True) as other:  # another process holds the chat
@@ -431,13 +453,13 @@ async def test_a_cancel_while_waiting_for_the_lease(leased: Runtime, fake: FakeP
         assert await leases(leased) == [("c1", "elsewhere")]  # theirs, untouched
         with pytest.raises(ChatBusy, match="another process"):
             await begin(leased, "refused", on_busy="reject")
-        assert leased.admission.gates == {}
+        assert runs_of(leased).admission.gates == {}
         await other.execute("DELETE FROM chat_leases")
     assert ends(await drain(await begin(leased, "now?"))) == [("completed", "completed")]
 
 
 @ON_POSTGRES
-async def test_a_cancel_while_claiming_the_lease_leaves_the_chat_free(leased: Runtime, fake: FakeProvider) -> None:
+async def test_a_cancel_while_claiming_the_lease_leaves_the_chat_free(leased: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="free"))
     async with pg_session(leased) as blocker, pg_session(leased, autocommit=True) as watcher:
         # Another transaction is inserting the chat's lease: the claim waits for it to commit or not.
@@ -455,7 +477,7 @@ async def test_a_cancel_while_claiming_the_lease_leaves_the_chat_free(leased: Ru
 
 
 @ON_POSTGRES
-async def test_a_cancel_while_the_lease_is_released_still_frees_the_chat(leased: Runtime, fake: FakeProvider) -> None:
+async def test_a_cancel_while_the_lease_is_released_still_frees_the_chat(leased: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(SLOW, Reply(text="next"))
     handle = await begin(leased, "hi")
     reading = await Reader(handle).until_text()
@@ -463,20 +485,21 @@ async def test_a_cancel_while_the_lease_is_released_still_frees_the_chat(leased:
         await blocker.execute("SELECT 1 FROM chat_leases WHERE chat_id = 'c1' FOR UPDATE")  # the release waits
         rest = asyncio.create_task(reading.rest())
         await blocked_on_a_lock(watcher, "DELETE FROM chat_leases")
-        assert await leased.cancel(ALICE, "c1") == 1  # the run is stored; only its lease is being let go
+        assert await runs_of(leased).cancel(ALICE, "c1") == 1  # the run is stored; only its lease is being let go
         await blocker.rollback()
     assert ends(await rest) == [("completed", "completed")]
-    assert leased.admission.gates == {} and await leases(leased) == []
+    assert runs_of(leased).admission.gates == {} and await leases(leased) == []
     assert ends(await drain(await begin(leased, "next"))) == [("completed", "completed")]
 
 
 @ON_POSTGRES
 async def test_a_run_whose_lease_another_process_took_is_cancelled(
-    rt: Runtime, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    rt: Runtime, fake: ScriptedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("YAO_AGENT_LEASE_TTL_S", "0.9")  # renewed every 0.3 s
-    await rt.share_chats()
-    assert isinstance(rt.admission.lease, PgLease)
+    await runs_of(rt).share_chats()
+    lease = runs_of(rt).admission.lease
+    assert isinstance(lease, PgLease)
     try:
         fake.enqueue(Reply(text="s" * 1000, chunk_size=2, delay_s=0.02))
         reading = await Reader(await begin(rt, "long")).until_text()
@@ -485,4 +508,4 @@ async def test_a_run_whose_lease_another_process_took_is_cancelled(
         assert ends(await reading.rest()) == [("cancelled", "cancelled")]  # no second run on the chat
         assert await leases(rt) == [("c1", "elsewhere")]
     finally:
-        await rt.admission.lease.aclose()
+        await lease.aclose()

@@ -13,7 +13,7 @@ from yao_agent.connectors import Cooldowns, RetryPolicy
 from yao_agent.events import FallbackEvent, StreamEnd
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider
+from yao_agent.testing import ScriptedModel
 
 
 class Clock:
@@ -28,7 +28,7 @@ Chained = Callable[..., Runtime]
 
 
 @pytest.fixture
-async def chained(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Chained]:
+async def chained(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> AsyncIterator[Chained]:
     """Runtimes whose `default` is the chain [fake.first (model `first`: a fake provider scenario), fake.model]."""
     made: list[Runtime] = []
 
@@ -38,7 +38,7 @@ async def chained(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncI
         files["connectors/fake/first.yml"] = (
             f"type: openai\nmodel: {first}\nbase_url: {fake.base_url}\napi_key: sk-x\n{cooldown}"
         )
-        rt = make_runtime(tmp_path / "app", store, files)
+        rt = make_runtime(tmp_path / "app", store, files, model=fake)
         rt.retry = RetryPolicy(max_attempts=3)  # a dead provider costs three attempts (the sleeps are skipped)
         made.append(rt)
         return rt
@@ -48,11 +48,11 @@ async def chained(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncI
         await rt.engines.aclose()
 
 
-def models_asked(fake: FakeProvider) -> list[str]:
+def models_asked(fake: ScriptedModel) -> list[str]:
     return [r.model for r in fake.requests]
 
 
-async def test_a_failed_link_is_skipped_until_its_cooldown_is_over(chained: Chained, fake: FakeProvider) -> None:
+async def test_a_failed_link_is_skipped_until_its_cooldown_is_over(chained: Chained, fake: ScriptedModel) -> None:
     rt = chained("e500")
     clock = rt.cooldowns = Cooldowns(Clock())
     events = await turn(rt, "one", chat_id="c1")
@@ -73,7 +73,7 @@ async def test_a_failed_link_is_skipped_until_its_cooldown_is_over(chained: Chai
     assert models_asked(fake) == ["e500", "e500", "e500", "text"]  # tried again, once the 30 s are over
 
 
-async def test_when_every_link_is_cooling_down_they_are_tried_anyway(chained: Chained, fake: FakeProvider) -> None:
+async def test_when_every_link_is_cooling_down_they_are_tried_anyway(chained: Chained, fake: ScriptedModel) -> None:
     rt = chained("e500")
     (rt.app.root / "connectors/fake/model.yml").write_text(f"type: openai\nmodel: e503\nbase_url: {fake.base_url}\n")
     from yao_agent.dsl import load_app
@@ -87,7 +87,7 @@ async def test_when_every_link_is_cooling_down_they_are_tried_anyway(chained: Ch
     assert isinstance(end, StreamEnd) and end.reason == "model_error"
 
 
-async def test_cooldown_zero_never_skips(chained: Chained, fake: FakeProvider) -> None:
+async def test_cooldown_zero_never_skips(chained: Chained, fake: ScriptedModel) -> None:
     rt = chained("e500", cooldown="cooldown_s: 0\n")
     await turn(rt, "one", chat_id="c1")
     fake.reset()
@@ -95,7 +95,7 @@ async def test_cooldown_zero_never_skips(chained: Chained, fake: FakeProvider) -
     assert models_asked(fake) == ["e500", "e500", "e500", "text"]
 
 
-async def test_a_request_the_provider_refuses_does_not_start_a_cooldown(chained: Chained, fake: FakeProvider) -> None:
+async def test_a_request_the_provider_refuses_does_not_start_a_cooldown(chained: Chained, fake: ScriptedModel) -> None:
     rt = chained("e400")
     assert end_of(await turn(rt, "one", chat_id="c1")).reason == "model_error"  # a 400 does not fall back
     fake.reset()

@@ -10,29 +10,29 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline import test_tools
-from tests.pipeline.helpers import ALICE, end_of, turn
+from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
 from tests.pipeline.pairing import request_problems, stored_problems
 from tests.pipeline.test_tools import call, close, in_process, tooled
 from yao_agent.events import MessageEnd, ToolResult
-from yao_agent.pipeline import Runtime, start_resume
+from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.testing import Reply, ScriptedModel
 
 rt = test_tools.rt  # the fixture: a runtime whose `tooled` assistant has the in-process `testing` server
 
 
-async def assert_valid(rt: Runtime, fake: FakeProvider, chat_id: str = "c1") -> None:
+async def assert_valid(rt: Runtime, fake: ScriptedModel, chat_id: str = "c1") -> None:
     assert stored_problems(await rt.store.history(ALICE, chat_id)) == []
     for number, request in enumerate(fake.requests):
         assert request_problems(request.messages) == [], f"request {number}"
 
 
 async def resumed(rt: Runtime, chat_id: str = "c1") -> list[object]:
-    return [e async for e in (await start_resume(rt, ALICE, chat_id)).events()]
+    return [e async for e in (await runs_of(rt).resume(ALICE, chat_id)).events()]
 
 
 async def test_resume_after_tool_error_reruns_the_last_attempt_and_keeps_one_result_per_call(
-    rt: Runtime, fake: FakeProvider
+    rt: Runtime, fake: ScriptedModel
 ) -> None:
     fake.enqueue(*[Reply(tool_calls=(call("testing__add", {"a": "x", "b": 1}, f"c{n}"),)) for n in range(3)])
     end = end_of(await turn(rt, "add", assistant="tooled"))
@@ -56,7 +56,7 @@ async def test_resume_after_tool_error_reruns_the_last_attempt_and_keeps_one_res
     await assert_valid(rt, fake)
 
 
-async def test_repeated_resumes_replace_the_result_in_its_place(rt: Runtime, fake: FakeProvider) -> None:
+async def test_repeated_resumes_replace_the_result_in_its_place(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__protocol_fail", {}, "p1"),)))
     assert end_of(await turn(rt, "go", assistant="tooled")).reason == "tool_error"
     for _ in range(3):
@@ -66,12 +66,12 @@ async def test_repeated_resumes_replace_the_result_in_its_place(rt: Runtime, fak
     await assert_valid(rt, fake)
 
 
-async def test_resume_after_a_cancelled_round_keeps_one_result_per_call(rt: Runtime, fake: FakeProvider) -> None:
-    from yao_agent.pipeline import RunRequest, start
+async def test_resume_after_a_cancelled_round_keeps_one_result_per_call(rt: Runtime, fake: ScriptedModel) -> None:
+    from yao_agent.pipeline import RunRequest
 
     naps = (call("testing__nap", {"seconds": 0.01, "label": "quick"}, "q"), call("testing__nap", {"seconds": 0.5}, "s"))
     fake.enqueue(Reply(tool_calls=naps), Reply(text="Rested."))
-    handle = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "rest"}], chat_id="c1"))
+    handle = await runs_of(rt).start(RunRequest("tooled", ALICE, [{"role": "user", "content": "rest"}], chat_id="c1"))
     async for event in handle.events():
         if isinstance(event, ToolResult) and event.tool_call_id == "q":
             handle.cancel()
@@ -84,7 +84,7 @@ async def test_resume_after_a_cancelled_round_keeps_one_result_per_call(rt: Runt
 
 @pytest.mark.parametrize("sent", ['{"city": "Par', "[1, 2]", '"Paris"', "null"])
 async def test_invalid_arguments_are_answered_quoting_them_and_stored_as_an_empty_object(
-    rt: Runtime, fake: FakeProvider, sent: str
+    rt: Runtime, fake: ScriptedModel, sent: str
 ) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__add", sent, "c1"),)), Reply(text="Sorry, I could not."))
     events = await turn(rt, "add", assistant="tooled")
@@ -103,7 +103,7 @@ async def test_invalid_arguments_are_answered_quoting_them_and_stored_as_an_empt
     await assert_valid(rt, fake)
 
 
-async def test_a_long_invalid_argument_is_quoted_to_200_characters(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_long_invalid_argument_is_quoted_to_200_characters(rt: Runtime, fake: ScriptedModel) -> None:
     sent = '{"text": "' + "x" * 500
     fake.enqueue(Reply(tool_calls=(call("testing__echo", sent, "c1"),)), Reply(text="Sorry."))
     events = await turn(rt, "echo", assistant="tooled")
@@ -111,7 +111,7 @@ async def test_a_long_invalid_argument_is_quoted_to_200_characters(rt: Runtime, 
     assert result.error is not None and sent[:200] in result.error and sent[:201] not in result.error
 
 
-async def test_empty_arguments_mean_no_arguments(rt: Runtime, fake: FakeProvider) -> None:
+async def test_empty_arguments_mean_no_arguments(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__protocol_fail", "", "c1"),)))
     await turn(rt, "go", assistant="tooled")
     [reply] = [m for m in await rt.store.history(ALICE, "c1") if m.tool_calls]
@@ -125,7 +125,7 @@ OBSERVER = """\
 """
 
 
-def hooked_tools(tmp_path: Path, store: SqlStore, fake: FakeProvider, hook: str, on_error: str = "fail") -> Runtime:
+def hooked_tools(tmp_path: Path, store: SqlStore, fake: ScriptedModel, hook: str, on_error: str = "fail") -> Runtime:
     assistant = (f"name: Tooled\nhook: hooks/next.js\nhook_policy: {{on_error: {on_error}}}\n"
                  "mcp: {servers: [testing]}\n")  # fmt: skip
     return in_process(tooled(tmp_path / "app", store, fake, assistant=assistant,
@@ -134,7 +134,7 @@ def hooked_tools(tmp_path: Path, store: SqlStore, fake: FakeProvider, hook: str,
 
 @pytest.mark.parametrize("hook", [OBSERVER, "function Next() { return {data: {seen: true}} }"])
 async def test_a_next_hook_that_only_observes_leaves_the_tool_loop_on(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, hook: str
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel, hook: str
 ) -> None:
     rt = hooked_tools(tmp_path, store, fake, hook)
     fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),)), Reply(text="It is 5."))
@@ -150,7 +150,7 @@ async def test_a_next_hook_that_only_observes_leaves_the_tool_loop_on(
 
 
 async def test_next_stop_ends_the_run_even_with_tool_results_waiting(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     rt = hooked_tools(tmp_path, store, fake, "function Next() { return {stop: true, data: 'enough'} }")
     fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),)), Reply(text="never"))
@@ -164,7 +164,7 @@ async def test_next_stop_ends_the_run_even_with_tool_results_waiting(
 
 
 @pytest.mark.parametrize("returned", ["{stop: 'yes'}", "{stop: true, continue: {messages: []}}"])
-async def test_a_bad_stop_is_a_hook_error(tmp_path: Path, store: SqlStore, fake: FakeProvider, returned: str) -> None:
+async def test_a_bad_stop_is_a_hook_error(tmp_path: Path, store: SqlStore, fake: ScriptedModel, returned: str) -> None:
     rt = hooked_tools(tmp_path, store, fake, f"function Next() {{ return {returned} }}")
     fake.enqueue(Reply(text="hi"))
     try:
@@ -175,7 +175,7 @@ async def test_a_bad_stop_is_a_hook_error(tmp_path: Path, store: SqlStore, fake:
 
 
 async def test_an_ignored_hook_failure_is_not_where_a_later_failure_resumes(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     hook = """\
         function Next(ctx, payload) { if (payload.tools.length) throw new Error("observer broke"); return null }
@@ -207,7 +207,7 @@ def test_the_pairing_checker_catches_what_it_should() -> None:
     assert len(problems) == 3, json.dumps(problems)
 
 
-async def test_images_to_a_model_that_cannot_read_them_fail_the_run_naming_it(rt: Runtime, fake: FakeProvider) -> None:
+async def test_images_to_a_model_that_cannot_read_them_fail_the_run_naming_it(rt: Runtime, fake: ScriptedModel) -> None:
     picture = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:x"}}]
     end = end_of(await turn(rt, [{"role": "user", "content": picture}], assistant="tooled"))
     assert (end.status, end.reason) == ("failed", "model_error")

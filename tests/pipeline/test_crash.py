@@ -12,7 +12,7 @@ from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from tests.pipeline.helpers import stored
 from yao_agent.identity import Identity
-from yao_agent.pipeline import Runtime, start_resume
+from yao_agent.runs import Runs
 from yao_agent.testing import FakeProvider, Reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,19 +36,20 @@ async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_
         process.send_signal(signal.SIGKILL)
         await process.wait()
 
-        rt = await Runtime.open(app, db=store_raw_url, recover=False)
+        runs = await Runs.open(app, db=store_raw_url, recover=False)
+        rt = runs.rt
         try:
             assert await stored(rt, "k1", LOCAL) == [("user", "tell me everything", "completed")]
             run = await rt.store.latest_run(LOCAL, "k1")
             assert run is not None and run.status == "running"  # nobody has looked yet
 
-            assert await rt.recover() == [run.id]  # what any command that opens the store does
+            assert await runs.recover() == [run.id]  # what any command that opens the store does
             point = await rt.store.resume_point(LOCAL, "k1")
             assert point is not None and point.run.status == "interrupted"
             assert [(s.type, s.status) for s in point.steps] == [("llm", "interrupted")]
 
             fake.enqueue(Reply(text="Here is everything."))
-            handle = await start_resume(rt, LOCAL, "k1")
+            handle = await runs.resume(LOCAL, "k1")
             events = [e async for e in handle.events()]
             assert events[-1].type == "stream_end" and events[-1].status == "completed"  # type: ignore[union-attr]
             assert await stored(rt, "k1", LOCAL) == [
@@ -59,4 +60,4 @@ async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_
             chat = await rt.store.get_chat(LOCAL, "k1")
             assert chat is not None and chat.last_status == "completed"
         finally:
-            await rt.aclose()
+            await runs.aclose()

@@ -26,13 +26,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.pipeline.conftest import app_files, make_runtime
+from tests.pipeline.helpers import runs_of
 from tests.pipeline.pairing import request_problems, stored_problems
 from tests.pipeline.test_tools import ASSISTANT, close, in_process
 from yao_agent.events import StreamEnd
 from yao_agent.identity import Identity
-from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start, start_resume
+from yao_agent.pipeline import RunHandle, RunRequest, Runtime
 from yao_agent.store import SqlStore, open_engine, store_url
-from yao_agent.testing import FakeProvider, Reply, ToolCall
+from yao_agent.testing import Reply, ScriptedModel, ToolCall
 
 WHO = Identity("prop")
 CHAT = "chat-1"
@@ -63,7 +64,7 @@ actions = st.tuples(
 @dataclass
 class Play:
     rt: Runtime
-    fake: FakeProvider
+    fake: ScriptedModel
     ids: itertools.count[int]
 
     def script(self, reply: object) -> Reply:
@@ -92,9 +93,9 @@ class Play:
         if kind == "resume":
             if await self.rt.store.resume_point(WHO, CHAT) is None:
                 return None
-            return await start_resume(self.rt, WHO, CHAT)
+            return await runs_of(self.rt).resume(WHO, CHAT)
         request = RunRequest("tooled", WHO, [{"role": "user", "content": "go on"}], chat_id=CHAT)
-        return await start(self.rt, request)
+        return await runs_of(self.rt).start(request)
 
     async def check(self) -> None:
         history = await self.rt.store.history(WHO, CHAT)
@@ -122,18 +123,18 @@ async def aiter_numbered(handle: RunHandle) -> Any:
 
 async def play(root: Path, steps: list[tuple[str, list[object], int | None]]) -> None:
     store = SqlStore(await open_engine(store_url(f"sqlite:///{root / 'agent.db'}", root)))
-    async with FakeProvider() as fake:
-        files = {**app_files(fake.base_url, limits="{max_turns: 8, max_tool_retries: 2}"),
-                 "mcps/testing.yml": "command: python\n",
-                 "assistants/tooled/assistant.yml": ASSISTANT.format(max_turns=2)}  # fmt: skip
-        rt = in_process(make_runtime(root / "app", store, files))
-        try:
-            player = Play(rt, fake, itertools.count(1))
-            for kind, scripted, cancel_after in steps:
-                await player.act(kind, scripted, cancel_after)
-        finally:
-            await close(rt)
-            await store.aclose()
+    fake = ScriptedModel()
+    files = {**app_files(fake.base_url, limits="{max_turns: 8, max_tool_retries: 2}"),
+             "mcps/testing.yml": "command: python\n",
+             "assistants/tooled/assistant.yml": ASSISTANT.format(max_turns=2)}  # fmt: skip
+    rt = in_process(make_runtime(root / "app", store, files, model=fake))
+    try:
+        player = Play(rt, fake, itertools.count(1))
+        for kind, scripted, cancel_after in steps:
+            await player.act(kind, scripted, cancel_after)
+    finally:
+        await close(rt)
+        await store.aclose()
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,15 +7,15 @@ from pathlib import Path
 from tests.pipeline.conftest import app_files, make_runtime
 from tests.pipeline.helpers import end_of, turn
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.testing import Reply, ScriptedModel
 
 
 async def test_a_prompt_that_fails_to_render_ends_the_run_naming_its_file_and_line(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     files = app_files(fake.base_url)
     files["assistants/chat/assistant.yml"] = "name: Chat\nprompts:\n  - role: system\n    content: '{{ 1 / 0 }}'\n"
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     fake.enqueue(Reply(text="never"))
     try:
         end = end_of(await turn(rt, "hi"))
@@ -30,14 +30,14 @@ async def test_a_prompt_that_fails_to_render_ends_the_run_naming_its_file_and_li
 
 
 async def test_a_hook_file_replaced_by_a_fifo_fails_the_run_instead_of_blocking_it(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     import os
 
     files = app_files(fake.base_url)
     files["hooks/h.js"] = "function Create() { return null }\n"
     files["assistants/chat/assistant.yml"] = "name: Chat\nhook: hooks/h.js\n"
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     fake.enqueue(Reply(text="fine"), Reply(text="never"))
     try:
         assert end_of(await turn(rt, "hi")).status == "completed"

@@ -12,7 +12,7 @@ from yao_agent.messages import ChatMessage, ToolCall, provider_messages
 from yao_agent.pipeline import Runtime
 from yao_agent.pipeline.history import overlap
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.testing import Reply, ScriptedModel
 
 U1, A1, U2, A2, U3 = (
     {"role": "user", "content": "one"},
@@ -53,7 +53,7 @@ def test_multimodal_parts_differing_by_value_do_not_overlap() -> None:
     assert overlap([IMAGE], [other]) == 0
 
 
-async def test_a_client_resending_the_whole_conversation_for_five_turns(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_client_resending_the_whole_conversation_for_five_turns(rt: Runtime, fake: ScriptedModel) -> None:
     conversation: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
     for n in range(5):
         fake.enqueue(Reply(text=f"reply {n}"))
@@ -70,14 +70,14 @@ async def test_a_client_resending_the_whole_conversation_for_five_turns(rt: Runt
     assert [m["content"] for m in fake.requests[-1].messages[1:]] == [m["content"] for m in conversation[:-1]]
 
 
-async def test_input_equal_to_history_stores_nothing_new_from_the_input(rt: Runtime, fake: FakeProvider) -> None:
+async def test_input_equal_to_history_stores_nothing_new_from_the_input(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="reply one"), Reply(text="again"))
     await turn(rt, "one")
     await turn(rt, [U1, A1])
     assert [r[1] for r in await stored(rt)] == ["one", "reply one", "again"]
 
 
-async def test_multimodal_input_is_stored_once(rt: Runtime, fake: FakeProvider) -> None:
+async def test_multimodal_input_is_stored_once(rt: Runtime, fake: ScriptedModel) -> None:
     model = rt.app.root / "connectors/fake/model.yml"
     model.write_text(model.read_text() + "capabilities: {vision: true}\n")  # images go only to models that see
     rt.app = load_app(rt.app.root)
@@ -112,7 +112,7 @@ class BrokenHistory(SqlStore):
 
 
 async def test_a_history_load_failure_warns_and_continues_without_history(
-    rt: Runtime, fake: FakeProvider, caplog: pytest.LogCaptureFixture
+    rt: Runtime, fake: ScriptedModel, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake.enqueue(Reply(text="first"), Reply(text="second"))
     await turn(rt, "one")

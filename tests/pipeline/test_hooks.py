@@ -11,18 +11,18 @@ import pytest
 from sqlalchemy import select
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, stored, turn
+from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
 from tests.pipeline.test_tools import in_process
 from yao_agent.events import MessageDelta, MessageEnd, MessageStart, StreamEnd, StreamStart
-from yao_agent.pipeline import RunRequest, Runtime, run_stream, start_resume
+from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.schema import steps
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.testing import Reply, ScriptedModel
 
 ECHO = "type: scripted\nrules:\n  - reply: 'echo: {{ last_user }}'\n"
 
 
-def hooked(fake: FakeProvider, hook: str, assistant: str = "", more: dict[str, str] | None = None) -> dict[str, str]:
+def hooked(fake: ScriptedModel, hook: str, assistant: str = "", more: dict[str, str] | None = None) -> dict[str, str]:
     files = app_files(fake.base_url)
     files["hooks/h.js"] = textwrap.dedent(hook)
     files["assistants/hooked/assistant.yml"] = assistant or (
@@ -37,9 +37,9 @@ Make = Callable[..., Runtime]
 
 
 @pytest.fixture
-def make(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> Make:
+def make(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> Make:
     def build(hook: str, assistant: str = "", more: dict[str, str] | None = None) -> Runtime:
-        return make_runtime(tmp_path / "app", store, hooked(fake, hook, assistant, more))
+        return make_runtime(tmp_path / "app", store, hooked(fake, hook, assistant, more), model=fake)
 
     return build
 
@@ -49,7 +49,7 @@ async def close(rt: Runtime) -> None:
     await rt.hooks.aclose()
 
 
-async def test_create_rewrites_the_request(make: Make, fake: FakeProvider) -> None:
+async def test_create_rewrites_the_request(make: Make, fake: ScriptedModel) -> None:
     rt = make("""
         function Create(ctx, messages, options) {
           return {messages: [{role: "user", content: "rewritten: " + messages[messages.length - 1].content}],
@@ -69,7 +69,7 @@ async def test_create_rewrites_the_request(make: Make, fake: FakeProvider) -> No
     await close(rt)
 
 
-async def test_create_changes_the_connector(make: Make, fake: FakeProvider) -> None:
+async def test_create_changes_the_connector(make: Make, fake: ScriptedModel) -> None:
     rt = make("function Create() { return {connector: 'demo.echo'} }")
     end = end_of(await turn(rt, "via echo", assistant="hooked"))
     assert end.status == "completed"
@@ -78,7 +78,7 @@ async def test_create_changes_the_connector(make: Make, fake: FakeProvider) -> N
     await close(rt)
 
 
-async def test_null_and_missing_functions_change_nothing(make: Make, fake: FakeProvider) -> None:
+async def test_null_and_missing_functions_change_nothing(make: Make, fake: ScriptedModel) -> None:
     rt = make("function Create() { return null }\n// no Next at all\n")
     fake.enqueue(Reply(text="plain"))
     end = end_of(await turn(rt, "hi", assistant="hooked"))
@@ -87,7 +87,7 @@ async def test_null_and_missing_functions_change_nothing(make: Make, fake: FakeP
     await close(rt)
 
 
-async def test_a_throw_names_the_file_and_line(make: Make, fake: FakeProvider) -> None:
+async def test_a_throw_names_the_file_and_line(make: Make, fake: ScriptedModel) -> None:
     rt = make("""\
         function Create(ctx, messages) {
           const last = messages[messages.length - 1];
@@ -105,7 +105,7 @@ async def test_a_throw_names_the_file_and_line(make: Make, fake: FakeProvider) -
 
 
 async def test_on_error_ignore_logs_and_goes_on(
-    make: Make, fake: FakeProvider, caplog: pytest.LogCaptureFixture
+    make: Make, fake: ScriptedModel, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = make(
         "function Create() { throw new Error('flaky') }",
@@ -118,7 +118,7 @@ async def test_on_error_ignore_logs_and_goes_on(
     await close(rt)
 
 
-async def test_an_infinite_loop_stops_at_timeout_and_the_next_run_works(make: Make, fake: FakeProvider) -> None:
+async def test_an_infinite_loop_stops_at_timeout_and_the_next_run_works(make: Make, fake: ScriptedModel) -> None:
     rt = make("""
         function Create(ctx, messages) {
           if (messages[messages.length - 1].content === "loop") { while (true) {} }
@@ -132,14 +132,14 @@ async def test_an_infinite_loop_stops_at_timeout_and_the_next_run_works(make: Ma
     await close(rt)
 
 
-async def test_a_memory_bomb_fails_the_run_cleanly(make: Make, fake: FakeProvider) -> None:
+async def test_a_memory_bomb_fails_the_run_cleanly(make: Make, fake: ScriptedModel) -> None:
     rt = make("function Create() { const a = []; while (true) a.push(new Array(100000).fill(1.5)); }")
     end = end_of(await turn(rt, "boom", assistant="hooked"))
     assert (end.reason, end.error["message"]) == ("hook_error", "hook exceeded its memory limit of 16 MB")
     await close(rt)
 
 
-async def test_hooks_cannot_reach_the_host(make: Make, fake: FakeProvider) -> None:
+async def test_hooks_cannot_reach_the_host(make: Make, fake: ScriptedModel) -> None:
     rt = make("""
         function Create() {
           const tried = {};
@@ -158,7 +158,7 @@ async def test_hooks_cannot_reach_the_host(make: Make, fake: FakeProvider) -> No
     await close(rt)
 
 
-async def test_next_data_continue_and_the_payload(make: Make, fake: FakeProvider) -> None:
+async def test_next_data_continue_and_the_payload(make: Make, fake: ScriptedModel) -> None:
     rt = make("""
         async function Next(ctx, payload, options) {
           const seen = (await ctx.memory.get("turns")) || 0;
@@ -180,7 +180,7 @@ async def test_next_data_continue_and_the_payload(make: Make, fake: FakeProvider
     await close(rt)
 
 
-async def test_ctx_send_and_log(make: Make, fake: FakeProvider, caplog: pytest.LogCaptureFixture) -> None:
+async def test_ctx_send_and_log(make: Make, fake: ScriptedModel, caplog: pytest.LogCaptureFixture) -> None:
     rt = make("""
         async function Create(ctx) {
           await ctx.log("info", "hello from " + ctx.assistant_id + " for " + ctx.user_id);
@@ -208,7 +208,7 @@ DELEGATE_FILES = {
 }
 
 
-async def test_delegation_hands_the_turn_to_the_child(make: Make, fake: FakeProvider) -> None:
+async def test_delegation_hands_the_turn_to_the_child(make: Make, fake: ScriptedModel) -> None:
     rt = make("", more=DELEGATE_FILES)
     events = await turn(rt, "need an expert", assistant="front")
     assert sum(isinstance(e, StreamStart) for e in events) == 1 and sum(isinstance(e, StreamEnd) for e in events) == 1
@@ -226,7 +226,7 @@ async def test_delegation_hands_the_turn_to_the_child(make: Make, fake: FakeProv
     await close(rt)
 
 
-async def test_a_delegation_cycle_stops_at_the_depth_limit(make: Make, fake: FakeProvider) -> None:
+async def test_a_delegation_cycle_stops_at_the_depth_limit(make: Make, fake: ScriptedModel) -> None:
     rt = make("", more={
         "hooks/a.js": "function Create() { return {delegate: {assistant_id: 'b'}} }\n",
         "hooks/b.js": "function Create() { return {delegate: {assistant_id: 'a'}} }\n",
@@ -240,7 +240,7 @@ async def test_a_delegation_cycle_stops_at_the_depth_limit(make: Make, fake: Fak
     await close(rt)
 
 
-async def test_ctx_call_from_an_async_hook(make: Make, fake: FakeProvider) -> None:
+async def test_ctx_call_from_an_async_hook(make: Make, fake: ScriptedModel) -> None:
     rt = make(
         """
         async function Create(ctx, messages) {
@@ -264,11 +264,11 @@ async def test_ctx_call_from_an_async_hook(make: Make, fake: FakeProvider) -> No
 
 
 async def test_a_failing_next_keeps_the_reply_and_resume_reruns_only_the_hook(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     hook_path = tmp_path / "app" / "hooks" / "h.js"
     rt = make_runtime(
-        tmp_path / "app", store, hooked(fake, "function Next(ctx, payload) { throw new Error('not yet') }")
+        tmp_path / "app", store, hooked(fake, "function Next(ctx, payload) { throw new Error('not yet') }"), model=fake
     )
     fake.enqueue(Reply(text="the reply"))
     end = end_of(await turn(rt, "hi", assistant="hooked"))
@@ -278,7 +278,7 @@ async def test_a_failing_next_keeps_the_reply_and_resume_reruns_only_the_hook(
     assert point is not None and [(s.type, s.status) for s in point.steps] == [("hook_next", "failed")]
 
     hook_path.write_text("function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }\n")
-    handle = await start_resume(rt, ALICE, "c1")
+    handle = await runs_of(rt).resume(ALICE, "c1")
     events = [e async for e in handle.events()]
     end = end_of(events)
     assert (end.status, end.next) == ("completed", {"saw": "the reply"})
@@ -287,7 +287,7 @@ async def test_a_failing_next_keeps_the_reply_and_resume_reruns_only_the_hook(
     await close(rt)
 
 
-async def test_next_can_delegate_after_the_model_replied(make: Make, fake: FakeProvider) -> None:
+async def test_next_can_delegate_after_the_model_replied(make: Make, fake: ScriptedModel) -> None:
     rt = make(
         "function Next(ctx, payload) { return {delegate: {assistant_id: 'expert', "
         "messages: [{role: 'user', content: 'check: ' + payload.completion.content}]}} }",
@@ -308,7 +308,7 @@ async def test_next_can_delegate_after_the_model_replied(make: Make, fake: FakeP
 # --- Create: every return shape ---------------------------------------------------------------------------
 
 
-async def test_create_chooses_the_mcp_servers(make: Make, fake: FakeProvider) -> None:
+async def test_create_chooses_the_mcp_servers(make: Make, fake: ScriptedModel) -> None:
     rt = in_process(make(
         "function Create() { return {mcp_servers: [{server: 'testing', tools: ['add', 'echo']}]} }",
         more={"mcps/testing.yml": "command: python\nargs: [-m, tests.tools.servers]\n"},
@@ -321,7 +321,7 @@ async def test_create_chooses_the_mcp_servers(make: Make, fake: FakeProvider) ->
     await rt.tools.aclose()
 
 
-async def test_create_sets_the_locale_the_prompts_and_next_see(make: Make, fake: FakeProvider) -> None:
+async def test_create_sets_the_locale_the_prompts_and_next_see(make: Make, fake: ScriptedModel) -> None:
     rt = make(
         "function Create() { return {locale: 'fr'} }\n"
         "function Next(ctx, payload, options) { return {data: [ctx.locale, options.locale]} }",
@@ -334,13 +334,13 @@ async def test_create_sets_the_locale_the_prompts_and_next_see(make: Make, fake:
     await close(rt)
 
 
-async def test_create_metadata_is_merged_into_the_runs(make: Make, fake: FakeProvider) -> None:
+async def test_create_metadata_is_merged_into_the_runs(make: Make, fake: ScriptedModel) -> None:
     rt = make("function Create() { return {metadata: {route: 'light', channel: 'hook'}} }\n"
               "function Next(ctx) { return {data: ctx.metadata} }")  # fmt: skip
     fake.enqueue(Reply(text="ok"))
     request = RunRequest("hooked", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1",
                          metadata={"channel": "web", "plan": "pro"})  # fmt: skip
-    end = end_of([e async for e in run_stream(rt, request)])
+    end = end_of([e async for e in runs_of(rt).stream(request)])
     assert end.next == {"channel": "hook", "plan": "pro", "route": "light"}
     await close(rt)
 
@@ -365,7 +365,7 @@ async def test_create_metadata_is_merged_into_the_runs(make: Make, fake: FakePro
     ],
 )
 async def test_create_returning_what_it_may_not_is_a_hook_error(
-    make: Make, fake: FakeProvider, returned: str, message: str
+    make: Make, fake: ScriptedModel, returned: str, message: str
 ) -> None:
     rt = make(f"function Create() {{\n  return {returned};\n}}\n")
     end = end_of(await turn(rt, "hi", assistant="hooked"))
@@ -378,7 +378,7 @@ async def test_create_returning_what_it_may_not_is_a_hook_error(
 # --- Next: every return shape -----------------------------------------------------------------------------
 
 
-async def test_next_returning_null_keeps_the_reply(make: Make, fake: FakeProvider) -> None:
+async def test_next_returning_null_keeps_the_reply(make: Make, fake: ScriptedModel) -> None:
     rt = make("function Next(ctx, payload) { return null }")
     fake.enqueue(Reply(text="kept"))
     end = end_of(await turn(rt, "hi", assistant="hooked"))
@@ -399,7 +399,7 @@ async def test_next_returning_null_keeps_the_reply(make: Make, fake: FakeProvide
     ],
 )
 async def test_next_returning_what_it_may_not_is_a_hook_error(
-    make: Make, fake: FakeProvider, returned: str, message: str
+    make: Make, fake: ScriptedModel, returned: str, message: str
 ) -> None:
     rt = make(f"function Next() {{ return {returned} }}")
     fake.enqueue(Reply(text="the reply"))
@@ -409,7 +409,7 @@ async def test_next_returning_what_it_may_not_is_a_hook_error(
     await close(rt)
 
 
-async def test_next_continue_stops_at_max_turns(make: Make, fake: FakeProvider) -> None:
+async def test_next_continue_stops_at_max_turns(make: Make, fake: ScriptedModel) -> None:
     rt = make(
         "function Next() { return {continue: {messages: [{role: 'user', content: 'more'}]}} }",
         more={"app.yml": "roles:\n  default: fake.model\nlimits: {max_turns: 2}\n"},
@@ -422,7 +422,7 @@ async def test_next_continue_stops_at_max_turns(make: Make, fake: FakeProvider) 
 
 
 async def test_next_with_on_error_ignore_keeps_the_reply(
-    make: Make, fake: FakeProvider, caplog: pytest.LogCaptureFixture
+    make: Make, fake: ScriptedModel, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = make("function Next() {\n  throw new Error('no summary today');\n}",
               "name: Hooked\nhook: hooks/h.js\nhook_policy: {on_error: ignore}\n")  # fmt: skip
@@ -446,10 +446,10 @@ async def steps_of(rt: Runtime, run_id: str) -> list[Any]:
     store = rt.store
     assert isinstance(store, SqlStore)
     query = select(steps).where(steps.c.run_id == run_id).order_by(steps.c.seq)
-    return list(await store.db.read(lambda conn: conn.execute(query).all()))
+    return await store.db.read_tx(lambda tx: tx.all(query))
 
 
-async def test_hook_steps_keep_their_input_and_output(make: Make, fake: FakeProvider) -> None:
+async def test_hook_steps_keep_their_input_and_output(make: Make, fake: ScriptedModel) -> None:
     rt = make("function Create() { return {temperature: 0.3} }\nfunction Next() { return {data: {n: 1}} }")
     fake.enqueue(Reply(text="ok"))
     end = end_of(await turn(rt, "hi", assistant="hooked"))
@@ -464,7 +464,7 @@ async def test_hook_steps_keep_their_input_and_output(make: Make, fake: FakeProv
     await close(rt)
 
 
-async def test_a_failed_hook_step_stores_file_line_and_message(make: Make, fake: FakeProvider) -> None:
+async def test_a_failed_hook_step_stores_file_line_and_message(make: Make, fake: ScriptedModel) -> None:
     rt = make("function Create() {\n\n  undefinedHelper();\n}")
     end = end_of(await turn(rt, "hi", assistant="hooked"))
     [step] = await steps_of(rt, end.run_id)
@@ -476,7 +476,7 @@ async def test_a_failed_hook_step_stores_file_line_and_message(make: Make, fake:
 # --- children -------------------------------------------------------------------------------------------
 
 
-async def test_a_child_that_fails_in_ctx_call_is_an_error_the_hook_can_catch(make: Make, fake: FakeProvider) -> None:
+async def test_a_child_that_fails_in_ctx_call_is_an_error_the_hook_can_catch(make: Make, fake: ScriptedModel) -> None:
     rt = make(
         """
         async function Create(ctx) {
@@ -501,7 +501,7 @@ async def test_a_child_that_fails_in_ctx_call_is_an_error_the_hook_can_catch(mak
     await close(rt)
 
 
-async def test_a_ctx_call_cycle_ends_with_delegate_error(make: Make, fake: FakeProvider) -> None:
+async def test_a_ctx_call_cycle_ends_with_delegate_error(make: Make, fake: ScriptedModel) -> None:
     catching = "async function Create(ctx) {{ try {{ await ctx.call('{0}', null) }} catch (e) {{ return null }} }}\n"
     rt = make("", more={
         "hooks/a.js": catching.format("b"), "hooks/b.js": catching.format("a"),
@@ -517,14 +517,14 @@ async def test_a_ctx_call_cycle_ends_with_delegate_error(make: Make, fake: FakeP
 
 
 async def test_a_failing_next_in_a_delegated_child_resumes_only_that_hook(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     expert_hook = tmp_path / "app" / "hooks" / "expert.js"
     rt = make_runtime(tmp_path / "app", store, hooked(fake, "", more={
         **DELEGATE_FILES,
         "hooks/expert.js": "function Next() { throw new Error('not yet') }\n",
         "assistants/expert/assistant.yml": "name: Expert\nhook: hooks/expert.js\n",
-    }))  # fmt: skip
+    }), model=fake)  # fmt: skip
     fake.enqueue(Reply(text="the expert's reply"))
     end = end_of(await turn(rt, "hard one", assistant="front"))
     assert (end.reason, end.error["file"]) == ("hook_error", "hooks/expert.js")
@@ -533,7 +533,7 @@ async def test_a_failing_next_in_a_delegated_child_resumes_only_that_hook(
         ("delegate", "failed"), ("hook_next", "failed")]  # fmt: skip
 
     expert_hook.write_text("function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }\n")
-    events = [e async for e in (await start_resume(rt, ALICE, "c1")).events()]
+    events = [e async for e in (await runs_of(rt).resume(ALICE, "c1")).events()]
     end = end_of(events)
     assert (end.status, end.next) == ("completed", {"saw": "the expert's reply"})
     assert len(fake.requests) == 1  # the child's model was not called again

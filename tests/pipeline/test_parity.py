@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE
-from yao_agent.pipeline import RunRequest, Runtime, run_once, run_stream
+from tests.pipeline.helpers import ALICE, runs_of
+from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.testing import Reply, ScriptedModel
 
 SCENARIOS: dict[str, Reply | str] = {
     "text": "text",
@@ -61,16 +61,16 @@ async def _chat(rt: Runtime, chat_id: str) -> tuple[Any, list[tuple[Any, ...]]]:
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 async def test_streaming_and_not_store_the_same_chat(
-    name: str, tmp_path: Path, store: SqlStore, fake: FakeProvider
+    name: str, tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     files = app_files(fake.base_url)
     files["connectors/fake/model.yml"] = files["connectors/fake/model.yml"].replace("timeout_s: 5", "timeout_s: 0.5")
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     request = [{"role": "user", "content": "What's the weather in Paris?"}]
     fake.enqueue(SCENARIOS[name])
-    events = [e async for e in run_stream(rt, RunRequest("chat", ALICE, request, chat_id="streamed"))]
+    events = [e async for e in runs_of(rt).stream(RunRequest("chat", ALICE, request, chat_id="streamed"))]
     fake.enqueue(SCENARIOS[name])
-    result = await run_once(rt, RunRequest("chat", ALICE, request, chat_id="drained"))
+    result = await runs_of(rt).run(RunRequest("chat", ALICE, request, chat_id="drained"))
     await rt.engines.aclose()
     streamed, drained = await _chat(rt, "streamed"), await _chat(rt, "drained")
     assert streamed == drained

@@ -16,7 +16,8 @@ from tests.pipeline.conftest import app_files
 from tests.pipeline.helpers import stored
 from yao_agent.events import StreamEnd
 from yao_agent.identity import Identity
-from yao_agent.pipeline import RunRequest, Runtime, start
+from yao_agent.pipeline import RunRequest
+from yao_agent.runs import Runs
 from yao_agent.store.leases import ANSWER_S
 from yao_agent.testing import FakeProvider, Reply
 
@@ -62,10 +63,10 @@ async def ended(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-async def our_runtime(app: Path, pg_url: str) -> Runtime:
+async def our_runs(app: Path, pg_url: str) -> Runs:
     os.environ["YAO_AGENT_LEASE_TTL_S"] = "2"
     try:
-        return await Runtime.open(app, db=pg_url, recover=False)
+        return await Runs.open(app, db=pg_url, recover=False)
     finally:
         del os.environ["YAO_AGENT_LEASE_TTL_S"]
 
@@ -82,16 +83,16 @@ async def test_two_processes_take_turns_on_one_chat(tmp_path: Path, pg_url: str,
     app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
     fake.enqueue(Reply(text="z" * 60, chunk_size=1, delay_s=0.02), Reply(text="second answer"))
     process = await other_process(app, pg_url, "first")
-    rt = await our_runtime(app, pg_url)
+    runs = await our_runs(app, pg_url)
     try:
-        handle = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "second"}], chat_id="k1"))
+        handle = await runs.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "second"}], chat_id="k1"))
         end = await ending(handle.events())
         assert await process.wait() == 0
         assert end.status == "completed"
-        assert [r[1] for r in await stored(rt, "k1", LOCAL)] == ["first", "z" * 60, "second", "second answer"]
+        assert [r[1] for r in await stored(runs.rt, "k1", LOCAL)] == ["first", "z" * 60, "second", "second answer"]
         assert [r.messages[-1]["content"] for r in fake.requests] == ["first", "second"]
     finally:
-        await rt.aclose()
+        await runs.aclose()
 
 
 async def test_a_cancel_in_one_process_reaches_a_run_in_another(
@@ -100,21 +101,21 @@ async def test_a_cancel_in_one_process_reaches_a_run_in_another(
     app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
     fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="after"))
     process = await other_process(app, pg_url, "long one")
-    rt = await our_runtime(app, pg_url)
+    runs = await our_runs(app, pg_url)
     try:
-        assert await rt.cancel(LOCAL, "k1") == 1  # the run in the other process, which heard it and said so
+        assert await runs.cancel(LOCAL, "k1") == 1  # the run in the other process, which heard it and said so
         out, _ = await asyncio.wait_for(process.communicate(), 30)
         assert process.returncode == 1 and b"cancelled" in out
-        handle = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "next"}], chat_id="k1"))
+        handle = await runs.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "next"}], chat_id="k1"))
         assert (await ending(handle.events())).status == "completed"  # accepted after the cancel: untouched
-        run = await rt.store.latest_run(LOCAL, "k1")
+        run = await runs.rt.store.latest_run(LOCAL, "k1")
         assert run is not None and run.status == "completed"
-        rows = await stored(rt, "k1", LOCAL)
+        rows = await stored(runs.rt, "k1", LOCAL)
         assert [r[2] for r in rows] == ["completed", "incomplete", "completed", "completed"]
         assert [r[0] for r in rows] == ["user", "assistant", "user", "assistant"]
     finally:
         await ended(process)
-        await rt.aclose()
+        await runs.aclose()
 
 
 async def test_a_cancel_counts_what_it_cancelled_here_and_in_the_process_holding_the_chat(
@@ -123,17 +124,17 @@ async def test_a_cancel_counts_what_it_cancelled_here_and_in_the_process_holding
     app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
     fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
     process = await other_process(app, pg_url, "long one")
-    rt = await our_runtime(app, pg_url)
+    runs = await our_runs(app, pg_url)
     try:
-        queued = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "me next"}], chat_id="k1"))
-        assert await rt.cancel(LOCAL, "k1") == 2  # the request waiting here, and the run over there
+        queued = await runs.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "me next"}], chat_id="k1"))
+        assert await runs.cancel(LOCAL, "k1") == 2  # the request waiting here, and the run over there
         assert (await ending(queued.events())).status == "cancelled"
         out, _ = await asyncio.wait_for(process.communicate(), 30)
         assert process.returncode == 1 and b"cancelled" in out
         assert len(fake.requests) == 1  # the queued request never reached the model
     finally:
         await ended(process)
-        await rt.aclose()
+        await runs.aclose()
 
 
 async def test_a_holder_that_does_not_answer_still_counts_for_its_run(
@@ -144,12 +145,12 @@ async def test_a_holder_that_does_not_answer_still_counts_for_its_run(
     app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
     fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
     process = await other_process(app, pg_url, "long one")
-    rt = await our_runtime(app, pg_url)
+    runs = await our_runs(app, pg_url)
     try:
         process.send_signal(signal.SIGSTOP)
         try:
             started = asyncio.get_running_loop().time()
-            assert await rt.cancel(LOCAL, "k1") == 1
+            assert await runs.cancel(LOCAL, "k1") == 1
             assert asyncio.get_running_loop().time() - started >= ANSWER_S  # it waited for the answer, in vain
         finally:
             process.send_signal(signal.SIGCONT)
@@ -157,7 +158,7 @@ async def test_a_holder_that_does_not_answer_still_counts_for_its_run(
         assert process.returncode == 1 and b"cancelled" in out  # heard once it went on
     finally:
         await ended(process)
-        await rt.aclose()
+        await runs.aclose()
 
 
 async def test_an_interrupt_in_one_process_cancels_the_run_in_another(
@@ -166,14 +167,14 @@ async def test_an_interrupt_in_one_process_cancels_the_run_in_another(
     app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
     fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="me first"))
     process = await other_process(app, pg_url, "long one")
-    rt = await our_runtime(app, pg_url)
+    runs = await our_runs(app, pg_url)
     try:
         ask = [{"role": "user", "content": "stop that"}]
-        handle = await start(rt, RunRequest("chat", LOCAL, ask, chat_id="k1", on_busy="interrupt"))
+        handle = await runs.start(RunRequest("chat", LOCAL, ask, chat_id="k1", on_busy="interrupt"))
         assert (await ending(handle.events())).status == "completed"
         out, _ = await asyncio.wait_for(process.communicate(), 30)
         assert process.returncode == 1 and b"cancelled" in out  # interrupted, not waited for
-        rows = await stored(rt, "k1", LOCAL)
+        rows = await stored(runs.rt, "k1", LOCAL)
         assert [(r[0], r[2]) for r in rows] == [
             ("user", "completed"),
             ("assistant", "incomplete"),
@@ -182,7 +183,7 @@ async def test_an_interrupt_in_one_process_cancels_the_run_in_another(
         ]
         assert [r[1] for r in rows][2:] == ["stop that", "me first"]
     finally:
-        await rt.aclose()
+        await runs.aclose()
 
 
 async def test_a_process_killed_holding_a_chat_frees_it_when_its_lease_expires(
@@ -193,15 +194,15 @@ async def test_a_process_killed_holding_a_chat_frees_it_when_its_lease_expires(
     process = await other_process(app, pg_url, "doomed")
     process.send_signal(signal.SIGKILL)
     await process.wait()
-    rt = await our_runtime(app, pg_url)
+    runs = await our_runs(app, pg_url)
     try:
         started = asyncio.get_running_loop().time()
-        handle = await start(rt, RunRequest("chat", LOCAL, [{"role": "user", "content": "anyone?"}], chat_id="k1"))
+        handle = await runs.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "anyone?"}], chat_id="k1"))
         assert (await ending(handle.events())).status == "completed"
         assert asyncio.get_running_loop().time() - started < 10  # the 2 s lease, not forever
-        runs = await rt.store.runs_of(LOCAL, "k1")
-        assert [r.status for r in runs] == ["completed", "interrupted"]  # the killed run no longer "running"
-        rows = await stored(rt, "k1", LOCAL)
+        stored_runs = await runs.rt.store.runs_of(LOCAL, "k1")
+        assert [r.status for r in stored_runs] == ["completed", "interrupted"]  # the killed run no longer "running"
+        rows = await stored(runs.rt, "k1", LOCAL)
         assert [r[1] for r in rows] == ["doomed", "anyone?", "taken over"]
     finally:
-        await rt.aclose()
+        await runs.aclose()

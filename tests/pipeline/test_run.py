@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, stored, turn
+from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
 from yao_agent.connectors import Engines
 from yao_agent.connectors.deltas import Delta, TextDelta
 from yao_agent.connectors.request import ModelRequest
@@ -17,12 +17,12 @@ from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import NotFound, PermissionDenied, UsageError
 from yao_agent.events import MessageDelta, MessageEnd, MessageStart, StreamEnd, StreamStart
 from yao_agent.identity import Identity
-from yao_agent.pipeline import RunRequest, Runtime, run_once, run_stream, start, start_resume
+from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.testing import Reply, ScriptedModel
 
 
-async def test_a_plain_run_streams_in_order_and_stores_the_turn(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_plain_run_streams_in_order_and_stores_the_turn(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="Hello, Alice!", chunk_size=4))
     events = await turn(rt, "hi")
     assert isinstance(events[0], StreamStart) and events[0].chat_id == "c1" and events[0].assistant_id == "chat"
@@ -40,7 +40,7 @@ async def test_a_plain_run_streams_in_order_and_stores_the_turn(rt: Runtime, fak
     assert request.messages == [{"role": "system", "content": "You are Chat."}, {"role": "user", "content": "hi"}]
 
 
-async def test_the_next_turn_sends_history(rt: Runtime, fake: FakeProvider) -> None:
+async def test_the_next_turn_sends_history(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="one"), Reply(text="two"))
     await turn(rt, "first")
     await turn(rt, "second")
@@ -51,23 +51,23 @@ async def test_the_next_turn_sends_history(rt: Runtime, fake: FakeProvider) -> N
     ]
 
 
-async def test_non_streaming_drains_the_same_run(rt: Runtime, fake: FakeProvider) -> None:
+async def test_non_streaming_drains_the_same_run(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="quiet answer"))
-    result = await run_once(rt, RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}], chat_id="c9"))
+    result = await runs_of(rt).run(RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}], chat_id="c9"))
     assert (result.status, result.reason, result.chat_id) == ("completed", "completed", "c9")
     assert [(m["role"], m["content"]) for m in result.messages] == [("user", "hi"), ("assistant", "quiet answer")]
     assert result.to_api()["usage"]["total_tokens"] == 18
 
 
-async def test_a_new_chat_gets_an_id(rt: Runtime, fake: FakeProvider) -> None:
-    events = [e async for e in run_stream(rt, RunRequest("chat", ALICE, [{"role": "user", "content": "x"}]))]
+async def test_a_new_chat_gets_an_id(rt: Runtime, fake: ScriptedModel) -> None:
+    events = [e async for e in runs_of(rt).stream(RunRequest("chat", ALICE, [{"role": "user", "content": "x"}]))]
     start_event = events[0]
     assert isinstance(start_event, StreamStart) and start_event.chat_id.startswith("chat_")
     assert len(await stored(rt, start_event.chat_id)) == 2
 
 
 async def test_provider_error_before_the_first_token_fails_the_run_and_keeps_the_input(
-    rt: Runtime, fake: FakeProvider
+    rt: Runtime, fake: ScriptedModel
 ) -> None:
     fake.enqueue(Reply(status=500, error_message="upstream exploded"))
     end = end_of(await turn(rt, "hello?"))
@@ -79,20 +79,20 @@ async def test_provider_error_before_the_first_token_fails_the_run_and_keeps_the
     assert point.steps[0].input["messages"][-1] == {"role": "user", "content": "hello?"}
 
 
-async def test_resume_after_a_500_completes_without_a_second_user_message(rt: Runtime, fake: FakeProvider) -> None:
+async def test_resume_after_a_500_completes_without_a_second_user_message(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(status=500), Reply(text="Sorry, here it is."))
     await turn(rt, "hello?")
-    handle = await start_resume(rt, ALICE, "c1")
+    handle = await runs_of(rt).resume(ALICE, "c1")
     events = [e async for e in handle.events()]
     assert end_of(events).status == "completed"
     assert await stored(rt) == [("user", "hello?", "completed"), ("assistant", "Sorry, here it is.", "completed")]
     assert fake.requests[1].messages[-1] == {"role": "user", "content": "hello?"}
     assert await rt.store.resume_point(ALICE, "c1") is None  # a completed run clears it
     with pytest.raises(NotFound, match="has no resume point"):
-        await start_resume(rt, ALICE, "c1")
+        await runs_of(rt).resume(ALICE, "c1")
 
 
-async def test_a_drop_mid_stream_stores_the_partial_reply_as_incomplete(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_drop_mid_stream_stores_the_partial_reply_as_incomplete(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="The answer is forty-two", chunk_size=4, drop_after=3), Reply(text="again"))
     events = await turn(rt, "question")
     end = end_of(events)
@@ -105,10 +105,10 @@ async def test_a_drop_mid_stream_stores_the_partial_reply_as_incomplete(rt: Runt
 
 
 async def test_cancel_mid_stream_stores_incomplete_and_the_next_run_never_sees_it(
-    rt: Runtime, fake: FakeProvider
+    rt: Runtime, fake: ScriptedModel
 ) -> None:
     fake.enqueue(Reply(text="a" * 400, chunk_size=2, delay_s=0.02), Reply(text="fresh"))
-    handle = await start(rt, RunRequest("chat", ALICE, [{"role": "user", "content": "long one"}], chat_id="c1"))
+    handle = await runs_of(rt).start(RunRequest("chat", ALICE, [{"role": "user", "content": "long one"}], chat_id="c1"))
     events = []
     async for event in handle.events():
         events.append(event)
@@ -126,9 +126,9 @@ async def test_cancel_mid_stream_stores_incomplete_and_the_next_run_never_sees_i
     assert all(m.get("content") != cut.content for m in fake.requests[1].messages)
 
 
-async def test_a_reader_that_leaves_cancels_the_run_which_is_still_stored(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_reader_that_leaves_cancels_the_run_which_is_still_stored(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(text="b" * 300, chunk_size=1, delay_s=0.01))
-    stream = run_stream(rt, RunRequest("chat", ALICE, [{"role": "user", "content": "go"}], chat_id="c1"))
+    stream = runs_of(rt).stream(RunRequest("chat", ALICE, [{"role": "user", "content": "go"}], chat_id="c1"))
     async for event in stream:
         if isinstance(event, MessageDelta):
             break
@@ -162,7 +162,9 @@ async def test_an_unexpected_exception_is_flushed_then_propagates(tmp_path: Path
     rt.engines = Engines({"openai": BrokenEngine()})
     events = []
     with pytest.raises(Boom):
-        async for event in run_stream(rt, RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1")):
+        async for event in runs_of(rt).stream(
+            RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1")
+        ):
             events.append(event)
     end = end_of(events)
     assert (end.status, end.reason, end.error) == ("failed", "internal_error", {"message": "internal error: Boom"})
@@ -171,8 +173,8 @@ async def test_an_unexpected_exception_is_flushed_then_propagates(tmp_path: Path
     assert run is not None and run.reason == "internal_error"
 
 
-async def test_run_timeout(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
-    rt = make_runtime(tmp_path / "app", store, app_files(fake.base_url, limits="{timeout_s: 2}"))
+async def test_run_timeout(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
+    rt = make_runtime(tmp_path / "app", store, app_files(fake.base_url, limits="{timeout_s: 2}"), model=fake)
     fake.enqueue(Reply(text="slow " * 50, chunk_size=5, stall_after=3, stall_s=30))  # two pieces, then silence
     end = end_of(await turn(rt, "hi"))
     assert (end.status, end.reason) == ("failed", "timeout")
@@ -182,13 +184,13 @@ async def test_run_timeout(tmp_path: Path, store: SqlStore, fake: FakeProvider) 
 
 
 async def test_a_missing_key_at_call_time_fails_the_run_naming_the_variable(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     files = app_files(fake.base_url)
     files["connectors/fake/model.yml"] = (
         f"type: openai\nmodel: text\nbase_url: {fake.base_url}\napi_key: $ENV.NO_SUCH_KEY\n"
     )
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     rt.environ = {}
     end = end_of(await turn(rt, "hi"))
     assert (end.status, end.reason) == ("failed", "model_error")
@@ -198,30 +200,34 @@ async def test_a_missing_key_at_call_time_fails_the_run_naming_the_variable(
     assert fake.requests == []
 
 
-async def test_no_identity_is_refused_before_anything_exists(rt: Runtime, fake: FakeProvider) -> None:
+async def test_no_identity_is_refused_before_anything_exists(rt: Runtime, fake: ScriptedModel) -> None:
     with pytest.raises(PermissionDenied):
-        await start(rt, RunRequest("chat", None, [{"role": "user", "content": "hi"}], chat_id="c1"))
+        await runs_of(rt).start(RunRequest("chat", None, [{"role": "user", "content": "hi"}], chat_id="c1"))
     assert await rt.store.check_chat(ALICE, "c1") is None
     assert fake.requests == []
 
 
-async def test_access_rules_refuse_other_callers(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+async def test_access_rules_refuse_other_callers(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
     files = app_files(fake.base_url)
     files["assistants/private/assistant.yml"] = "name: Private\naccess: {teams: [acme]}\n"
-    rt = make_runtime(tmp_path / "app", store, files)
-    with pytest.raises(PermissionDenied, match="assistant 'private' is not available to alice"):
-        await start(rt, RunRequest("private", ALICE, [{"role": "user", "content": "hi"}]))
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
+    with pytest.raises(NotFound, match=r"^unknown assistant 'private' \(known: chat\)$"):  # as over HTTP
+        await runs_of(rt).start(RunRequest("private", ALICE, [{"role": "user", "content": "hi"}]))
     events = await turn(rt, "hi", who=Identity("bob", "acme"), assistant="private")
     assert end_of(events).status == "completed"
     await rt.engines.aclose()
 
 
-async def test_another_tenants_chat_is_not_found(rt: Runtime, fake: FakeProvider) -> None:
+async def test_another_tenants_chat_is_not_found(rt: Runtime, fake: ScriptedModel) -> None:
     await turn(rt, "mine")
     with pytest.raises(NotFound, match="no chat 'c1'"):
-        await start(rt, RunRequest("chat", Identity("mallory"), [{"role": "user", "content": "hi"}], chat_id="c1"))
+        await runs_of(rt).start(
+            RunRequest("chat", Identity("mallory"), [{"role": "user", "content": "hi"}], chat_id="c1")
+        )
     with pytest.raises(NotFound):
-        await start(rt, RunRequest("chat", Identity("alice", "acme"), [{"role": "user", "content": "x"}], chat_id="c1"))
+        await runs_of(rt).start(
+            RunRequest("chat", Identity("alice", "acme"), [{"role": "user", "content": "x"}], chat_id="c1")
+        )
     assert len(await stored(rt)) == 2
 
 
@@ -236,16 +242,16 @@ async def test_another_tenants_chat_is_not_found(rt: Runtime, fake: FakeProvider
 )
 async def test_malformed_input_is_a_usage_error(rt: Runtime, messages: list[object], message: str) -> None:
     with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        await start(rt, RunRequest("chat", ALICE, messages, chat_id="c1"))  # type: ignore[arg-type]
+        await runs_of(rt).start(RunRequest("chat", ALICE, messages, chat_id="c1"))  # type: ignore[arg-type]
 
 
-async def test_stream_end_is_last_and_once_even_on_failure(rt: Runtime, fake: FakeProvider) -> None:
+async def test_stream_end_is_last_and_once_even_on_failure(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(status=401))
     events = await turn(rt, "hi")
     assert [isinstance(e, StreamEnd) for e in events].count(True) == 1 and isinstance(events[-1], StreamEnd)
 
 
-async def test_runs_on_one_chat_take_turns(rt: Runtime, fake: FakeProvider) -> None:
+async def test_runs_on_one_chat_take_turns(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue("echo", "echo")
     await asyncio.gather(turn(rt, "one"), turn(rt, "two"))
     rows = await stored(rt)

@@ -13,13 +13,13 @@ import pytest
 from sqlalchemy import select
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, turn
+from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
 from tests.pipeline.test_tools import call, close, in_process, tooled
 from yao_agent.events import Event, ToolResult, to_json
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.schema import runs, steps
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.testing import FakeProvider, Reply, ScriptedModel
 
 
 def secret(prefix: str = "") -> str:
@@ -30,7 +30,7 @@ async def everything_stored(rt: Runtime) -> str:
     """Every run and step row and every message of chat c1, as one text to search."""
     store = rt.store
     assert isinstance(store, SqlStore)
-    rows = await store.db.read(lambda conn: [*conn.execute(select(runs)).all(), *conn.execute(select(steps)).all()])
+    rows = await store.db.read_tx(lambda tx: [*tx.all(select(runs)), *tx.all(select(steps))])
     messages = [m.to_api() for m in await store.history(ALICE, "c1")]
     return json.dumps([[str(v) for v in row] for row in rows]) + json.dumps(messages)
 
@@ -40,14 +40,14 @@ def shown(events: list[Event]) -> str:
 
 
 async def test_a_hook_cannot_read_the_environment_through_a_connector(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     value = secret("sk-")
     monkeypatch.setenv("YAO_TEST_SECRET", value)
     files = app_files(fake.base_url)
     files["hooks/h.js"] = "function Create(ctx) { return {connector: ctx.metadata.model} }\n"
     files["assistants/hooked/assistant.yml"] = "name: Hooked\nhook: hooks/h.js\n"
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     try:
         for asked in ("$ENV.YAO_TEST_SECRET", "use::$ENV.YAO_TEST_SECRET", "$ENV.YAO_TEST_UNSET"):
             events = [e async for e in _run(rt, asked)]
@@ -63,19 +63,19 @@ async def test_a_hook_cannot_read_the_environment_through_a_connector(
 
 
 async def _run(rt: Runtime, model: str) -> Any:
-    from yao_agent.pipeline import RunRequest, run_stream
+    from yao_agent.pipeline import RunRequest
 
     request = RunRequest("hooked", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1", metadata={"model": model})
-    async for event in run_stream(rt, request):
+    async for event in runs_of(rt).stream(request):
         yield event
 
 
 async def test_an_environment_connector_in_the_apps_yaml_works_and_never_shows_its_value(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     files = app_files(fake.base_url)
     files["assistants/chat/assistant.yml"] = "name: Chat\nconnector: $ENV.YAO_TEST_CONNECTOR\n"
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     try:
         monkeypatch.setenv("YAO_TEST_CONNECTOR", "fake.model")
         fake.enqueue(Reply(text="hello"))
@@ -92,13 +92,13 @@ async def test_an_environment_connector_in_the_apps_yaml_works_and_never_shows_i
 
 
 async def test_secrets_in_a_url_or_quoted_without_their_prefix_never_leave(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, store: SqlStore, http_fake: FakeProvider, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     token, key = secret("tok"), secret("sk-proj-")
-    monkeypatch.setenv("YAO_TEST_URL", f"{fake.base_url}/{token}")
+    monkeypatch.setenv("YAO_TEST_URL", f"{http_fake.base_url}/{token}")
     monkeypatch.setenv("YAO_TEST_KEY", key)
-    files = app_files(fake.base_url)
+    files = app_files(http_fake.base_url)
     files["connectors/fake/model.yml"] = (
         "type: openai\nmodel: text\nbase_url: $ENV.YAO_TEST_URL\napi_key: $ENV.YAO_TEST_KEY\n"
     )
@@ -107,8 +107,8 @@ async def test_secrets_in_a_url_or_quoted_without_their_prefix_never_leave(
     try:
         events = await turn(rt, "hi")  # a 404 whose text quotes the path, and so the token
         assert end_of(events).reason == "model_error" and "Invalid URL" in end_of(events).error["message"]
-        monkeypatch.setenv("YAO_TEST_URL", fake.base_url)
-        fake.enqueue(Reply(status=401, error_message=f"Incorrect API key provided: {key.removeprefix('sk-')}."))
+        monkeypatch.setenv("YAO_TEST_URL", http_fake.base_url)
+        http_fake.enqueue(Reply(status=401, error_message=f"Incorrect API key provided: {key.removeprefix('sk-')}."))
         events += await turn(rt, "again")
         assert end_of(events).reason == "model_error"
         for text in (shown(events), await everything_stored(rt), caplog.text):
@@ -120,7 +120,7 @@ async def test_secrets_in_a_url_or_quoted_without_their_prefix_never_leave(
 
 
 async def test_tool_output_never_carries_a_secret(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = secret("sk-")
     monkeypatch.setenv("YAO_TEST_KEY", key)  # the in-process tool server reads this process's environment

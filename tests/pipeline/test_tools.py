@@ -10,23 +10,24 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, stored, turn
+from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
 from tests.tools.helpers import SERVERS_PY, free_port, reached, wait_until
 from tests.tools.servers import server as testing_server
 from yao_agent.events import Event, ToolResult
 from yao_agent.messages import provider_messages
-from yao_agent.pipeline import RunRequest, Runtime, start, start_resume
+from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.pipeline.guards import repeats_in_window, step_signature
 from yao_agent.pipeline.turns import RETRY_PROMPT
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, Reply, ToolCall
+from yao_agent.testing import Reply, ScriptedModel, ToolCall
 from yao_agent.tools import ToolManager, ToolOutcome, ToolSpec
 
 ASSISTANT = "name: Tooled\nmcp:\n  servers: [testing]\n  max_turns: {max_turns}\n"
 
 
 def tooled(
-    root: Path, store: SqlStore, fake: FakeProvider, *, mcp: str = "command: python\nargs: [-m, tests.tools.servers]\n",
+    root: Path, store: SqlStore, fake: ScriptedModel, *,
+    mcp: str = "command: python\nargs: [-m, tests.tools.servers]\n",
     limits: str = "{max_turns: 10, max_tool_retries: 3}", assistant: str = ASSISTANT.format(max_turns=3),
     more: dict[str, str] | None = None,
 ) -> Runtime:  # fmt: skip
@@ -34,7 +35,7 @@ def tooled(
     files = app_files(fake.base_url, limits=limits)
     files["mcps/testing.yml"] = mcp
     files["assistants/tooled/assistant.yml"] = assistant
-    return make_runtime(root, store, {**files, **(more or {})})
+    return make_runtime(root, store, {**files, **(more or {})}, model=fake)
 
 
 def in_process(runtime: Runtime) -> Runtime:
@@ -49,7 +50,7 @@ async def close(runtime: Runtime) -> None:
 
 
 @pytest.fixture
-async def rt(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Runtime]:
+async def rt(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> AsyncIterator[Runtime]:
     runtime = in_process(tooled(tmp_path / "app", store, fake))
     try:
         yield runtime
@@ -57,11 +58,15 @@ async def rt(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterat
         await close(runtime)
 
 
+async def collect(events: AsyncIterator[Event]) -> list[Event]:
+    return [event async for event in events]
+
+
 def call(name: str, arguments: object, call_id: str) -> ToolCall:
     return ToolCall(name, arguments if isinstance(arguments, str) else json.dumps(arguments), id=call_id)
 
 
-async def test_a_tool_round_then_the_answer(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_tool_round_then_the_answer(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),)), Reply(text="It is 5."))
     events = await turn(rt, "what is 2+3?", assistant="tooled")
     assert end_of(events).status == "completed"
@@ -79,7 +84,7 @@ async def test_a_tool_round_then_the_answer(rt: Runtime, fake: FakeProvider) -> 
     assert [r[0] for r in await stored(rt)] == ["user", "assistant", "tool", "assistant"]
 
 
-async def test_a_provider_call_id_the_store_cannot_hold_is_replaced_by_ours(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_provider_call_id_the_store_cannot_hold_is_replaced_by_ours(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "x" * 300),)), Reply(text="It is 5."))
     events = await turn(rt, "what is 2+3?", assistant="tooled")
     assert end_of(events).status == "completed"
@@ -107,7 +112,7 @@ EXPECTED = "(expected a JSON object matching the tool's schema)"
     ],
 )
 async def test_bad_arguments_go_back_to_the_model_in_plain_words(
-    rt: Runtime, fake: FakeProvider, arguments: object, told: str
+    rt: Runtime, fake: ScriptedModel, arguments: object, told: str
 ) -> None:
     bad = call("testing__add", arguments, "c1")
     fake.enqueue(
@@ -125,7 +130,7 @@ async def test_bad_arguments_go_back_to_the_model_in_plain_words(
     assert [(e.attempt, e.error is None) for e in events if isinstance(e, ToolResult)] == [(1, False), (2, True)]
 
 
-async def test_a_retry_of_two_parallel_calls_shows_the_model_both_results(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_retry_of_two_parallel_calls_shows_the_model_both_results(rt: Runtime, fake: ScriptedModel) -> None:
     good, bad = call("testing__add", {"a": 1, "b": 2}, "ok"), call("testing__add", {"a": "x", "b": 2}, "bad")
     fake.enqueue(Reply(tool_calls=(good, bad)), Reply(tool_calls=(call("testing__add", {"a": 4, "b": 2}, "fix"),)),
                  Reply(text="3 and 6."))  # fmt: skip
@@ -142,14 +147,14 @@ async def test_a_retry_of_two_parallel_calls_shows_the_model_both_results(rt: Ru
     assert [m["content"] for m in fake.requests[2].messages if m["role"] == "tool"][-1] == "6"
 
 
-async def test_a_tool_reported_error_is_retried(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_tool_reported_error_is_retried(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__refuse", {"reason": "policy"}, "c1"),)), Reply(text="Cannot."))
     events = await turn(rt, "try", assistant="tooled")
     assert end_of(events).status == "completed"  # the model answered in text instead of retrying
     assert fake.requests[1].messages[-2]["content"] == "Error executing tool refuse: refused: policy"
 
 
-async def test_three_failing_attempts_end_with_tool_error(rt: Runtime, fake: FakeProvider) -> None:
+async def test_three_failing_attempts_end_with_tool_error(rt: Runtime, fake: ScriptedModel) -> None:
     bad = [Reply(tool_calls=(call("testing__add", {"a": "x", "b": 1}, f"c{n}"),)) for n in range(3)]
     fake.enqueue(*bad)
     end = end_of(await turn(rt, "add", assistant="tooled"))
@@ -160,7 +165,7 @@ async def test_three_failing_attempts_end_with_tool_error(rt: Runtime, fake: Fak
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool"]
 
 
-async def test_unknown_tool_and_protocol_errors_are_not_retried(rt: Runtime, fake: FakeProvider) -> None:
+async def test_unknown_tool_and_protocol_errors_are_not_retried(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__nope", {}, "c1"), call("testing__protocol_fail", {}, "c2"))))
     end = end_of(await turn(rt, "go", assistant="tooled"))
     assert (end.status, end.reason) == ("failed", "tool_error")
@@ -170,7 +175,7 @@ async def test_unknown_tool_and_protocol_errors_are_not_retried(rt: Runtime, fak
     assert sorted(m.tool_call_id or "" for m in rows if m.role == "tool") == ["c1", "c2"]
 
 
-async def test_parallel_calls_finish_out_of_order_and_stay_paired(rt: Runtime, fake: FakeProvider) -> None:
+async def test_parallel_calls_finish_out_of_order_and_stay_paired(rt: Runtime, fake: ScriptedModel) -> None:
     slow, quick = call("testing__nap", {"seconds": 0.3, "label": "slow"}, "s"), call(
         "testing__nap", {"seconds": 0.01, "label": "quick"}, "q")  # fmt: skip
     fake.enqueue(Reply(tool_calls=(slow, quick)), Reply(text="both woke"))
@@ -182,17 +187,17 @@ async def test_parallel_calls_finish_out_of_order_and_stay_paired(rt: Runtime, f
         ("s", "woke slow"), ("q", "woke quick")]  # fmt: skip
 
 
-async def test_cancel_during_a_slow_tool_pairs_every_call(rt: Runtime, fake: FakeProvider) -> None:
-    naps = (call("testing__nap", {"seconds": 30}, "n1"), call("testing__nap", {"seconds": 30}, "n2"))
+async def test_cancel_during_a_slow_tool_pairs_every_call(rt: Runtime, fake: ScriptedModel, tmp_path: Path) -> None:
+    markers = [tmp_path / "n1", tmp_path / "n2"]
+    naps = tuple(call("testing__nap_marked", {"seconds": 30, "marker": str(m)}, m.name) for m in markers)
     fake.enqueue(Reply(tool_calls=naps), Reply(text="after"))
-    handle = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "sleep"}], chat_id="c1"))
-    events = []
-    async for event in handle.events():
-        events.append(event)
-        if event.type == "message_end" and event.kind == "tool_call":  # type: ignore[union-attr]
-            await asyncio.sleep(0.2)
-            handle.cancel()
+    handle = await runs_of(rt).start(RunRequest("tooled", ALICE, [{"role": "user", "content": "sleep"}], chat_id="c1"))
+    reading = asyncio.create_task(collect(handle.events()))
+    await wait_until(lambda: all(reached(m, "started") for m in markers))  # both tools are running
+    handle.cancel()
+    events = await reading
     assert (end_of(events).status, end_of(events).reason) == ("cancelled", "cancelled")
+    await wait_until(lambda: all(reached(m, "cancelled") for m in markers))  # stopped, not waited for
     rows = await rt.store.history(ALICE, "c1")
     assert [(m.tool_call_id, m.content) for m in rows if m.role == "tool"] == [("n1", "cancelled"), ("n2", "cancelled")]
     await turn(rt, "again", assistant="tooled")
@@ -200,7 +205,7 @@ async def test_cancel_during_a_slow_tool_pairs_every_call(rt: Runtime, fake: Fak
     assert {m["tool_call_id"] for m in sent if m["role"] == "tool"} == {"n1", "n2"}
 
 
-async def test_the_tool_loop_stops_at_max_turns_and_answers_without_tools(rt: Runtime, fake: FakeProvider) -> None:
+async def test_the_tool_loop_stops_at_max_turns_and_answers_without_tools(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(*[Reply(tool_calls=(call("testing__echo", {"text": f"step {n}"}, f"c{n}"),)) for n in range(4)])
     fake.enqueue(Reply(text="Summary of four steps."))
     end = end_of(await turn(rt, "loop please", assistant="tooled"))
@@ -214,7 +219,7 @@ async def test_the_tool_loop_stops_at_max_turns_and_answers_without_tools(rt: Ru
     )
 
 
-async def test_tool_calls_in_the_last_word_are_answered_not_run(rt: Runtime, fake: FakeProvider) -> None:
+async def test_tool_calls_in_the_last_word_are_answered_not_run(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(*[Reply(tool_calls=(call("testing__echo", {"text": f"step {n}"}, f"c{n}"),)) for n in range(4)])
     fake.enqueue(Reply(text="One more look…", tool_calls=(call("testing__echo", {"text": "again"}, "extra"),)))
     events = await turn(rt, "loop please", assistant="tooled")
@@ -228,7 +233,7 @@ async def test_tool_calls_in_the_last_word_are_answered_not_run(rt: Runtime, fak
     assert sorted(called) == sorted(m["tool_call_id"] for m in sent if m["role"] == "tool")  # all paired
 
 
-async def test_without_the_tool_loop_the_reply_stands(rt: Runtime, fake: FakeProvider, tmp_path: Path) -> None:
+async def test_without_the_tool_loop_the_reply_stands(rt: Runtime, fake: ScriptedModel, tmp_path: Path) -> None:
     (rt.app.root / "assistants" / "tooled" / "assistant.yml").write_text(
         "name: Tooled\nmcp: {servers: [testing], tool_loop: false}\n"
     )
@@ -240,11 +245,11 @@ async def test_without_the_tool_loop_the_reply_stands(rt: Runtime, fake: FakePro
     assert end.status == "completed" and len(fake.requests) == 1
 
 
-async def test_max_turns_guard(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+async def test_max_turns_guard(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
     files = app_files(fake.base_url, limits="{max_turns: 2}")
     files["mcps/testing.yml"] = "command: python\n"
     files["assistants/tooled/assistant.yml"] = ASSISTANT.format(max_turns=5)
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
     fake.enqueue(*[Reply(tool_calls=(call("testing__echo", {"text": "x"}, f"c{n}"),)) for n in range(3)])
     end = end_of(await turn(rt, "go", assistant="tooled"))
@@ -303,7 +308,7 @@ async def loop_friendly(rt: Runtime) -> None:
     rt.app = load_app(rt.app.root)
 
 
-async def test_loop_detection_stops_the_run(rt: Runtime, fake: FakeProvider) -> None:
+async def test_loop_detection_stops_the_run(rt: Runtime, fake: ScriptedModel) -> None:
     await loop_friendly(rt)
     spellings = ['{"text": "again", "times": 1}', '{"times": 1, "text": "again"}', '{ "text":"again","times":1 }']
     same = [Reply(tool_calls=(call("testing__echo", spellings[n % 3], f"c{n}"),)) for n in range(8)]
@@ -316,7 +321,7 @@ async def test_loop_detection_stops_the_run(rt: Runtime, fake: FakeProvider) -> 
     assert len(fake.requests) == 6  # the sixth identical step is one too many, however its arguments are spelt
 
 
-async def test_loop_detection_counts_steps_not_calls(rt: Runtime, fake: FakeProvider) -> None:
+async def test_loop_detection_counts_steps_not_calls(rt: Runtime, fake: ScriptedModel) -> None:
     await loop_friendly(rt)
     twice = [Reply(tool_calls=tuple(call("testing__echo", {"text": "x"}, f"c{n}{m}") for m in range(2)))
              for n in range(5)]  # fmt: skip
@@ -326,7 +331,7 @@ async def test_loop_detection_counts_steps_not_calls(rt: Runtime, fake: FakeProv
     assert len(fake.requests) == 6
 
 
-async def test_resume_after_a_tool_failure_runs_the_calls_again(rt: Runtime, fake: FakeProvider) -> None:
+async def test_resume_after_a_tool_failure_runs_the_calls_again(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__protocol_fail", {}, "c1"),)))
     end = end_of(await turn(rt, "go", assistant="tooled"))
     assert end.reason == "tool_error"
@@ -334,17 +339,17 @@ async def test_resume_after_a_tool_failure_runs_the_calls_again(rt: Runtime, fak
     assert point is not None and [(s.type, s.status) for s in point.steps] == [("tool", "failed")]
 
 
-async def test_resume_after_a_cancelled_tool_round_runs_the_calls_again(rt: Runtime, fake: FakeProvider) -> None:
+async def test_resume_after_a_cancelled_tool_round_runs_the_calls_again(rt: Runtime, fake: ScriptedModel) -> None:
     naps = (call("testing__nap", {"seconds": 0.4, "label": "one"}, "n1"),)
     fake.enqueue(Reply(tool_calls=naps), Reply(text="Rested."))
-    handle = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "rest"}], chat_id="c1"))
+    handle = await runs_of(rt).start(RunRequest("tooled", ALICE, [{"role": "user", "content": "rest"}], chat_id="c1"))
     async for event in handle.events():
         if event.type == "message_end" and event.kind == "tool_call":  # type: ignore[union-attr]
             handle.cancel()
     point = await rt.store.resume_point(ALICE, "c1")
     assert point is not None and [(s.type, s.status) for s in point.steps] == [("tool", "cancelled")]
 
-    events = [e async for e in (await start_resume(rt, ALICE, "c1")).events()]
+    events = [e async for e in (await runs_of(rt).resume(ALICE, "c1")).events()]
     assert end_of(events).status == "completed"
     assert [(e.tool_call_id, e.result) for e in events if isinstance(e, ToolResult)] == [("n1", "woke one")]
     assert len(fake.requests) == 2
@@ -366,7 +371,7 @@ def results_of(events: list[Event]) -> list[tuple[str, object, str | None]]:
     return [(e.tool_call_id, e.result, e.error) for e in events if isinstance(e, ToolResult)]
 
 
-async def test_a_protocol_error_ends_the_run_and_says_which_server(rt: Runtime, fake: FakeProvider) -> None:
+async def test_a_protocol_error_ends_the_run_and_says_which_server(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(Reply(tool_calls=(call("testing__protocol_fail", {}, "c1"),)))
     end = end_of(await turn(rt, "go", assistant="tooled"))
     said = "MCP server 'testing' failed the call to 'protocol_fail': custom protocol error"
@@ -376,7 +381,7 @@ async def test_a_protocol_error_ends_the_run_and_says_which_server(rt: Runtime, 
     assert len(fake.requests) == 1
 
 
-async def test_a_tool_that_times_out_ends_the_run(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+async def test_a_tool_that_times_out_ends_the_run(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
     rt = in_process(tooled(tmp_path / "app", store, fake, mcp="command: python\ntimeout_s: 1\n"))
     fake.enqueue(Reply(tool_calls=(call("testing__nap", {"seconds": 30}, "n1"),)))
     try:
@@ -391,7 +396,7 @@ async def test_a_tool_that_times_out_ends_the_run(tmp_path: Path, store: SqlStor
 
 
 async def test_an_unreachable_server_leaves_its_tools_out_and_the_model_is_told(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel, caplog: pytest.LogCaptureFixture
 ) -> None:
     rt = tooled(tmp_path / "app", store, fake, mcp=f"transport: http\nurl: http://127.0.0.1:{free_port()}/mcp\n")
     fake.enqueue(Reply(text="I cannot check that right now."))
@@ -408,7 +413,7 @@ async def test_an_unreachable_server_leaves_its_tools_out_and_the_model_is_told(
 
 
 async def test_one_broken_server_fails_only_the_calls_of_its_tools(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     assistant = "name: Tooled\nmcp:\n  servers: [testing, broken]\n"
     rt = in_process(tooled(tmp_path / "app", store, fake, assistant=assistant,
@@ -427,7 +432,7 @@ async def test_one_broken_server_fails_only_the_calls_of_its_tools(
 
 
 async def test_a_stdio_server_in_the_pipeline_and_its_death_mid_call(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     rt = tooled(tmp_path / "app", store, fake, mcp=f"command: python\nargs: [{SERVERS_PY}]\n")
     try:
@@ -453,11 +458,11 @@ async def test_a_stdio_server_in_the_pipeline_and_its_death_mid_call(
         await close(rt)
 
 
-async def test_cancel_keeps_the_result_of_a_call_that_had_finished(rt: Runtime, fake: FakeProvider) -> None:
+async def test_cancel_keeps_the_result_of_a_call_that_had_finished(rt: Runtime, fake: ScriptedModel) -> None:
     slow, quick = call("testing__nap", {"seconds": 1, "label": "slow"}, "s"), call(
         "testing__nap", {"seconds": 0.01, "label": "quick"}, "q")  # fmt: skip
     fake.enqueue(Reply(tool_calls=(slow, quick)), Reply(text="Both woke."))
-    handle = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "nap"}], chat_id="c1"))
+    handle = await runs_of(rt).start(RunRequest("tooled", ALICE, [{"role": "user", "content": "nap"}], chat_id="c1"))
     events: list[Event] = []
     async for event in handle.events():
         events.append(event)
@@ -467,14 +472,14 @@ async def test_cancel_keeps_the_result_of_a_call_that_had_finished(rt: Runtime, 
     assert results_of(events) == [("q", "woke quick", None), ("s", None, "cancelled")]  # the client sees both
     assert await tool_rows(rt) == [("q", "woke quick"), ("s", "cancelled")]
 
-    events = [e async for e in (await start_resume(rt, ALICE, "c1")).events()]
+    events = [e async for e in (await runs_of(rt).resume(ALICE, "c1")).events()]
     assert results_of(events) == [("s", "woke slow", None)]  # only the call that had no result runs again
     assert [(m["tool_call_id"], m["content"]) for m in fake.requests[-1].messages if m["role"] == "tool"] == [
         ("q", "woke quick"), ("s", "woke slow")]  # fmt: skip
 
 
 async def test_a_run_timeout_during_a_slow_tool_pairs_it_with_a_failed_result(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     rt = in_process(tooled(tmp_path / "app", store, fake, limits="{max_turns: 10, timeout_s: 2}"))
     quick, slow = call("testing__nap", {"seconds": 0.01, "label": "quick"}, "q"), call(
@@ -505,12 +510,12 @@ class BuggyAdd(ToolManager):
         return await super().call(spec, arguments)
 
 
-async def test_a_call_that_raises_stops_its_siblings(rt: Runtime, fake: FakeProvider, tmp_path: Path) -> None:
+async def test_a_call_that_raises_stops_its_siblings(rt: Runtime, fake: ScriptedModel, tmp_path: Path) -> None:
     await rt.tools.aclose()
     rt.tools = BuggyAdd(rt, tmp_path / "nap")
-    nap = call("testing__nap_marked", {"seconds": 0.5, "marker": str(tmp_path / "nap")}, "n1")
+    nap = call("testing__nap_marked", {"seconds": 30, "marker": str(tmp_path / "nap")}, "n1")
     fake.enqueue(Reply(tool_calls=(nap, call("testing__add", {"a": 1, "b": 1}, "b1"))))
-    handle = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "go"}], chat_id="c1"))
+    handle = await runs_of(rt).start(RunRequest("tooled", ALICE, [{"role": "user", "content": "go"}], chat_id="c1"))
     events: list[Event] = []
     with pytest.raises(RuntimeError, match="a bug in a tool call"):
         async for event in handle.events():
@@ -518,12 +523,12 @@ async def test_a_call_that_raises_stops_its_siblings(rt: Runtime, fake: FakeProv
     end = end_of(events)
     assert (end.reason, end.error) == ("internal_error", {"message": "internal error: RuntimeError"})
     assert await tool_rows(rt) == [("n1", "failed: internal_error"), ("b1", "failed: internal_error")]
-    await asyncio.sleep(0.8)
-    assert not reached(tmp_path / "nap", "finished")  # the sibling was stopped, not left running
+    await wait_until(lambda: reached(tmp_path / "nap", "cancelled"))  # the sibling was stopped, not left running
+    assert not reached(tmp_path / "nap", "finished")
 
 
 async def test_next_sees_the_corrected_reply_and_only_its_results(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     rt = in_process(tooled(
         tmp_path / "app", store, fake, assistant="name: Tooled\nhook: hooks/next.js\nmcp: {servers: [testing]}\n",

@@ -8,12 +8,12 @@ from pathlib import Path
 from sqlalchemy import select
 
 from tests.pipeline import test_tools
-from tests.pipeline.helpers import ALICE, end_of, turn
+from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
 from tests.pipeline.test_tools import call, close, in_process, tooled
-from yao_agent.pipeline import RunRequest, Runtime, start
+from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.schema import steps
-from yao_agent.testing import FakeProvider, Reply
+from yao_agent.testing import Reply, ScriptedModel
 
 rt = test_tools.rt  # the fixture: a runtime whose `tooled` assistant has the in-process `testing` server
 
@@ -22,10 +22,10 @@ async def transitions(rt: Runtime, run_id: str) -> list[str | None]:
     store = rt.store
     assert isinstance(store, SqlStore)
     query = select(steps.c.transition).where(steps.c.run_id == run_id, steps.c.type == "llm").order_by(steps.c.seq)
-    return [row[0] for row in await store.db.read(lambda conn: conn.execute(query).all())]
+    return [row[0] for row in await store.db.read_tx(lambda tx: tx.all(query))]
 
 
-async def test_first_tool_retry_tool_results_and_last_word(rt: Runtime, fake: FakeProvider) -> None:
+async def test_first_tool_retry_tool_results_and_last_word(rt: Runtime, fake: ScriptedModel) -> None:
     fake.enqueue(
         Reply(tool_calls=(call("testing__add", {"a": "x", "b": 1}, "c1"),)),  # wrong: corrected next
         Reply(tool_calls=(call("testing__add", {"a": 1, "b": 1}, "c2"),)),
@@ -39,7 +39,7 @@ async def test_first_tool_retry_tool_results_and_last_word(rt: Runtime, fake: Fa
 
 
 async def test_a_next_hooks_continue_and_an_appended_message(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     hook = """\
         function Next(ctx, payload) {
@@ -52,10 +52,10 @@ async def test_a_next_hooks_continue_and_an_appended_message(
                            more={"hooks/next.js": textwrap.dedent(hook)}))  # fmt: skip
     fake.enqueue(Reply(text="first"), Reply(text="second", delay_s=0.05, chunk_size=1), Reply(text="third"))
     try:
-        handle = await start(rt, RunRequest("tooled", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1"))
+        handle = await runs_of(rt).start(RunRequest("tooled", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1"))
         async for event in handle.events():
             if event.type == "message_delta" and getattr(event, "text", "") == "s":
-                rt.append(handle.state.identity, "c1", [{"role": "user", "content": "and also"}])
+                await runs_of(rt).append(handle.state.identity, "c1", [{"role": "user", "content": "and also"}])
         assert await transitions(rt, handle.run_id) == ["first", "hook_continue", "appended"]
     finally:
         await close(rt)

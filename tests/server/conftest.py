@@ -1,4 +1,4 @@
-"""A real uvicorn on loopback serving a runtime whose model is the fake provider; tokens for two tenants."""
+"""A real uvicorn on loopback serving the runs of a runtime whose model is the fake provider; tokens for two tenants."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import uvicorn
 from tests.pipeline.conftest import app_files, make_runtime
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.pipeline import Runtime
+from yao_agent.runs import Runs
 from yao_agent.server.serve import config
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider
@@ -24,11 +25,15 @@ from yao_agent.testing import FakeProvider
 
 @dataclass
 class Live:
-    """A running server: its base URL, its runtime, and a token per tenant."""
+    """A running server: its base URL, its runs (and their runtime), and a token per tenant."""
 
     url: str
-    rt: Runtime
+    runs: Runs
     tokens: dict[str, str]
+
+    @property
+    def rt(self) -> Runtime:
+        return self.runs.rt
 
     def client(self, who: str = "alice", **kwargs: object) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
@@ -62,12 +67,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 TENANTS = {"alice": Identity("alice"), "bob": Identity("bob", "acme"), "carol": Identity("carol", "acme")}
 
 
-async def serve(rt: Runtime, max_body_bytes: int | None = None) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
-    """`rt` under uvicorn as `yao-agent serve` runs it (its protocol, its limits), on a port of the system's choice."""
-    settings = rt.app.config.server
+async def serve(runs: Runs, max_body_bytes: int | None = None) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
+    """`runs` under uvicorn as `yao-agent serve` runs them (its protocol, its limits), on a port the system picks."""
+    settings = runs.app.config.server
     if max_body_bytes is not None:
         settings = replace(settings, max_body_bytes=max_body_bytes)
-    server = uvicorn.Server(config(rt, "127.0.0.1", 0, settings))
+    server = uvicorn.Server(config(runs, "127.0.0.1", 0, settings))
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
@@ -92,11 +97,12 @@ def server_files(base_url: str, **options: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def running(rt: Runtime, max_body_bytes: int | None = None) -> AsyncGenerator[Live]:
-    """`rt` served on loopback, with a token per tenant; closed (engines, tools, hooks) afterwards."""
+    """The runs of `rt` served on loopback, with a token per tenant; closed (engines, tools, hooks) afterwards."""
     tokens = {name: await rt.store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
-    server, task, url = await serve(rt, max_body_bytes=max_body_bytes)
+    runs = Runs(rt)
+    server, task, url = await serve(runs, max_body_bytes=max_body_bytes)
     try:
-        yield Live(url, rt, tokens)
+        yield Live(url, runs, tokens)
     finally:
         server.should_exit = True
         await task

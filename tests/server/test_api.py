@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.server.conftest import Live, openai_client
+from tests.pipeline.conftest import make_runtime
+from tests.pipeline.test_runs import CountingStore
+from tests.server.conftest import Live, openai_client, running, server_files
+from tests.tools.helpers import wait_until
 from yao_agent.identity import Identity
+from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
 ALICE = Identity("alice")
@@ -179,11 +183,13 @@ async def test_a_client_that_disconnects_cancels_its_run_which_resumes(live: Liv
         async for line in response.aiter_lines():
             if '"message_delta"' in line:
                 break  # and hang up
-    for _ in range(100):
+
+    async def ended() -> bool:
         run = await live.rt.store.latest_run(ALICE, chat_id)
-        if run is not None and run.status != "running":
-            break
-        await asyncio.sleep(0.05)
+        return run is not None and run.status != "running"
+
+    await wait_until(ended)  # the server saw its client go, and ended the run
+    run = await live.rt.store.latest_run(ALICE, chat_id)
     assert run is not None and (run.status, run.reason) == ("cancelled", "cancelled")
     fake.enqueue(Reply(text="back again"))
     async with live.client() as client:
@@ -294,3 +300,27 @@ async def test_the_openapi_document_says_what_the_server_answers(live: Live) -> 
     assert {"400", "404", "409", "413", "502", "504", "508"} <= set(completions)
     detail = document["components"]["schemas"]["ErrorDetail"]
     assert set(detail["required"]) == {"type", "message", "code"}
+
+
+async def test_the_server_leaves_the_checks_to_the_run(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+    """A run on one of the caller's chats looks up the chat's owner once, in the pipeline: never in a route too."""
+    fake.enqueue(Reply(text="one"), Reply(text="two"), Reply(text="three"))
+    rt = make_runtime(tmp_path / "app", CountingStore(store.db), server_files(fake.base_url))
+    async with running(rt) as live, live.client() as client:
+        first = await client.post("/api/assistants/chat/runs?stream=false", json={"messages": says("hi")})
+        chat_id = first.json()["chat_id"]
+        CountingStore.checks = 0
+        again = {"chat_id": chat_id, "messages": says("again")}
+        assert (await client.post("/api/assistants/chat/runs?stream=false", json=again)).json()["status"] == "completed"
+        assert CountingStore.checks == 1
+        async with openai_client(live) as openai_api:
+            answer = await openai_api.chat.completions.create(
+                model="chat",
+                messages=[{"role": "user", "content": "and once more"}],
+                extra_headers={"X-Chat-Id": chat_id},
+            )
+        assert answer.choices[0].message.content == "three" and CountingStore.checks == 2
+
+
+def says(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]

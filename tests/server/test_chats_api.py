@@ -10,13 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import func, insert, select
 
 from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import Live, running, server_files
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore
 from yao_agent.store.schema import chat_leases, metadata, runs
+from yao_agent.store.tx import Tx
 from yao_agent.testing import FakeProvider, Reply
 
 ALICE = Identity("alice")
@@ -48,17 +49,17 @@ async def listed(client: httpx.AsyncClient, q: str | None = None) -> list[tuple[
     return [(c["chat_id"], c["title"]) for c in response.json()["chats"]]
 
 
-def rows_of(conn: Connection, chat_id: str, run_ids: list[str]) -> dict[str, int]:
+def rows_of(tx: Tx, chat_id: str, run_ids: list[str]) -> dict[str, int]:
     """How many rows each table holds for a chat or its runs: every table of the schema that names either."""
     counts: dict[str, int] = {}
     for table in metadata.sorted_tables:
         if table.name == "chats":
-            counts["chats"] = conn.execute(select(func.count()).where(table.c.id == chat_id)).scalar_one()
+            counts["chats"] = tx.scalar(select(func.count()).where(table.c.id == chat_id))
         elif "chat_id" in table.c:
-            counts[table.name] = conn.execute(select(func.count()).where(table.c.chat_id == chat_id)).scalar_one()
+            counts[table.name] = tx.scalar(select(func.count()).where(table.c.chat_id == chat_id))
         elif "run_id" in table.c:
             found = select(func.count()).where(table.c.run_id.in_(run_ids))
-            counts[table.name] = conn.execute(found).scalar_one()
+            counts[table.name] = tx.scalar(found)
     return counts
 
 
@@ -164,11 +165,11 @@ async def test_delete_removes_the_chat_and_everything_stored_for_it(live: Live, 
         bobs = (await ask(bob, "bob's chat"))["chat_id"]
         # A lease a process left behind when it stopped (expired): part of the chat's stored state too.
         expired = {"chat_id": chat_id, "owner": "gone|1|x", "run_id": failed["run_id"], "expires_at": time.time() - 60}
-        await live.rt.store.db.write(lambda conn: conn.execute(insert(chat_leases).values(**expired)))
+        await live.rt.store.db.write_tx(lambda tx: tx.execute(insert(chat_leases).values(**expired)))
         run_ids = [r.id for r in await live.rt.store.runs_of(ALICE, chat_id)]
-        stored = await live.rt.store.db.read(lambda conn: rows_of(conn, chat_id, run_ids))
+        stored = await live.rt.store.db.read_tx(lambda tx: rows_of(tx, chat_id, run_ids))
         assert {name for name, count in stored.items() if count} >= {"chats", "messages", "runs", "steps", "memory"}
-        others = await live.rt.store.db.read(lambda conn: [rows_of(conn, c, []) for c in (kept, bobs)])
+        others = await live.rt.store.db.read_tx(lambda tx: [rows_of(tx, c, []) for c in (kept, bobs)])
 
         deleted = await alice.delete(f"/api/chats/{chat_id}")
         assert (deleted.status_code, deleted.json()) == (200, {"chat_id": chat_id, "deleted": True})
@@ -183,9 +184,9 @@ async def test_delete_removes_the_chat_and_everything_stored_for_it(live: Live, 
         assert [r.status_code for r in gone] == [404] * 5
         assert [c for c, _ in await listed(alice)] == [kept]
 
-    left = await live.rt.store.db.read(lambda conn: rows_of(conn, chat_id, run_ids))
+    left = await live.rt.store.db.read_tx(lambda tx: rows_of(tx, chat_id, run_ids))
     assert left == dict.fromkeys(left, 0)  # nothing of it in any table
-    assert await live.rt.store.db.read(lambda conn: [rows_of(conn, c, []) for c in (kept, bobs)]) == others
+    assert await live.rt.store.db.read_tx(lambda tx: [rows_of(tx, c, []) for c in (kept, bobs)]) == others
 
 
 async def events_of(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
@@ -219,9 +220,9 @@ async def test_a_chat_another_process_runs_is_not_deleted(live: Live, fake: Fake
         chat_id = (await ask(alice, "shared"))["chat_id"]
         [run] = await live.rt.store.runs_of(ALICE, chat_id)
         held = {"chat_id": chat_id, "owner": "elsewhere|1|x", "run_id": run.id, "expires_at": time.time() + 60}
-        await live.rt.store.db.write(lambda conn: conn.execute(insert(chat_leases).values(**held)))
+        await live.rt.store.db.write_tx(lambda tx: tx.execute(insert(chat_leases).values(**held)))
         busy = await alice.delete(f"/api/chats/{chat_id}")
         assert (busy.status_code, busy.json()["error"]["type"]) == (409, "chat_busy")
         assert await listed(alice) == [(chat_id, "shared")]
         count = select(func.count()).where(runs.c.chat_id == chat_id)
-        assert await live.rt.store.db.read(lambda conn: conn.execute(count).scalar_one()) == 1
+        assert await live.rt.store.db.read_tx(lambda tx: tx.scalar(count)) == 1

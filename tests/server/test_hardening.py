@@ -28,6 +28,7 @@ import yaml
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files, make_runtime
 from tests.server.conftest import Live, running, server_files
+from tests.tools.helpers import wait_until
 from yao_agent.cli import main
 from yao_agent.dsl.specs import DEFAULT_STORE, ServerSettings
 from yao_agent.identity import OPERATOR, Identity
@@ -226,7 +227,8 @@ async def test_connections_past_the_limit_are_closed_as_they_come(
         raw(live),
         raw(live),
     ):
-        await asyncio.sleep(0.2)  # the server has taken them
+        # Connected before it, the three are taken before the fourth: a listening socket hands over its
+        # connections in the order they came, and the server counts each as it takes it.
         async with raw(live) as (reader, writer):
             writer.write(head("GET", "/healthz"))
             over = await until_closed(reader)
@@ -309,7 +311,7 @@ async def test_a_request_with_more_messages_than_the_limit_is_a_413_naming_the_s
         begun = asyncio.Event()
         stream = asyncio.create_task(sse_events(client, RUN, {"messages": ONE}, begun))
         await asyncio.wait_for(begun.wait(), WAIT)
-        chat_id = next(iter(live.rt.active.values())).state.chat_id
+        chat_id = next(iter(live.runs.active.values())).chat_id
         appended = await client.post(f"/api/chats/{chat_id}/append", json={"messages": six})
         appended_five = await client.post(f"/api/chats/{chat_id}/append", json={"messages": six[:5]})
         await asyncio.wait_for(stream, WAIT)
@@ -363,11 +365,8 @@ async def test_a_client_leaving_a_non_streamed_request_cancels_its_run_which_res
     async with raw(live) as (_, writer):
         writer.write(head("POST", path, live.tokens["alice"], Content_Type="application/json",
                           Content_Length=str(len(data))) + data)  # fmt: skip
-        for _ in range(300):
-            if live.rt.active and fake.requests:
-                break
-            await asyncio.sleep(0.02)
-        [handle] = live.rt.active.values()
+        await wait_until(lambda: live.runs.active and fake.requests)  # the run is asking the model
+        [handle] = live.runs.active.values()
         await asyncio.sleep(0.3)  # some of the answer is in
     # the connection is closed: the client left without its answer
     chat_id = handle.state.chat_id

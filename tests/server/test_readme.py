@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -49,3 +51,18 @@ def test_the_readme_openai_example_runs_against_the_example_app(tmp_path: Path) 
     lines = done.stdout.splitlines()
     assert lines[0] == "Hello! I'm the offline demo model. Everything I say comes from connectors/demo/echo.yml."
     assert lines[1].startswith("Here is what the weather service says: Paris day 1: ")
+
+
+def test_the_readme_python_api_example_runs_against_the_example_app(tmp_path: Path) -> None:
+    """The embedding example, exactly as the README shows it, in the example app's folder (its store aside)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "YAO_AGENT_DB": f"sqlite:///{tmp_path / 'agent.db'}"}
+    code = readme_block("python-api")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "Hello! I'm the offline demo model. Everything I say comes from connectors/demo/echo.yml.",
+        "[completed: completed]",
+    ]
+    with closing(sqlite3.connect(tmp_path / "agent.db")) as db:  # stored as any run is
+        stored = db.execute("SELECT assistant_id, user_id, status FROM runs").fetchall()
+    assert stored == [("chat", "alice", "completed")]

@@ -43,6 +43,7 @@ from schemathesis.specs.openapi.checks import (
 from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import TENANTS, Live, serve, server_files
 from yao_agent.identity import OPERATOR
+from yao_agent.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply
 
@@ -89,7 +90,7 @@ def _run_server(raw_url: str, tmp: Path, ready: Future[Served]) -> None:
             rt = make_runtime(tmp / "app", store, server_files(fake.base_url))
             try:
                 tokens = {name: await store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
-                server, task, url = await serve(rt, max_body_bytes=LIMIT)
+                server, task, url = await serve(Runs(rt), max_body_bytes=LIMIT)
                 ready.set_result(Served(url, tokens, fake, lambda: loop.call_soon_threadsafe(stopping.set)))
                 await stopping.wait()
                 server.should_exit = True

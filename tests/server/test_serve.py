@@ -102,7 +102,7 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
         finally:
             await stopped(server)
     assert (events[-1]["type"], events[-1]["status"]) == ("stream_end", "cancelled")
-    rt = await Runtime.open(app, recover=False)
+    rt = await Runtime.open(app)  # the store only: reading it recovers nothing
     try:
         run = await rt.store.latest_run(Identity("alice"), chat_id)
         assert run is not None and run.status == "cancelled"

@@ -280,12 +280,10 @@ async def test_dropped_connection_fails_the_stream_after_partial_output(api: Api
 
 async def test_stalled_stream_hits_the_clients_read_timeout(api: Api, fp: FakeProvider) -> None:
     seen: list[str] = []
-    started = time.monotonic()
 
-    with pytest.raises(api.errors["timeout"]):
+    with pytest.raises(api.errors["timeout"]):  # the stall is 30 s: only the read timeout ends it
         await api.stream("stall", timeout=0.5, on_chunk=lambda got: seen.append(got.text))
 
-    assert time.monotonic() - started < 5
     assert seen[-1] == "Hel"
     assert [r.model for r in await fp.wait_for_disconnects()] == ["stall"]
 
@@ -471,12 +469,14 @@ async def test_chunks_n_sends_n_content_deltas(oai: openai.AsyncOpenAI) -> None:
 
 async def test_clock_n_ms_stamps_each_chunk_with_the_moment_it_was_sent(oai: openai.AsyncOpenAI) -> None:
     arrivals: list[float] = []
+    asked = time.monotonic()
     got = await OpenAIApi(oai).stream("clock:4:30", on_chunk=lambda _: arrivals.append(time.monotonic()))
 
     stamps = [float(piece) for piece in got.text.split()]
     assert got.content_deltas == 4 and len(stamps) == 4
-    assert stamps == sorted(stamps) and stamps[-1] - stamps[0] >= 0.09  # one every 30 ms
-    assert all(0 <= arrived - stamp < 5 for stamp, arrived in zip(stamps, arrivals[-5:-1], strict=True))
+    assert stamps == sorted(stamps) and stamps[-1] - stamps[0] >= 0.09  # one every 30 ms, at the least
+    # Each stamp is a moment between the request and that chunk's arrival: when it was sent.
+    assert all(asked <= stamp <= arrived for stamp, arrived in zip(stamps, arrivals[-5:-1], strict=True))
 
 
 async def test_closing_with_a_response_in_flight_is_prompt_and_no_disconnect() -> None:
@@ -484,16 +484,14 @@ async def test_closing_with_a_response_in_flight_is_prompt_and_no_disconnect() -
 
     def slow_reply(request: RecordedRequest) -> Reply:
         arrived.set()
-        return Reply(text="too late", first_byte_delay_s=30)
+        return Reply(text="too late", first_byte_delay_s=3600)
 
     provider = FakeProvider(default=slow_reply)
     await provider.start()
     async with httpx.AsyncClient(base_url=provider.base_url) as client:
         pending = asyncio.create_task(client.post("/chat/completions", json={"model": "m", "messages": MESSAGES}))
-        await asyncio.wait_for(arrived.wait(), 5)
-        started = time.monotonic()
-        await provider.close()
-        assert time.monotonic() - started < 1
+        await asyncio.wait_for(arrived.wait(), 30)
+        await asyncio.wait_for(provider.close(), 30)  # it does not wait out the hour the reply would take
         with pytest.raises(httpx.TransportError):
             await pending
     assert provider.disconnects == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import socket
 import time
 from collections.abc import Callable
@@ -18,13 +19,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def reached(marker: Path, stage: str) -> bool:
-    """Whether `nap_marked` got to `stage` ("started" or "finished")."""
+def reached(marker: Path | str, stage: str) -> bool:
+    """Whether `nap_marked` got to `stage`: "started", "finished", or "cancelled" (it was stopped)."""
     return Path(f"{marker}.{stage}").exists()
 
 
-async def wait_until(condition: Callable[[], bool], within: float = 5.0) -> None:
+async def wait_until(condition: Callable[[], object], within: float = 30.0) -> None:
+    """Until `condition()` (awaited if it is a coroutine) is true: the witness of a state no event announces
+    (a file a tool wrote, a process gone, a row stored). `within` is far longer than the state ever takes
+    to come, so only a state that never comes fails the test, loudly, naming the condition."""
     deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return
+        what = getattr(condition, "__name__", repr(condition))
+        assert time.monotonic() < deadline, f"not reached within {within:g} s: {what}"
         await asyncio.sleep(0.02)

@@ -65,9 +65,14 @@ async def nap(seconds: float, label: str = "") -> str:
 
 @server.tool()
 async def nap_marked(seconds: float, marker: str) -> str:
-    """Sleeps between writing `<marker>.started` and `<marker>.finished`, so a test can see where it stopped."""
+    """Sleeps between writing `<marker>.started` and `<marker>.finished`, so a test can see where it stopped;
+    stopped meanwhile, it writes `<marker>.cancelled`: what a test waits for, instead of for time to pass."""
     _mark(marker + ".started")
-    await asyncio.sleep(seconds)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        _mark(marker + ".cancelled")
+        raise
     _mark(marker + ".finished")
     return "done"
 

@@ -120,10 +120,8 @@ async def test_a_filter_keeps_only_the_named_tools_and_warns_once_about_missing_
 
 async def test_the_list_is_fetched_once_and_reused(memory: ToolManager) -> None:
     first = await memory.tools_for([McpUse("mem")])
-    started = time.perf_counter()
     second = await memory.tools_for([McpUse("mem")])
-    assert time.perf_counter() - started < 0.01
-    assert all(a is b for a, b in zip(first, second, strict=True))
+    assert all(a is b for a, b in zip(first, second, strict=True))  # the same specs: not fetched and built again
 
 
 async def test_an_unknown_server_is_a_tool_error_naming_it(memory: ToolManager) -> None:
@@ -243,10 +241,8 @@ async def test_a_call_on_an_unknown_server_is_not_retryable(memory: ToolManager)
 
 async def test_a_slow_tool_times_out_and_the_server_stays_usable(memory: ToolManager) -> None:
     tools = await offered(memory, "mem")
-    started = time.monotonic()
-    outcome = await call(memory, tools["nap"], {"seconds": 5})
+    outcome = await call(memory, tools["nap"], {"seconds": 60})  # only the timeout can end it
     assert outcome == ToolOutcome(result=None, error="tool timed out after 1 s", retryable=False)
-    assert time.monotonic() - started < 2
     assert (await call(memory, tools["add"], {"a": 1, "b": 1})).result == "2"
 
 
@@ -270,12 +266,12 @@ async def test_parallel_calls_each_get_their_own_result(memory: ToolManager) -> 
 async def test_cancelling_a_call_stops_the_tool_in_process(memory: ToolManager, tmp_path: Path) -> None:
     tools = await offered(memory, "mem")
     marker = tmp_path / "nap"
-    task = asyncio.create_task(call(memory, tools["nap_marked"], {"seconds": 0.5, "marker": str(marker)}))
+    task = asyncio.create_task(call(memory, tools["nap_marked"], {"seconds": 60, "marker": str(marker)}))
     await wait_until(lambda: reached(marker, "started"))
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.7)
+    await wait_until(lambda: reached(marker, "cancelled"))  # stopped where it was, not left to finish
     assert not reached(marker, "finished")
     assert (await call(memory, tools["add"], {"a": 2, "b": 2})).result == "4"
 
@@ -361,17 +357,20 @@ async def test_a_server_that_cannot_start_is_a_tool_error_with_its_last_words() 
 
 async def test_a_server_started_ahead_that_cannot_start_is_launched_once_for_its_first_use(tmp_path: Path) -> None:
     launches = tmp_path / "launches"
-    script = f"import sys; open({str(launches)!r}, 'a').write('x'); sys.exit('no API key configured')"
+    script = (
+        f"import os, sys; open({str(launches)!r}, 'a').write(f'{{os.getpid()}} '); sys.exit('no API key configured')"
+    )
     async with ToolManager({"crashy": stdio_spec("crashy", args=("-c", script))}, root=REPO) as manager:
         manager.warm([McpUse("crashy"), McpUse("not-declared")])  # as `chat` does before the first run
         await wait_until(launches.exists)
-        await asyncio.sleep(0.3)  # the start has failed by now, with nobody waiting for it
+        first = int(launches.read_text())
+        await wait_until(lambda: process_gone(first))  # the start has failed, with nobody waiting for it
         with pytest.raises(ToolError) as caught:
             await manager.tools_for([McpUse("crashy")])
-        assert launches.read_text() == "x"
+        assert launches.read_text().split() == [str(first)]  # launched once
         with pytest.raises(ToolError):
             await manager.tools_for([McpUse("crashy")])  # a later use tries again
-        assert launches.read_text() == "xx"
+        assert len(launches.read_text().split()) == 2
     assert caught.value.message == (
         "MCP server 'crashy' (mcps/crashy.yml) could not be started: it closed the connection "
         "(its last words: no API key configured)"
@@ -400,15 +399,13 @@ async def test_cancelling_a_stdio_call_cancels_the_request_on_the_server(stdio: 
     tools = await offered(stdio, "testing")
     pid = (await call(stdio, tools["pid"])).result
     marker = tmp_path / "nap"
-    task = asyncio.create_task(call(stdio, tools["nap_marked"], {"seconds": 0.6, "marker": str(marker)}))
+    task = asyncio.create_task(call(stdio, tools["nap_marked"], {"seconds": 60, "marker": str(marker)}))
     await wait_until(lambda: reached(marker, "started"))
-    started = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.monotonic() - started < 0.2
+        await task  # at once: the call is not waited for
     assert (await call(stdio, tools["add"], {"a": 2, "b": 3})).result == "5"
-    await asyncio.sleep(0.8)
+    await wait_until(lambda: reached(marker, "cancelled"))  # the server was told, and stopped it
     assert not reached(marker, "finished")
     assert (await call(stdio, tools["pid"])).result == pid  # the same server, not a restarted one
 
@@ -419,10 +416,10 @@ async def test_a_server_killed_mid_call_fails_that_call_and_is_restarted_on_next
     tools = await offered(stdio, "testing")
     first_pid = int((await call(stdio, tools["pid"])).result)
     marker = tmp_path / "nap"
-    task = asyncio.create_task(call(stdio, tools["nap_marked"], {"seconds": 5, "marker": str(marker)}))
+    task = asyncio.create_task(call(stdio, tools["nap_marked"], {"seconds": 60, "marker": str(marker)}))
     await wait_until(lambda: reached(marker, "started"))
     os.kill(first_pid, signal.SIGKILL)
-    outcome = await asyncio.wait_for(task, 3)
+    outcome = await asyncio.wait_for(task, 30)  # ended by the server's death, not by the nap
     assert outcome == ToolOutcome(
         result=None,
         error="MCP server 'testing' stopped during the call to 'nap_marked' (the connection closed); "
@@ -434,12 +431,18 @@ async def test_a_server_killed_mid_call_fails_that_call_and_is_restarted_on_next
     assert int((await call(stdio, tools["pid"])).result) != first_pid
 
 
+def seen_dead(manager: ToolManager, server_id: str) -> bool:
+    """Whether the manager has seen the server's process go (its pipes closed): where a server that died
+    while idle is by its next call in production. Nothing announces it, so the test reads the state."""
+    session = manager._links[server_id]._session  # pyright: ignore[reportPrivateUsage]
+    return session is None or session.dead()
+
+
 async def test_a_server_that_died_while_idle_is_restarted_and_the_call_succeeds(stdio: ToolManager) -> None:
     tools = await offered(stdio, "testing")
     first_pid = int((await call(stdio, tools["pid"])).result)
     os.kill(first_pid, signal.SIGKILL)
-    await wait_until(lambda: process_gone(first_pid))
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: process_gone(first_pid) and seen_dead(stdio, "testing"))
     outcome = await call(stdio, tools["pid"])
     assert outcome.error is None
     assert int(outcome.result) != first_pid
@@ -515,13 +518,13 @@ async def test_cancelling_an_http_call_cancels_it_on_the_server(http_url: str, t
     async with ToolManager({"remote": http_spec(http_url)}, root=REPO) as manager:
         tools = await offered(manager, "remote")
         marker = tmp_path / "nap"
-        task = asyncio.create_task(call(manager, tools["nap_marked"], {"seconds": 0.5, "marker": str(marker)}))
+        task = asyncio.create_task(call(manager, tools["nap_marked"], {"seconds": 60, "marker": str(marker)}))
         await wait_until(lambda: reached(marker, "started"))
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert (await call(manager, tools["add"], {"a": 1, "b": 2})).result == "3"
-        await asyncio.sleep(0.7)
+        await wait_until(lambda: reached(marker, "cancelled"))  # the server was told, and stopped it
     assert not reached(marker, "finished")
 
 

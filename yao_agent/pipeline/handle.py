@@ -1,19 +1,19 @@
-"""A run in flight: its task, its events, and the way to cancel it."""
+"""A run in flight: its task, its events, and the way to cancel it.
+
+`Runs.start` (yao_agent/runs.py) makes handles and keeps the live ones; a handle knows only its run.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Coroutine
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from yao_agent.aio import finish_despite_cancel
 from yao_agent.events import Event
 from yao_agent.pipeline.state import RunState
 from yao_agent.vocabulary import EndStatus, TerminalReason, end_status
-
-if TYPE_CHECKING:
-    from yao_agent.pipeline.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -41,20 +41,19 @@ class RunResult:
 
 
 class RunHandle:
+    """One accepted run: read its events (once), cancel it, wait for it, then take its result."""
+
     def __init__(self, state: RunState, task: asyncio.Task[None]) -> None:
         self.state = state
         self.task = task
 
-    @classmethod
-    def start(cls, rt: Runtime, state: RunState, work: Coroutine[Any, Any, None]) -> RunHandle:
-        handle = cls(state, asyncio.create_task(work, name=f"run {state.run_id}"))
-        rt.active[state.run_id] = handle
-        handle.task.add_done_callback(lambda _: rt.active.pop(state.run_id, None))
-        return handle
-
     @property
     def run_id(self) -> str:
         return self.state.run_id
+
+    @property
+    def chat_id(self) -> str:
+        return self.state.chat_id
 
     def cancel(self) -> None:
         """Stop the run; it ends `cancelled`, stores what it had, and still sends `stream_end`."""

@@ -1,7 +1,8 @@
 """Stage 1, permission: who asks, for which assistant, on which chat — refused before anything exists.
 
 No identity, an assistant the caller may not use, a chat that is not theirs, malformed input: each is
-an error raised here, before a run, a chat or a single event is created.
+an error raised here, before a run, a chat or a single event is created. Each is checked here only:
+the server and the CLI hand requests over as they come.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import re
 
 from yao_agent.dsl.refs import HANDFUL, unknown
+from yao_agent.dsl.specs import App, AssistantSpec
 from yao_agent.errors import NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity
 from yao_agent.messages import check_text, parse_input
+from yao_agent.pipeline import resume
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.pipeline.runtime import Runtime
@@ -21,21 +24,18 @@ from yao_agent.store.records import RunRecord
 CHAT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 
-async def check(rt: Runtime, request: RunRequest) -> RunState:
+async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = False) -> RunState:
+    """The run's state, or the error that refuses it. `chat_is_theirs`: a run of the caller's on the
+    request's chat is accepted already (its first run may not have stored the chat yet)."""
     identity = request.identity
     if not isinstance(identity, Identity):
         raise PermissionDenied("a run needs the caller's identity (a user id)")
-    assistant = rt.app.assistants.get(request.assistant_id)
-    if assistant is None:  # e.g. a resumed run's assistant, removed since: name only what the caller may use
-        visible = rt.app.assistants_for(identity.user_id, identity.team_id)
-        raise NotFound(unknown("assistant", request.assistant_id, visible, HANDFUL))
-    if not assistant.access.allows(identity.user_id, identity.team_id):
-        raise PermissionDenied(f"assistant '{assistant.id}' is not available to {identity}")
+    assistant = usable(rt.app, identity, request.assistant_id)
+    chat_id = request.chat_id
+    if chat_id is not None and not (chat_is_theirs or resume.owned(request, identity)):
+        await chat(rt, identity, valid_chat_id(chat_id), request.chat_must_exist)
     given = parse_input(request.messages) if request.resume is None or request.messages else []
     check_text(request.metadata, "metadata")  # it reaches prompts and hooks, which need text that encodes
-    chat_id = request.chat_id
-    if chat_id is not None:
-        await rt.store.check_chat(identity, valid_chat_id(chat_id))  # NotFound when it is another tenant's
     run_id = rt.ids.new("run")
     run = RunRecord(
         id=run_id, chat_id=chat_id or rt.ids.new("chat"), user_id=identity.user_id, team_id=identity.team_id,
@@ -48,8 +48,32 @@ async def check(rt: Runtime, request: RunRequest) -> RunState:
                     options=dict(request.options))  # fmt: skip
 
 
+def usable(app: App, identity: Identity, assistant_id: str) -> AssistantSpec:
+    """The assistant, if the caller may use it. To anybody else it does not exist: the same NotFound as
+    for an id no assistant has, naming only a few the caller may use."""
+    assistant = app.assistants.get(assistant_id)
+    if assistant is None or not assistant.access.allows(identity.user_id, identity.team_id):
+        visible = app.assistants_for(identity.user_id, identity.team_id)
+        raise NotFound(unknown("assistant", assistant_id, visible, HANDFUL))
+    return assistant
+
+
+async def chat(rt: Runtime, identity: Identity, chat_id: str, must_exist: bool) -> None:
+    """Another tenant's chat is NotFound; so is a chat of nobody's when the request must name an existing one
+    (over HTTP the server names new chats, so a made-up id answers as another tenant's does)."""
+    if await rt.store.check_chat(identity, chat_id) is None and must_exist:
+        raise NotFound(f"no chat '{chat_id}'")
+
+
 def valid_chat_id(chat_id: str) -> str:
     """A chat id any store can hold, or a UsageError (before the id reaches a query)."""
     if not CHAT_ID.fullmatch(chat_id):
         raise UsageError(f"invalid chat id {chat_id!r} (expected 1-64 letters, digits, _.:-)")
+    return chat_id
+
+
+def chat_id_shape(chat_id: str) -> str:
+    """A chat id named by a chat operation (cancel, messages, ...): one no chat can have is no chat, NotFound."""
+    if not CHAT_ID.fullmatch(chat_id):
+        raise NotFound(f"no chat '{chat_id}'")
     return chat_id

@@ -8,17 +8,32 @@ from __future__ import annotations
 
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
-from yao_agent.pipeline.handle import RunHandle
-from yao_agent.pipeline.run import start
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunRequest
+from yao_agent.store.records import ResumePoint
 
 
-async def start_resume(rt: Runtime, identity: Identity, chat_id: str) -> RunHandle:
+async def resume_point(rt: Runtime, identity: Identity, chat_id: str) -> ResumePoint | None:
+    """The chat's resume point, None if it has none; NotFound if the caller has no such chat."""
     point = await rt.store.resume_point(identity, chat_id)
+    if point is None and await rt.store.check_chat(identity, chat_id) is None:
+        raise NotFound(f"no chat '{chat_id}'")
+    return point
+
+
+async def request(rt: Runtime, identity: Identity, chat_id: str) -> RunRequest:
+    """The request that continues the chat's resume point, as the assistant that made it."""
+    point = await resume_point(rt, identity, chat_id)
     if point is None:
-        if await rt.store.check_chat(identity, chat_id) is None:
-            raise NotFound(f"no chat '{chat_id}'")
         raise NotFound(f"chat '{chat_id}' has no resume point (its last run completed)")
-    request = RunRequest(assistant_id=point.run.assistant_id, identity=identity, chat_id=chat_id, resume=point)
-    return await start(rt, request)
+    return RunRequest(assistant_id=point.run.assistant_id, identity=identity, chat_id=chat_id, resume=point)
+
+
+def owned(request: RunRequest, identity: Identity) -> bool:
+    """Whether the request resumes a run of the caller's own on its chat: the chat is theirs, then."""
+    run = request.resume.run if request.resume is not None else None
+    return (
+        run is not None
+        and run.chat_id == request.chat_id
+        and (run.user_id, run.team_id) == (identity.user_id, identity.team_id)
+    )

@@ -33,6 +33,9 @@ class RunRequest:
     on_busy: OnBusy | None = None
     resume: ResumePoint | None = None
     options: Mapping[str, Any] = field(default_factory=dict[str, Any])  # call options (temperature, ...)
+    # True: `chat_id` must name one of the caller's chats (over HTTP the server names new ones); False:
+    # a chat of that id is started if there is none (the CLI's `--chat ID`).
+    chat_must_exist: bool = False
 
 
 class ChildRuns(Protocol):

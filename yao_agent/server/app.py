@@ -1,4 +1,4 @@
-"""The HTTP server: the native API, the OpenAI-compatible API and the web page, over one runtime."""
+"""The HTTP server: the native API, the OpenAI-compatible API and the web page, over one `Runs` service."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
-from yao_agent.pipeline import Runtime
+from yao_agent.runs import Runs
 from yao_agent.server import errors, native, openai_compat, schemas
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.limits import Admission, RequestBody
@@ -17,15 +17,15 @@ from yao_agent.server.limits import Admission, RequestBody
 WEB = Path(__file__).parent / "web"
 
 
-def create_app(rt: Runtime, settings: ServerSettings | None = None) -> FastAPI:
+def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     """The app; `settings` default to app.yml's `server:`."""
-    settings = settings or rt.app.config.server
+    settings = settings or runs.app.config.server
     app = FastAPI(
         title="yao-agent",
         version="0.1.0",
         description="Assistants written in YAML, run through one streaming pipeline.",
     )
-    app.state.runtime = rt
+    app.state.runs = runs
     app.state.settings = settings
     errors.install(app)
     app.include_router(native.router)
@@ -39,6 +39,6 @@ def create_app(rt: Runtime, settings: ServerSettings | None = None) -> FastAPI:
     schemas.install(app)
     # Each one added wraps the ones before: a request meets Admission, then Authenticate, then RequestBody.
     app.add_middleware(RequestBody, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
-    app.add_middleware(Authenticate, rt=rt)
+    app.add_middleware(Authenticate, runs=runs)
     app.add_middleware(Admission, limit=settings.max_requests)
     return app

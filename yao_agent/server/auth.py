@@ -14,9 +14,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from yao_agent.identity import Identity
-from yao_agent.pipeline import Runtime
+from yao_agent.runs import Runs
 from yao_agent.server.errors import Unauthorized, error_response, unauthorized
-from yao_agent.store import SqlStore
 
 log = logging.getLogger("yao_agent.server")
 MISSING = "missing bearer token (expected the header Authorization: Bearer <token>)"
@@ -31,11 +30,11 @@ def token_of(header: str) -> str | None:
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
-async def authenticate(store: SqlStore, header: str) -> Identity:
+async def authenticate(runs: Runs, header: str) -> Identity:
     token = token_of(header)
     if token is None:
         raise Unauthorized(MISSING)
-    identity = await store.identity_for(token)
+    identity = await runs.identity_for(token)
     if identity is None:
         raise Unauthorized(INVALID)
     return identity
@@ -48,7 +47,7 @@ async def caller(
     known = request.scope.get(SCOPE_KEY)
     if isinstance(known, Identity):
         return known  # checked by `Authenticate` for this very request
-    return await authenticate(request.app.state.runtime.store, request.headers.get("authorization", ""))
+    return await authenticate(request.app.state.runs, request.headers.get("authorization", ""))
 
 
 Caller = Annotated[Identity, Depends(caller)]
@@ -74,15 +73,15 @@ def needs_token(scope: Scope) -> bool:
 class Authenticate:
     """The outermost layer: a request outside `PUBLIC` is refused (401) without a valid token."""
 
-    def __init__(self, app: ASGIApp, rt: Runtime) -> None:
+    def __init__(self, app: ASGIApp, runs: Runs) -> None:
         self.app = app
-        self.rt = rt
+        self.runs = runs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and needs_token(scope):
             header = next((v for k, v in scope["headers"] if k == b"authorization"), b"").decode("latin-1")
             try:
-                identity = await authenticate(self.rt.store, header)
+                identity = await authenticate(self.runs, header)
             except Unauthorized as exc:
                 await unauthorized(str(exc))(scope, receive, send)
                 return

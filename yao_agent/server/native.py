@@ -1,9 +1,13 @@
-"""The native API: runs as SSE of the contract's events (or JSON), cancel, append, chats, resume, roles."""
+"""The native API: runs as SSE of the contract's events (or JSON), cancel, append, chats, resume, roles.
+
+Each route reads its request, calls the `Runs` service, and renders what it answers (or raises, for
+errors.py to render): the checks — who may use which assistant and chat, busy chats, input — are the
+service's and the pipeline's, made once.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 from typing import Annotated, Any
@@ -13,14 +17,13 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
-from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import ServerSettings
-from yao_agent.errors import ChatBusy, NotFound, UsageError
+from yao_agent.errors import UsageError
 from yao_agent.events import to_json
 from yao_agent.identity import Identity
 from yao_agent.messages import iso_time
-from yao_agent.pipeline import RunHandle, RunRequest, Runtime, start, start_resume
-from yao_agent.pipeline.permission import CHAT_ID, valid_chat_id
+from yao_agent.pipeline import RunHandle, RunRequest
+from yao_agent.runs import Runs
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.limits import check_messages
@@ -28,7 +31,6 @@ from yao_agent.vocabulary import OnBusy
 
 router = APIRouter()
 Streamed = Annotated[bool, Query(description="false: wait for the run and answer with JSON")]
-ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # app.yml's role names, within the store's 128
 
 
 class RunBody(BaseModel):
@@ -50,51 +52,21 @@ class RoleBody(BaseModel):
     connectors: list[str] | None = None
 
 
-def runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+def runs_of(request: Request) -> Runs:
+    return request.app.state.runs
 
 
 def server_settings(request: Request) -> ServerSettings:
     return request.app.state.settings
 
 
-def chat_id_shape(chat_id: str) -> str:
-    """A chat id no chat can have (the store would choke on it) is an unknown chat: 404."""
-    if not CHAT_ID.fullmatch(chat_id):
-        raise NotFound(f"no chat '{chat_id}'")
-    return chat_id
+def visible(runs: Runs, who: Identity) -> list[dict[str, str]]:
+    return [{"id": a.id, "name": a.name, "description": a.description} for a in runs.assistants(who)]
 
 
-async def known_chat(rt: Runtime, who: Identity, chat_id: str | None) -> str | None:
-    """A chat id a client sends must name one of its chats: over HTTP, the server names new ones.
-
-    So an id made up by the caller answers exactly as another tenant's does (404), and neither
-    confirms that a chat exists. A chat whose first run is still starting is the caller's already.
-    """
-    if chat_id is None:
-        return None
-    valid_chat_id(chat_id)
-    if any(h.state.chat_id == chat_id and h.state.identity == who for h in rt.active.values()):
-        return chat_id
-    if await rt.store.check_chat(who, chat_id) is None:
-        raise NotFound(f"no chat '{chat_id}'")
-    return chat_id
-
-
-def visible(rt: Runtime, who: Identity) -> list[dict[str, str]]:
-    return [
-        {"id": a.id, "name": a.name, "description": a.description}
-        for a in rt.app.assistants.values()
-        if a.access.allows(who.user_id, who.team_id)
-    ]
-
-
-def usable(rt: Runtime, who: Identity, assistant_id: str) -> str:
-    """An assistant the caller may not use does not exist for them: 404, naming only a few they can see."""
-    known = [a["id"] for a in visible(rt, who)]
-    if assistant_id not in known:
-        raise NotFound(unknown("assistant", assistant_id, known, HANDFUL))
-    return assistant_id
+def scope_of(who: Identity) -> str:
+    kind, owner = who.settings_scope
+    return f"{kind}:{owner}"
 
 
 async def sse(handle: RunHandle) -> AsyncIterator[bytes]:
@@ -114,13 +86,13 @@ def frames(payloads: Iterable[str]) -> bytes:
 
 
 def streamed(handle: RunHandle) -> EventSourceResponse:
-    headers = {"X-Chat-Id": handle.state.chat_id, "Cache-Control": "no-cache"}
+    headers = {"X-Chat-Id": handle.chat_id, "Cache-Control": "no-cache"}
     return EventSourceResponse(sse(handle), headers=headers, sep="\n", ping=15)
 
 
 async def drained(request: Request, handle: RunHandle) -> JSONResponse:
     await to_the_end(request, handle)
-    return JSONResponse(handle.result().to_api(), headers={"X-Chat-Id": handle.state.chat_id})
+    return JSONResponse(handle.result().to_api(), headers={"X-Chat-Id": handle.chat_id})
 
 
 async def to_the_end(request: Request, handle: RunHandle) -> None:
@@ -156,13 +128,10 @@ async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, s
     `chat_id` continues one of the caller's chats (404 for any other id); without it the run starts a
     new chat, whose id the server returns (`X-Chat-Id`, `stream_start`, the JSON result).
     """
-    rt = runtime(request)
     check_messages(server_settings(request), body.messages)
-    usable(rt, who, assistant_id)
-    chat_id = await known_chat(rt, who, body.chat_id)
-    ask = RunRequest(assistant_id, who, body.messages, chat_id=chat_id, metadata=body.metadata or {},
-                     on_busy=body.on_busy)  # fmt: skip
-    handle = await start(rt, ask)
+    ask = RunRequest(assistant_id, who, body.messages, chat_id=body.chat_id, metadata=body.metadata or {},
+                     on_busy=body.on_busy, chat_must_exist=True)  # fmt: skip
+    handle = await runs_of(request).start(ask)
     return streamed(handle) if stream else await drained(request, handle)
 
 
@@ -170,55 +139,44 @@ async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, s
              responses=doc.answers(doc.CancelOut, 401, 404))  # fmt: skip
 async def cancel(chat_id: str, request: Request, who: Caller) -> dict[str, int]:
     """Cancel the chat's active run and every request accepted before this one, in every server process;
-    answers how many were cancelled (see `Runtime.cancel`)."""
-    chat_id_shape(chat_id)
-    return {"cancelled": await runtime(request).cancel(who, chat_id)}
+    answers how many were cancelled (see `Runs.cancel`)."""
+    return {"cancelled": await runs_of(request).cancel(who, chat_id)}
 
 
 @router.post("/api/chats/{chat_id}/append", tags=["chats"], response_model=None,
              responses=doc.answers(doc.AppendOut, 400, 401, 404, 409, 413))  # fmt: skip
 async def append(chat_id: str, body: AppendBody, request: Request, who: Caller) -> dict[str, str]:
     """Add user messages to the chat's active run; its next model call sees them (409 if none runs)."""
-    rt = runtime(request)
     check_messages(server_settings(request), body.messages)
-    await known_chat(rt, who, chat_id_shape(chat_id))
-    return {"run_id": rt.append(who, chat_id, body.messages)}
+    return {"run_id": await runs_of(request).append(who, chat_id, body.messages)}
 
 
 @router.get("/api/chats", tags=["chats"], response_model=None, responses=doc.answers(doc.ChatsOut, 400, 401))
 async def chats(request: Request, who: Caller, q: doc.Search = "") -> dict[str, Any]:
     """The caller's chats, most recently active first; `q` keeps those whose title or messages contain it."""
     search_query(request)
-    found = await runtime(request).store.list_chats(who, query=q)
+    found = await runs_of(request).chats(who, query=q)
     return {"chats": [c.to_api() for c in found]}
 
 
 @router.get("/api/chats/{chat_id}/messages", tags=["chats"], response_model=None,
             responses=doc.answers(doc.MessagesOut, 401, 404))  # fmt: skip
 async def messages(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
-    store = runtime(request).store
-    if await store.check_chat(who, chat_id_shape(chat_id)) is None:
-        raise NotFound(f"no chat '{chat_id}'")
-    return {"chat_id": chat_id, "messages": [m.to_api() for m in await store.history(who, chat_id)]}
+    found = await runs_of(request).messages(who, chat_id)
+    return {"chat_id": chat_id, "messages": [m.to_api() for m in found]}
 
 
 @router.get("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
             responses=doc.answers(doc.ResumePointOut, 401, 404))  # fmt: skip
 async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
-    store = runtime(request).store
-    if await store.check_chat(who, chat_id_shape(chat_id)) is None:
-        raise NotFound(f"no chat '{chat_id}'")
-    point = await store.resume_point(who, chat_id)
-    if point is None:
-        raise NotFound(f"chat '{chat_id}' has no resume point")
-    return point.to_api()
+    return (await runs_of(request).resume_point(who, chat_id)).to_api()
 
 
 @router.post("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
              responses=doc.answers(doc.RunOut, 400, 401, 404, 409, stream=doc.EVENTS))  # fmt: skip
 async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
-    handle = await start_resume(runtime(request), who, chat_id_shape(chat_id))
+    handle = await runs_of(request).resume(who, chat_id)
     return streamed(handle) if stream else await drained(request, handle)
 
 
@@ -241,39 +199,21 @@ class TitleBody(BaseModel):
               responses=doc.answers(doc.ChatOut, 400, 401, 404, 413))  # fmt: skip
 async def rename_chat(chat_id: str, body: TitleBody, request: Request, who: Caller) -> dict[str, Any]:
     """Rename the chat: `{"title": "..."}`; answers the chat as `GET /api/chats` lists it."""
-    renamed = await runtime(request).store.rename_chat(who, chat_id_shape(chat_id), body.title)
-    return renamed.to_api()
+    return (await runs_of(request).rename(who, chat_id, body.title)).to_api()
 
 
 @router.delete("/api/chats/{chat_id}", tags=["chats"], response_model=None,
                responses=doc.answers(doc.DeletedOut, 401, 404, 409))  # fmt: skip
 async def delete_chat(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
     """Delete the chat and everything stored for it (messages, runs, steps, hook memory); 409 while it runs."""
-    rt = runtime(request)
-    chat_id_shape(chat_id)
-    if not running_here(rt, who, chat_id) and await rt.store.check_chat(who, chat_id) is None:
-        raise NotFound(f"no chat '{chat_id}'")
-    # asked again: a run may have started while the store was answering
-    if running_here(rt, who, chat_id) or not await rt.store.delete_chat(who, chat_id):
-        raise ChatBusy(f"chat '{chat_id}' has a run in progress: cancel it or let it end, then delete the chat")
+    await runs_of(request).delete(who, chat_id)
     return {"chat_id": chat_id, "deleted": True}
-
-
-def running_here(rt: Runtime, who: Identity, chat_id: str) -> bool:
-    """Whether a run of the caller's on this chat is active or waiting in this process (even before it is stored).
-
-    Only the caller's own count, so that a busy answer never tells who else has a chat of that id.
-    """
-    state = rt.admission.active_state(chat_id)
-    return (state is not None and state.identity == who) or any(
-        h.state.chat_id == chat_id and h.state.identity == who for h in rt.active.values()
-    )
 
 
 @router.get("/api/assistants", tags=["assistants"], response_model=None,
             responses=doc.answers(doc.AssistantsOut, 401))  # fmt: skip
 async def assistants(request: Request, who: Caller) -> dict[str, Any]:
-    return {"assistants": visible(runtime(request), who)}
+    return {"assistants": visible(runs_of(request), who)}
 
 
 @router.put("/api/roles/{role}", tags=["roles"], response_model=None,
@@ -283,42 +223,30 @@ async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> 
 
     Only to connectors the caller may use (their `access`): any other is unknown to them, in the same
     words as one that does not exist, and the answer lists only a few they may use."""
-    rt = runtime(request)
-    if not ROLE.fullmatch(role):
-        raise UsageError(f"invalid role name {role!r} (expected 1-128 letters, digits, _.-)")
     chain = body.connectors if body.connectors is not None else ([body.connector] if body.connector else [])
     if not chain or (body.connector and body.connectors):
         raise UsageError("give either connector (an id) or connectors (a non-empty list of ids)")
-    allowed = rt.app.connectors_for(who.user_id, who.team_id)
-    for connector in chain:
-        if connector not in allowed:
-            raise UsageError(unknown("connector", connector, allowed, HANDFUL))
-    scope = who.settings_scope
-    await rt.store.set_role(scope, role, chain)
-    return {"role": role, "scope": f"{scope[0]}:{scope[1]}", "connectors": chain}
+    await runs_of(request).set_role(who, role, chain)
+    return {"role": role, "scope": scope_of(who), "connectors": chain}
 
 
 @router.get("/api/roles", tags=["roles"], response_model=None, responses=doc.answers(doc.RolesOut, 401))
 async def roles(request: Request, who: Caller) -> dict[str, Any]:
     """The role mappings of the caller's team (or, for a caller without a team, the caller's own), and
     app.yml's, which apply to a role the scope does not map."""
-    rt = runtime(request)
-    scope = who.settings_scope
-    settings = await rt.store.list_roles(scope)
-    own = [{"role": s.role, "connectors": list(s.connectors), "updated_at": iso_time(s.updated_at)} for s in settings]
-    app = [{"role": r, "connectors": list(c)} for r, c in sorted(rt.app.config.roles.items())]
-    return {"scope": f"{scope[0]}:{scope[1]}", "roles": own, "app_roles": app}
+    runs = runs_of(request)
+    own = [{"role": s.role, "connectors": list(s.connectors), "updated_at": iso_time(s.updated_at)}
+           for s in await runs.roles(who)]  # fmt: skip
+    app = [{"role": r, "connectors": list(c)} for r, c in sorted(runs.app.config.roles.items())]
+    return {"scope": scope_of(who), "roles": own, "app_roles": app}
 
 
 @router.delete("/api/roles/{role}", tags=["roles"], response_model=None,
                responses=doc.answers(doc.RoleDeletedOut, 401, 404))  # fmt: skip
 async def unset_role(role: str, request: Request, who: Caller) -> dict[str, Any]:
     """Remove the caller's scope's mapping of a role (app.yml's applies again); 404 when it maps none."""
-    rt = runtime(request)
-    scope = who.settings_scope
-    if not ROLE.fullmatch(role) or not await rt.store.delete_role(scope, role):
-        raise NotFound(f"role '{role}' is not set for {scope[0]} {scope[1]}")
-    return {"role": role, "scope": f"{scope[0]}:{scope[1]}", "deleted": True}
+    await runs_of(request).unset_role(who, role)
+    return {"role": role, "scope": scope_of(who), "deleted": True}
 
 
 @router.get("/healthz", tags=["health"], response_model=None, responses={200: {"model": doc.HealthOut}})

@@ -29,12 +29,12 @@ from sse_starlette.sse import EventSourceResponse
 from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import text_of
-from yao_agent.pipeline import RunHandle, RunRequest, RunResult, start
+from yao_agent.pipeline import RunHandle, RunRequest, RunResult
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_body
 from yao_agent.server.limits import check_messages
-from yao_agent.server.native import frames, known_chat, runtime, server_settings, to_the_end, usable, visible
+from yao_agent.server.native import frames, runs_of, server_settings, to_the_end, visible
 from yao_agent.server.openai_body import CompletionBody
 
 router = APIRouter()
@@ -48,7 +48,7 @@ OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI cl
 @router.get("/v1/models", tags=["openai"], response_model=None, responses=doc.answers(doc.ModelsOut, 401))
 async def models(request: Request, who: Caller) -> dict[str, Any]:
     """The assistants the caller may use, as OpenAI models."""
-    found = visible(runtime(request), who)
+    found = visible(runs_of(request), who)
     return {"object": "list", "data": [{"id": a["id"], "object": "model", "created": 0, "owned_by": "yao-agent"}
                                        for a in found]}  # fmt: skip
 
@@ -62,14 +62,11 @@ async def completions(body: CompletionBody, request: Request, who: Caller) -> An
     """An OpenAI chat completion by the assistant `model`, streamed (`stream: true`) or not."""
     body.check()
     check_messages(server_settings(request), body.messages)
-    rt = runtime(request)
-    usable(rt, who, body.model)
     given = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
-    chat_id = await known_chat(rt, who, str(given) if given is not None else None)
-    ask = RunRequest(body.model, who, body.messages, chat_id=chat_id, metadata=body.run_metadata(),
-                     options=body.call_options())  # fmt: skip
-    handle = await start(rt, ask)
-    headers = {"X-Chat-Id": handle.state.chat_id}
+    ask = RunRequest(body.model, who, body.messages, chat_id=str(given) if given is not None else None,
+                     metadata=body.run_metadata(), options=body.call_options(), chat_must_exist=True)  # fmt: skip
+    handle = await runs_of(request).start(ask)
+    headers = {"X-Chat-Id": handle.chat_id}
     if body.stream:
         usage = body.stream_options is not None and body.stream_options.include_usage is True
         return EventSourceResponse(chunks(handle, body.model, usage), headers=headers, sep="\n", ping=15)

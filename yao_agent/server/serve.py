@@ -28,7 +28,7 @@ from sse_starlette.sse import AppStatus
 
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import CannotListen
-from yao_agent.pipeline import Runtime
+from yao_agent.runs import Runs
 from yao_agent.server.app import create_app
 from yao_agent.server.protocol import protocol
 
@@ -58,9 +58,9 @@ def address(host: str, port: int) -> str:
 
 
 class Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, rt: Runtime, on_started: Callable[[], None] | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, runs: Runs, on_started: Callable[[], None] | None = None) -> None:
         super().__init__(config)
-        self.rt = rt
+        self.runs = runs
         self.on_started = on_started
         # sse-starlette would cut every stream within 0.5 s of a shutdown, before a run cancelled by
         # `handle_exit` has stored itself and sent its `stream_end`; each stream ends with its run instead.
@@ -73,8 +73,7 @@ class Server(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """Stop on SIGTERM/SIGINT after a graceful shutdown, and exit 0 (a second Ctrl-C forces it)."""
-        for handle in list(self.rt.active.values()):
-            handle.cancel()  # each run flushes, sends stream_end, and its response ends
+        self.runs.cancel_all()  # each run flushes, sends stream_end, and its response ends
         if self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
         self.should_exit = True  # (uvicorn would re-raise the signal after shutting down; the exit is clean)
@@ -93,19 +92,19 @@ def settle_memory() -> None:
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def config(rt: Runtime, host: str, port: int, settings: ServerSettings | None = None) -> uvicorn.Config:
+def config(runs: Runs, host: str, port: int, settings: ServerSettings | None = None) -> uvicorn.Config:
     """uvicorn's configuration: the app, and each connection's protocol, holding the `server:` settings."""
-    settings = settings or rt.app.config.server
-    return uvicorn.Config(create_app(rt, settings), host=host, port=port, log_level="warning",
+    settings = settings or runs.app.config.server
+    return uvicorn.Config(create_app(runs, settings), host=host, port=port, log_level="warning",
                           timeout_graceful_shutdown=15, lifespan="off", http=protocol(settings),
                           ws="none", backlog=BACKLOG)  # fmt: skip
 
 
-def server(rt: Runtime, host: str, port: int, on_started: Callable[[], None] | None = None) -> Server:
+def server(runs: Runs, host: str, port: int, on_started: Callable[[], None] | None = None) -> Server:
     """The app under uvicorn; serve it on a socket from `listen` (`.serve(sockets=[...])`)."""
-    settings = rt.app.config.server
+    settings = runs.app.config.server
     fitted = replace(settings, max_connections=room_for(settings.max_connections))
-    return Server(config(rt, host, port, fitted), rt, on_started)
+    return Server(config(runs, host, port, fitted), runs, on_started)
 
 
 def room_for(connections: int) -> int:

@@ -1,8 +1,10 @@
 """Helpers for testing assistants without a real model provider.
 
-`FakeProvider` is a loopback, scriptable fake of OpenAI's chat-completions endpoint; see
-`yao_agent.testing.fake_provider` for how to run it and `yao_agent.testing.fake_scenarios` for the
-built-in scenarios.
+`ScriptedModel` and `FunctionModel` answer in process, in the engines' place (`yao_agent.testing.model`):
+for tests of what an assistant does with a model's replies. `FakeProvider` is a loopback, scriptable
+fake of OpenAI's chat-completions endpoint, for tests of what goes over the wire; see
+`yao_agent.testing.fake_provider` for how to run it. Both serve the same `Reply` objects and know the
+same built-in scenarios (`yao_agent.testing.fake_scenarios`).
 
 `FakeProvider` is loaded on first use instead of imported here: ``python -m yao_agent.testing.fake_provider``
 would otherwise import that module twice (once through this package, once as ``__main__``), which Python
@@ -23,6 +25,7 @@ from yao_agent.testing.fake_scenarios import (
     UnknownScenario,
     builtin_reply,
 )
+from yao_agent.testing.model import FunctionModel, ModelDouble, ModelFunction, ScriptedModel
 
 if TYPE_CHECKING:
     from yao_agent.testing.fake_provider import FakeProvider
@@ -31,8 +34,12 @@ __all__ = [
     "DEFAULT_USAGE",
     "SCENARIO_NAMES",
     "FakeProvider",
+    "FunctionModel",
+    "ModelDouble",
+    "ModelFunction",
     "RecordedRequest",
     "Reply",
+    "ScriptedModel",
     "ToolCall",
     "UnknownScenario",
     "builtin_reply",

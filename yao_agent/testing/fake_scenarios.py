@@ -287,13 +287,18 @@ def _tool_calls_from_json(value: object) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
+# Parts of a request body that are not the caller's options: what is said, to whom, and how it streams.
+_NOT_OPTIONS: Final = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
     """One chat-completions request exactly as the fake provider received it.
 
     `messages` and `tools` are the parsed JSON as sent (`tools` is None when absent), so a test can assert on
     what its assistant really put on the wire. `received_at` is wall-clock time (`time.time()`), meaningful
-    across processes too.
+    across processes too. `connector` is the id of the connector called, known only to the in-process
+    doubles (`yao_agent.testing.model`); over HTTP it is None.
     """
 
     path: str
@@ -304,6 +309,7 @@ class RecordedRequest:
     tools: list[Any] | None
     stream: bool
     received_at: float
+    connector: str | None = None
 
     @classmethod
     def parse(cls, path: str, headers: Mapping[str, str], body: object, received_at: float) -> RecordedRequest:
@@ -319,6 +325,11 @@ class RecordedRequest:
             stream=obj.get("stream") is True,
             received_at=received_at,
         )
+
+    @property
+    def options(self) -> JsonObject:
+        """What the request asked besides its model, messages and tools (temperature, max_tokens, ...)."""
+        return {k: v for k, v in self.body.items() if k not in _NOT_OPTIONS}
 
     @property
     def include_usage(self) -> bool:
