@@ -24,7 +24,7 @@ def _pg_admin(statement: str) -> None:
 
     dsn = PG_URL.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(statement)  # pyright: ignore[reportArgumentType]
+        conn.execute(statement)  # pyright: ignore[reportCallIssue, reportArgumentType]  (psycopg wants a LiteralString)
 
 
 @pytest.fixture(scope="session")
@@ -49,11 +49,11 @@ def store_raw_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'agent.db'}"
     url = request.getfixturevalue("pg_database")
-    _pg_admin_truncate(url)
+    pg_admin_truncate(url)
     return url
 
 
-def _pg_admin_truncate(url: str) -> None:
+def pg_admin_truncate(url: str) -> None:
     import psycopg
 
     with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:

@@ -7,6 +7,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from yao_agent.store.protocol import Store
+
 PACKAGE = Path(__file__).resolve().parents[1] / "yao_agent"
 
 
@@ -75,3 +77,31 @@ def test_the_package_has_no_import_cycle() -> None:
     known = set(found)
     graph = {name: {t for t in imported(name, path, known) if t != name} for name, path in found.items()}
     assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert cycles(graph) == [["a", "b", "c"], ["e"]]
+
+
+def store_calls(path: Path) -> Iterator[str]:
+    """The methods called on `<something>.store` in a module."""
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if isinstance(owner, ast.Attribute) and owner.attr == "store":
+                yield node.func.attr
+
+
+def test_the_pipeline_reaches_the_store_only_through_the_store_protocol() -> None:
+    """A run's stages call only what `Store` (store/protocol.py) declares, and import none of the SQL
+    store's parts: a store of another kind, or a test's, serves a run by implementing that protocol."""
+    declared = {name for name in vars(Store) if not name.startswith("_")}
+    found = modules()
+    stages = {name: path for name, path in found.items() if name.startswith("yao_agent.pipeline.")}
+    called = {(name, method) for name, path in stages.items() for method in store_calls(path)}
+    assert called, "the scan found no store call in the pipeline: it no longer sees them"
+    assert sorted((name, method) for name, method in called if method not in declared) == []
+    inner = {"yao_agent.store.chats", "yao_agent.store.runlog", "yao_agent.store.tx", "yao_agent.store.sql"}
+    reached = {(name, t) for name, path in stages.items() for t in imported(name, path, set(found)) if t in inner}
+    assert sorted(reached) == []

@@ -43,7 +43,7 @@ from yao_agent.pipeline.runtime import Runtime, owner_is_dead
 from yao_agent.pipeline.state import RunRequest
 from yao_agent.store import RoleSetting
 from yao_agent.store.leases import TTL_S, PgLease
-from yao_agent.store.records import ChatRecord, ResumePoint
+from yao_agent.store.records import ChatRecord, ResumePoint, RunView
 
 ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # app.yml's role names, within the store's 128
 
@@ -195,6 +195,16 @@ class Runs:
         if point is None:
             raise NotFound(f"chat '{chat_id}' has no resume point")
         return point
+
+    async def run_view(self, identity: Identity, chat_id: str, run_id: str) -> RunView:
+        """One run of the caller's chat: its status, reason, usage and steps (with their transitions)."""
+        chat_id = permission.chat_id_shape(chat_id)
+        found = None
+        if permission.CHAT_ID.fullmatch(run_id):  # run ids have the chat ids' shape; another is no run
+            found = await self.rt.store.run_view(identity, chat_id, run_id)
+        if found is None:
+            raise NotFound(f"chat '{chat_id}' has no run '{run_id}'")
+        return found
 
     async def rename(self, identity: Identity, chat_id: str, title: str) -> ChatRecord:
         """Give the caller's chat a title of their own (1-200 characters of plain text on one line)."""

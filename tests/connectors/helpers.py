@@ -10,7 +10,8 @@ from yao_agent.connectors.assemble import Assembled
 from yao_agent.dsl.envvars import EnvValue
 from yao_agent.dsl.specs import Capabilities, ConnectorSpec
 
-ENGINES: tuple[Literal["openai", "litellm"], ...] = ("openai", "litellm")
+EngineName = Literal["openai", "litellm"]
+ENGINES: tuple[EngineName, ...] = ("openai", "litellm")
 NO_RETRY = RetryPolicy(max_attempts=1)
 
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.connectors.helpers import ENGINES, Sleeps, assemble, drain, fake_connector
-from yao_agent.connectors import Engines, Fallback, ModelRequest, RetryPolicy, stream_call
+from tests.connectors.helpers import ENGINES, EngineName, Sleeps, assemble, drain, fake_connector
+from yao_agent.connectors import CallEvent, Engines, Fallback, ModelRequest, RetryPolicy, stream_call
 from yao_agent.connectors.deltas import Finish, TextDelta, ToolCallDelta, Usage
 from yao_agent.errors import ModelError
 from yao_agent.testing import FakeProvider, Reply, ToolCall
@@ -34,9 +34,9 @@ async def fake() -> AsyncIterator[FakeProvider]:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_text_streams_in_pieces_with_usage(fake: FakeProvider, engine: str) -> None:
+async def test_text_streams_in_pieces_with_usage(fake: FakeProvider, engine: EngineName) -> None:
     fake.enqueue(Reply(text="Hello there, world", chunk_size=4, usage={"prompt_tokens": 5, "completion_tokens": 4}))
-    events = await drain([fake_connector(fake.base_url, engine=engine)])  # type: ignore[arg-type]
+    events = await drain([fake_connector(fake.base_url, engine=engine)])
     texts = [e.text for e in events if isinstance(e, TextDelta)]
     assert len(texts) >= 4 and "".join(texts) == "Hello there, world"
     assert Finish("stop") in events
@@ -46,9 +46,9 @@ async def test_text_streams_in_pieces_with_usage(fake: FakeProvider, engine: str
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_tool_call_fragments_reassemble(fake: FakeProvider, engine: str) -> None:
+async def test_tool_call_fragments_reassemble(fake: FakeProvider, engine: EngineName) -> None:
     fake.enqueue(Reply(tool_calls=(ToolCall("get_weather", {"city": "Paris"}, id="call_1"),), chunk_size=3))
-    events = await drain([fake_connector(fake.base_url, engine=engine)], tools=TOOLS)  # type: ignore[arg-type]
+    events = await drain([fake_connector(fake.base_url, engine=engine)], tools=TOOLS)
     fragments = [e for e in events if isinstance(e, ToolCallDelta)]
     assert len(fragments) >= 3
     [call] = assemble(events).tool_calls
@@ -58,9 +58,9 @@ async def test_tool_call_fragments_reassemble(fake: FakeProvider, engine: str) -
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_parallel_tool_calls_keep_their_index(fake: FakeProvider, engine: str) -> None:
+async def test_parallel_tool_calls_keep_their_index(fake: FakeProvider, engine: EngineName) -> None:
     fake.enqueue(Reply(tool_calls=(ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_time", {"tz": "CET"}))))
-    events = await drain([fake_connector(fake.base_url, engine=engine)], tools=TOOLS)  # type: ignore[arg-type]
+    events = await drain([fake_connector(fake.base_url, engine=engine)], tools=TOOLS)
     calls = assemble(events).tool_calls
     assert [(c.index, c.name, json.loads(c.arguments)) for c in calls] == [
         (0, "get_weather", {"city": "Paris"}),
@@ -70,9 +70,9 @@ async def test_parallel_tool_calls_keep_their_index(fake: FakeProvider, engine: 
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_reasoning_arrives_before_text(fake: FakeProvider, engine: str) -> None:
+async def test_reasoning_arrives_before_text(fake: FakeProvider, engine: EngineName) -> None:
     fake.enqueue(Reply(reasoning="thinking hard", text="42"))
-    out = assemble(await drain([fake_connector(fake.base_url, engine=engine)]))  # type: ignore[arg-type]
+    out = assemble(await drain([fake_connector(fake.base_url, engine=engine)]))
     assert (out.reasoning_text, out.content) == ("thinking hard", "42")
 
 
@@ -93,10 +93,10 @@ ERRORS = [
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize(("reply", "kind", "retryable"), ERRORS, ids=[e[1] + str(e[0].status) for e in ERRORS])
-async def test_error_classes(fake: FakeProvider, engine: str, reply: Reply, kind: str, retryable: bool) -> None:
+async def test_error_classes(fake: FakeProvider, engine: EngineName, reply: Reply, kind: str, retryable: bool) -> None:
     fake.enqueue(reply)
     with pytest.raises(ModelError) as caught:
-        await drain([fake_connector(fake.base_url, engine=engine)])  # type: ignore[arg-type]
+        await drain([fake_connector(fake.base_url, engine=engine)])
     assert (caught.value.kind, caught.value.retryable, caught.value.status) == (kind, retryable, reply.status)
     assert caught.value.connector == "fake.model"
     assert "sk-test-key-0123456789" not in str(caught.value)
@@ -104,12 +104,14 @@ async def test_error_classes(fake: FakeProvider, engine: str, reply: Reply, kind
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_a_drop_after_the_first_token_is_incomplete_with_partial_text(fake: FakeProvider, engine: str) -> None:
+async def test_a_drop_after_the_first_token_is_incomplete_with_partial_text(
+    fake: FakeProvider, engine: EngineName
+) -> None:
     fake.enqueue(Reply(text="Hello world, how are you", chunk_size=5, drop_after=3))
     events: list[object] = []
     with pytest.raises(ModelError) as caught:
         request = ModelRequest(messages=[{"role": "user", "content": "hi"}])
-        connector = fake_connector(fake.base_url, engine=engine)  # type: ignore[arg-type]
+        connector = fake_connector(fake.base_url, engine=engine)
         engines = Engines()
         try:
             async for event in stream_call([connector], request, engines=engines, sleep=Sleeps()):
@@ -122,28 +124,28 @@ async def test_a_drop_after_the_first_token_is_incomplete_with_partial_text(fake
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_a_stall_before_the_first_token_times_out(fake: FakeProvider, engine: str) -> None:
+async def test_a_stall_before_the_first_token_times_out(fake: FakeProvider, engine: EngineName) -> None:
     fake.enqueue(Reply(text="late", first_byte_delay_s=3))
     with pytest.raises(ModelError) as caught:
-        await drain([fake_connector(fake.base_url, engine=engine, timeout_s=0.3)])  # type: ignore[arg-type]
+        await drain([fake_connector(fake.base_url, engine=engine, timeout_s=0.3)])
     assert (caught.value.kind, caught.value.retryable) == ("timeout", True)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_a_stall_mid_stream_ends_incomplete(fake: FakeProvider, engine: str) -> None:
+async def test_a_stall_mid_stream_ends_incomplete(fake: FakeProvider, engine: EngineName) -> None:
     fake.enqueue(Reply(text="partial answer", chunk_size=4, stall_after=2, stall_s=3))
     with pytest.raises(ModelError) as caught:
-        await drain([fake_connector(fake.base_url, engine=engine, timeout_s=0.3)])  # type: ignore[arg-type]
+        await drain([fake_connector(fake.base_url, engine=engine, timeout_s=0.3)])
     assert caught.value.kind == "incomplete"
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_connection_refused_is_a_retryable_connection_error(engine: str) -> None:
+async def test_connection_refused_is_a_retryable_connection_error(engine: EngineName) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, never listening: connections are refused
         with pytest.raises(ModelError) as caught:
-            await drain([fake_connector(f"http://127.0.0.1:{port}/v1", engine=engine)])  # type: ignore[arg-type]
+            await drain([fake_connector(f"http://127.0.0.1:{port}/v1", engine=engine)])
     assert (caught.value.kind, caught.value.retryable) == ("connection", True)
 
 
@@ -172,9 +174,9 @@ async def test_retries_stop_at_the_connector_timeout(fake: FakeProvider) -> None
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_fallback_before_the_first_token(fake: FakeProvider, engine: str) -> None:
-    first = fake_connector(fake.base_url, model="first", connector_id="a.first", engine=engine)  # type: ignore[arg-type]
-    second = fake_connector(fake.base_url, model="second", connector_id="b.second", engine=engine)  # type: ignore[arg-type]
+async def test_fallback_before_the_first_token(fake: FakeProvider, engine: EngineName) -> None:
+    first = fake_connector(fake.base_url, model="first", connector_id="a.first", engine=engine)
+    second = fake_connector(fake.base_url, model="second", connector_id="b.second", engine=engine)
     fake.enqueue(Reply(status=500, error_message="upstream down"), model="first")
     fake.enqueue(Reply(text="from the second"), model="second")
     events = await drain([first, second])
@@ -217,9 +219,9 @@ async def test_a_missing_key_falls_back_and_names_the_variable(fake: FakeProvide
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_cancelling_a_call_closes_the_upstream_connection(fake: FakeProvider, engine: str) -> None:
+async def test_cancelling_a_call_closes_the_upstream_connection(fake: FakeProvider, engine: EngineName) -> None:
     fake.enqueue(Reply(text="x" * 200, chunk_size=1, delay_s=0.05))
-    connector = fake_connector(fake.base_url, engine=engine)  # type: ignore[arg-type]
+    connector = fake_connector(fake.base_url, engine=engine)
     engines = Engines()
     first = asyncio.Event()
 
@@ -249,7 +251,7 @@ async def test_both_engines_yield_the_same_deltas(fake: FakeProvider) -> None:
         Reply(text="cut", finish_reason="length"),
     ]
     for reply in replies:
-        outputs = []
+        outputs: list[list[CallEvent]] = []
         for engine in ENGINES:
             fake.enqueue(reply)
             outputs.append(await drain([fake_connector(fake.base_url, engine=engine)], tools=TOOLS))

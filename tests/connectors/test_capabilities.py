@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.connectors.helpers import ENGINES, assemble, drain, fake_connector
+from tests.connectors.helpers import ENGINES, EngineName, assemble, drain, fake_connector
 from yao_agent.connectors import Engines, Fallback, ModelRequest, stream_call
 from yao_agent.dsl.specs import Capabilities, ConnectorSpec
 from yao_agent.errors import ModelError
@@ -65,8 +65,8 @@ async def test_a_chain_skips_the_links_that_cannot_read_images(fake: FakeProvide
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_without_tool_calls_no_tools_are_offered(fake: FakeProvider, engine: str) -> None:
-    connector = able(fake_connector(fake.base_url, engine=engine), tool_calls=False)  # type: ignore[arg-type]
+async def test_without_tool_calls_no_tools_are_offered(fake: FakeProvider, engine: EngineName) -> None:
+    connector = able(fake_connector(fake.base_url, engine=engine), tool_calls=False)
     body = await sent(connector, fake, tool_choice="auto", parallel_tool_calls=True)
     assert {"tools", "tool_choice", "parallel_tool_calls"} & set(body) == set()
 
@@ -79,8 +79,8 @@ async def test_reasoning_effort_reaches_only_reasoning_models(fake: FakeProvider
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_max_tokens_above_the_models_limit_are_lowered(fake: FakeProvider, engine: str) -> None:
-    connector = able(fake_connector(fake.base_url, engine=engine), max_output_tokens=1000)  # type: ignore[arg-type]
+async def test_max_tokens_above_the_models_limit_are_lowered(fake: FakeProvider, engine: EngineName) -> None:
+    connector = able(fake_connector(fake.base_url, engine=engine), max_output_tokens=1000)
     assert (await sent(connector, fake, max_tokens=50_000))["max_tokens"] == 1000
     assert (await sent(connector, fake, max_tokens=200))["max_tokens"] == 200
 

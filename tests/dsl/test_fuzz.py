@@ -19,10 +19,10 @@ from __future__ import annotations
 import copy
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import pytest
@@ -90,7 +90,7 @@ def app_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextmanager
-def rewritten(root: Path, rel: str, data: bytes) -> Iterator[None]:
+def rewritten(root: Path, rel: str, data: bytes) -> Generator[None]:
     path = root / rel
     before = path.read_bytes()
     path.write_bytes(data)
@@ -232,10 +232,10 @@ YamlPath = tuple[str | int, ...]
 def _paths(value: object, path: YamlPath = ()) -> Iterator[YamlPath]:
     yield path
     if isinstance(value, dict):
-        for key, item in value.items():
+        for key, item in cast(dict[str, object], value).items():
             yield from _paths(item, (*path, key))
     elif isinstance(value, list):
-        for index, item in enumerate(value):
+        for index, item in enumerate(cast(list[object], value)):
             yield from _paths(item, (*path, index))
 
 
@@ -297,7 +297,9 @@ def node_lines(text: str) -> dict[str, int]:
             for index, item in enumerate(node.value):
                 walk(item, (*path, index), item.start_mark.line + 1)
 
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    # PyYAML's stub leaves compose() unannotated; it returns the document's root node.
+    compose: Callable[..., Node | None] = yaml.compose  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    root = compose(text, Loader=yaml.SafeLoader)
     assert root is not None
     walk(root, (), root.start_mark.line + 1)
     return lines
@@ -377,12 +379,12 @@ def test_a_byte_that_is_not_utf8_is_reported_on_its_line(
 def _property_names(schema: object) -> set[str]:
     names: set[str] = set()
     if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key == "properties" and isinstance(value, dict):
-                names |= set(value)
+        for key, value in cast(dict[str, object], schema).items():
             names |= _property_names(value)
+            if key == "properties" and isinstance(value, dict):
+                names |= set(cast(dict[str, object], value))
     elif isinstance(schema, list):
-        for item in schema:
+        for item in cast(list[object], schema):
             names |= _property_names(item)
     return names
 

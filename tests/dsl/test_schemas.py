@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import pytest
@@ -88,7 +88,7 @@ def keywords(schema: object, where: str = "#") -> Iterator[tuple[str, str]]:
     """(location, keyword) for every keyword of a schema and of its sub-schemas — never a property name."""
     if not isinstance(schema, dict):  # `true`/`false` schemas have no keywords
         return
-    for keyword, value in schema.items():
+    for keyword, value in cast(dict[str, Any], schema).items():
         yield where, keyword
         if keyword in _SCHEMA_MAPS:
             for name, sub in value.items():
@@ -103,12 +103,12 @@ def keywords(schema: object, where: str = "#") -> Iterator[tuple[str, str]]:
 def _node(schema: Any, where: str) -> Any:
     """The sub-schema at a location given by `keywords`."""
     for part in where.split("/")[1:]:
-        schema = schema[int(part)] if isinstance(schema, list) else schema[part]
+        schema = cast(list[Any], schema)[int(part)] if isinstance(schema, list) else schema[part]
     return schema
 
 
 def test_keyword_walk_tells_property_names_from_keywords() -> None:
-    schema = {
+    schema: dict[str, Any] = {
         "properties": {"oneOf": {"type": "string"}, "x": {"items": {"not": {}}}},
         "$defs": {"allOf": {"anyOf": [{"const": 1}, {"format": "uri"}]}},
         "additionalProperties": {"properties": {"if": {"contains": {}}}},
@@ -153,14 +153,14 @@ def _property_names(schema: Any) -> list[str]:
 def _enum_values(schema: object) -> list[Any]:
     out: list[Any] = []
     if isinstance(schema, dict):
-        for key, value in schema.items():
+        for key, value in cast(dict[str, Any], schema).items():
             if key == "enum":
                 out += value
             elif key == "const":
                 out.append(value)
             out += _enum_values(value)
     elif isinstance(schema, list):
-        for item in schema:
+        for item in cast(list[Any], schema):
             out += _enum_values(item)
     return out
 
@@ -194,10 +194,10 @@ EXAMPLE_DOCS = {kind: [yaml.safe_load(p.read_text("utf-8")) for p in paths] for 
 def _paths(value: object, path: YamlPath = ()) -> list[YamlPath]:
     out = [path]
     if isinstance(value, dict):
-        for key, item in value.items():
+        for key, item in cast(dict[str, Any], value).items():
             out += _paths(item, (*path, key))
     elif isinstance(value, list):
-        for index, item in enumerate(value):
+        for index, item in enumerate(cast(list[Any], value)):
             out += _paths(item, (*path, index))
     return out
 
@@ -261,13 +261,17 @@ def _object(schema: Any, root: Any) -> st.SearchStrategy[Any]:
     extra = schema.get("additionalProperties", True)
     if isinstance(extra, dict):
         names = schema.get("propertyNames", {})
-        name = st.from_regex(names["pattern"], fullmatch=True) if "pattern" in names else st.text(max_size=8)
-        more = st.dictionaries(name, conforming(extra, root), max_size=3)
+        name = st.from_regex(cast(str, names["pattern"]), fullmatch=True) if "pattern" in names else st.text(max_size=8)
+        more: st.SearchStrategy[dict[str, Any]] = st.dictionaries(name, conforming(extra, root), max_size=3)
     elif extra is False:
         more = st.just({})
     else:
         more = st.dictionaries(KEYS, VALUES, max_size=2)
-    value = st.builds(lambda known, others: {**others, **known}, st.fixed_dictionaries(fixed, optional=optional), more)
+
+    def merged(known: dict[str, Any], others: dict[str, Any]) -> dict[str, Any]:
+        return {**others, **known}
+
+    value = st.builds(merged, st.fixed_dictionaries(fixed, optional=optional), more)
     if "if" not in schema:
         return value
     # Add the keys the `then` or `else` branch requires (the shipped branches only require keys).
@@ -276,7 +280,11 @@ def _object(schema: Any, root: Any) -> st.SearchStrategy[Any]:
         st.fixed_dictionaries({key: conforming(properties.get(key, {}), root) for key in branch.get("required", [])})
         for branch in (schema.get("then", {}), schema.get("else", {}))
     )
-    return st.builds(lambda found, a, b: {**(a if condition.is_valid(found) else b), **found}, value, then, otherwise)
+
+    def completed(found: dict[str, Any], a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        return {**(a if condition.is_valid(found) else b), **found}
+
+    return st.builds(completed, value, then, otherwise)
 
 
 def conforming(schema: Any, root: Any) -> st.SearchStrategy[Any]:
@@ -297,7 +305,7 @@ def conforming(schema: Any, root: Any) -> st.SearchStrategy[Any]:
         )
     if kind == "string":
         shortest = schema.get("minLength", 0)
-        pattern = schema.get("pattern")
+        pattern: str | None = schema.get("pattern")
         text = st.from_regex(pattern) if pattern else st.text(min_size=shortest, max_size=12)
         return text.filter(lambda value: len(value) >= shortest)
     if kind == "integer":
@@ -305,7 +313,10 @@ def conforming(schema: Any, root: Any) -> st.SearchStrategy[Any]:
     if kind == "number":
         low, high, exclusive = _number_range(schema)
         floats = st.floats(low, high, exclude_min=exclusive, allow_nan=False, allow_infinity=False)
-        whole = st.integers(None if low is None else math.floor(low) + 1 if exclusive else math.ceil(low), high)
+        whole = st.integers(
+            None if low is None else math.floor(low) + 1 if exclusive else math.ceil(low),
+            None if high is None else math.floor(high),
+        )
         return st.one_of(floats, whole)
     if kind == "boolean":
         return st.booleans()
@@ -324,11 +335,13 @@ def _misses(schema: Any, current: Any) -> st.SearchStrategy[Any]:
     if isinstance(current, list):
         near += [current + current[:1], current[:-1], []]
     if isinstance(current, dict):
-        near += [{k: v for k, v in current.items() if k != key} for key in schema.get("required", [])]
+        near += [
+            {k: v for k, v in cast(dict[str, Any], current).items() if k != key} for key in schema.get("required", [])
+        ]
         near += [{**current, "unknown": 1}, {**current, "-bad name": "x"}, {**current, "": []}]
     if isinstance(current, str):
         near += ["", current + "\n", current[1:], current.upper(), " " + current, current + ".js", "http://" + current]
-    other_types = st.sampled_from([None, True, 0, 1.5, "", "1", [], {}])
+    other_types: st.SearchStrategy[Any] = st.sampled_from([None, True, 0, 1.5, "", "1", [], {}])
     return st.one_of(st.sampled_from(near), st.sampled_from(near), other_types) if near else other_types
 
 
@@ -345,7 +358,7 @@ def _schema_at(schema: Any, root: Any, document: Any, path: YamlPath) -> Any:
             schema = schema["properties"][part]
         else:
             extra = schema.get("additionalProperties", True)
-            schema = extra if isinstance(extra, dict) else {}
+            schema = cast(dict[str, Any], extra) if isinstance(extra, dict) else {}
         schema, value = _resolve(schema, root), value[part]
     return schema
 
@@ -446,7 +459,7 @@ def test_validators_agree_at_the_edges_of_every_sub_schema(kind: str) -> None:
     root = load_schema(kind)
     locations = sorted({where for where, _ in keywords(root)})
     assert len(locations) > 10
-    disagreements = []
+    disagreements: list[tuple[str, Any, list[tuple[YamlPath, str]]]] = []
     for where in locations:
         sub = {**_node(root, where), "$defs": root.get("$defs", {})}  # so that its $refs resolve
         for value in _edges(sub):
@@ -457,5 +470,5 @@ def test_validators_agree_at_the_edges_of_every_sub_schema(kind: str) -> None:
 
 def test_integral_float_is_an_integer_like_json_schema() -> None:
     schema = load_schema("app")
-    assert jsonschema.Draft202012Validator(schema).is_valid({"history_size": 20.0})
+    assert YamlValidator(schema).is_valid({"history_size": 20.0})
     assert validate({"history_size": 20.0}, schema) == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.schema import chat_leases
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 from yao_agent.tools import ToolManager
+from yao_agent.vocabulary import OnBusy
 
 SLOW = Reply(text="s" * 200, chunk_size=2, delay_s=0.02)
 # The store on PostgreSQL only: for the runtime that holds its chats with leases, as servers sharing
@@ -46,8 +47,8 @@ async def leased(rt: Runtime) -> AsyncIterator[Runtime]:
         await lease.aclose()
 
 
-async def begin(rt: Runtime, text: str, chat_id: str = "c1", on_busy: str | None = None) -> RunHandle:
-    request = RunRequest("chat", ALICE, [{"role": "user", "content": text}], chat_id=chat_id, on_busy=on_busy)  # type: ignore[arg-type]
+async def begin(rt: Runtime, text: str, chat_id: str = "c1", on_busy: OnBusy | None = None) -> RunHandle:
+    request = RunRequest("chat", ALICE, [{"role": "user", "content": text}], chat_id=chat_id, on_busy=on_busy)
     return await runs_of(rt).start(request)
 
 
@@ -62,7 +63,7 @@ async def until(condition: Callable[[], object], timeout_s: float = 10) -> None:
 
 
 @asynccontextmanager
-async def pg_session(rt: Runtime, *, autocommit: bool = False) -> AsyncIterator[psycopg.AsyncConnection]:
+async def pg_session(rt: Runtime, *, autocommit: bool = False) -> AsyncGenerator[psycopg.AsyncConnection]:
     """A connection of our own to the runtime's PostgreSQL database (another process, in effect)."""
     dsn = rt.store.db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit) as conn:

@@ -13,7 +13,7 @@ from tests.pipeline import test_tools
 from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
 from tests.pipeline.pairing import request_problems, stored_problems
 from tests.pipeline.test_tools import call, close, in_process, tooled
-from yao_agent.events import MessageEnd, ToolResult
+from yao_agent.events import Event, MessageEnd, ToolResult
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel
@@ -27,7 +27,7 @@ async def assert_valid(rt: Runtime, fake: ScriptedModel, chat_id: str = "c1") ->
         assert request_problems(request.messages) == [], f"request {number}"
 
 
-async def resumed(rt: Runtime, chat_id: str = "c1") -> list[object]:
+async def resumed(rt: Runtime, chat_id: str = "c1") -> list[Event]:
     return [e async for e in (await runs_of(rt).resume(ALICE, chat_id)).events()]
 
 

@@ -51,7 +51,7 @@ async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_
             fake.enqueue(Reply(text="Here is everything."))
             handle = await runs.resume(LOCAL, "k1")
             events = [e async for e in handle.events()]
-            assert events[-1].type == "stream_end" and events[-1].status == "completed"  # type: ignore[union-attr]
+            assert events[-1].type == "stream_end" and events[-1].status == "completed"
             assert await stored(rt, "k1", LOCAL) == [
                 ("user", "tell me everything", "completed"),
                 ("assistant", "Here is everything.", "completed"),

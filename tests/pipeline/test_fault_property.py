@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +29,7 @@ from tests.pipeline.conftest import app_files, make_runtime
 from tests.pipeline.helpers import runs_of
 from tests.pipeline.pairing import request_problems, stored_problems
 from tests.pipeline.test_tools import ASSISTANT, close, in_process
-from yao_agent.events import StreamEnd
+from yao_agent.events import Event, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime
 from yao_agent.store import SqlStore, open_engine, store_url
@@ -114,7 +114,7 @@ async def follow(handle: RunHandle, cancel_after: int | None) -> int:
     return ends
 
 
-async def aiter_numbered(handle: RunHandle) -> Any:
+async def aiter_numbered(handle: RunHandle) -> AsyncIterator[tuple[int, Event]]:
     count = 0
     async for event in handle.events():
         count += 1

@@ -118,6 +118,6 @@ async def test_a_history_load_failure_warns_and_continues_without_history(
     await turn(rt, "one")
     rt.store = BrokenHistory(rt.store.db)
     events = await turn(rt, "two")
-    assert events[-1].type == "stream_end" and events[-1].status == "completed"  # type: ignore[union-attr]
+    assert events[-1].type == "stream_end" and events[-1].status == "completed"
     assert fake.requests[1].messages[1:] == [{"role": "user", "content": "two"}]
     assert "history of chat c1 could not be loaded" in caplog.text

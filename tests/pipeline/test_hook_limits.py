@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from sqlalchemy import String
 
 from tests.hooks.processes import running_workers
 from tests.pipeline.conftest import make_runtime
@@ -180,7 +181,8 @@ async def test_memory_keys_the_store_cannot_hold_are_a_clear_error_on_every_data
     fake.enqueue(Reply(text="ok"))
     end = end_of(await turn(rt, "hi", assistant="hooked"))
     assert end.status == "completed"
-    assert memory.c.key.type.length == MEMORY_KEY_MAX == 256  # pyright: ignore[reportAttributeAccessIssue]
+    key_type = memory.c.key.type
+    assert isinstance(key_type, String) and key_type.length == MEMORY_KEY_MAX == 256
     assert end.next == {
         "long": "a memory key may have at most 256 characters; this one has 257",
         "nul": "a memory key may not contain U+0000 (a key is printable text)",

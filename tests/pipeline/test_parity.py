@@ -74,5 +74,5 @@ async def test_streaming_and_not_store_the_same_chat(
     await rt.engines.aclose()
     streamed, drained = await _chat(rt, "streamed"), await _chat(rt, "drained")
     assert streamed == drained
-    assert events[-1].type == "stream_end" and (events[-1].status, events[-1].reason) == (result.status, result.reason)  # type: ignore[union-attr]
+    assert events[-1].type == "stream_end" and (events[-1].status, events[-1].reason) == (result.status, result.reason)
     assert streamed[1][0][:2] == ("user", "What's the weather in Paris?")

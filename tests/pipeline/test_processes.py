@@ -28,9 +28,9 @@ LOCAL = Identity("local")
 
 @pytest.fixture
 def pg_url(pg_database: str) -> str:
-    from tests.conftest import _pg_admin_truncate
+    from tests.conftest import pg_admin_truncate
 
-    _pg_admin_truncate(pg_database)
+    pg_admin_truncate(pg_database)
     return pg_database
 
 
@@ -51,7 +51,7 @@ async def other_process(app: Path, pg_url: str, text: str) -> asyncio.subprocess
     seen = b""
     while b"zzzz" not in seen:
         chunk = await asyncio.wait_for(process.stdout.read(64), 60)
-        assert chunk, (await process.stderr.read()).decode() if process.stderr else "no output"  # type: ignore[union-attr]
+        assert chunk, (await process.stderr.read()).decode() if process.stderr else "no output"
         seen += chunk
     return process
 

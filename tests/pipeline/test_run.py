@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from yao_agent.connectors.deltas import Delta, TextDelta
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import NotFound, PermissionDenied, UsageError
-from yao_agent.events import MessageDelta, MessageEnd, MessageStart, StreamEnd, StreamStart
+from yao_agent.events import Event, MessageDelta, MessageEnd, MessageStart, StreamEnd, StreamStart
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
@@ -109,7 +110,7 @@ async def test_cancel_mid_stream_stores_incomplete_and_the_next_run_never_sees_i
 ) -> None:
     fake.enqueue(Reply(text="a" * 400, chunk_size=2, delay_s=0.02), Reply(text="fresh"))
     handle = await runs_of(rt).start(RunRequest("chat", ALICE, [{"role": "user", "content": "long one"}], chat_id="c1"))
-    events = []
+    events: list[Event] = []
     async for event in handle.events():
         events.append(event)
         if isinstance(event, MessageDelta) and len(events) == 5:
@@ -160,7 +161,7 @@ class BrokenEngine:
 async def test_an_unexpected_exception_is_flushed_then_propagates(tmp_path: Path, store: SqlStore) -> None:
     rt = make_runtime(tmp_path / "app", store, app_files("http://127.0.0.1:9/v1"))
     rt.engines = Engines({"openai": BrokenEngine()})
-    events = []
+    events: list[Event] = []
     with pytest.raises(Boom):
         async for event in runs_of(rt).stream(
             RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1")
@@ -240,9 +241,9 @@ async def test_another_tenants_chat_is_not_found(rt: Runtime, fake: ScriptedMode
         ([{"role": "tool", "content": "x"}], "messages[0].tool_call_id: expected the id of the tool call"),
     ],
 )
-async def test_malformed_input_is_a_usage_error(rt: Runtime, messages: list[object], message: str) -> None:
+async def test_malformed_input_is_a_usage_error(rt: Runtime, messages: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        await runs_of(rt).start(RunRequest("chat", ALICE, messages, chat_id="c1"))  # type: ignore[arg-type]
+        await runs_of(rt).start(RunRequest("chat", ALICE, messages, chat_id="c1"))
 
 
 async def test_stream_end_is_last_and_once_even_on_failure(rt: Runtime, fake: ScriptedModel) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -62,7 +62,7 @@ async def test_a_hook_cannot_read_the_environment_through_a_connector(
         await rt.hooks.aclose()
 
 
-async def _run(rt: Runtime, model: str) -> Any:
+async def _run(rt: Runtime, model: str) -> AsyncIterator[Event]:
     from yao_agent.pipeline import RunRequest
 
     request = RunRequest("hooked", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1", metadata={"model": model})

@@ -344,7 +344,7 @@ async def test_resume_after_a_cancelled_tool_round_runs_the_calls_again(rt: Runt
     fake.enqueue(Reply(tool_calls=naps), Reply(text="Rested."))
     handle = await runs_of(rt).start(RunRequest("tooled", ALICE, [{"role": "user", "content": "rest"}], chat_id="c1"))
     async for event in handle.events():
-        if event.type == "message_end" and event.kind == "tool_call":  # type: ignore[union-attr]
+        if event.type == "message_end" and event.kind == "tool_call":
             handle.cancel()
     point = await rt.store.resume_point(ALICE, "c1")
     assert point is not None and [(s.type, s.status) for s in point.steps] == [("tool", "cancelled")]

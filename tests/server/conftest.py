@@ -35,9 +35,9 @@ class Live:
     def rt(self) -> Runtime:
         return self.runs.rt
 
-    def client(self, who: str = "alice", **kwargs: object) -> httpx.AsyncClient:
+    def client(self, who: str = "alice", **kwargs: Any) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
-        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, **kwargs)
 
 
 def openai_client(live: Live, **extra: Any) -> openai.AsyncOpenAI:

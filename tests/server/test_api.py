@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.pipeline.conftest import make_runtime
 from tests.pipeline.test_runs import CountingStore
@@ -22,7 +23,7 @@ ALICE = Identity("alice")
 
 
 async def sse(response: httpx.Response) -> list[dict[str, Any]]:
-    events = []
+    events: list[dict[str, Any]] = []
     async for line in response.aiter_lines():
         if line.startswith("data: "):
             events.append(json.loads(line[6:]))
@@ -68,12 +69,13 @@ async def test_a_two_turn_chat_through_x_chat_id(live: Live, fake: FakeProvider)
             model="chat", messages=[{"role": "user", "content": "one"}]
         )
         chat_id = first.headers["x-chat-id"]
-        history = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "first answer"},
-                   {"role": "user", "content": "two"}]  # fmt: skip
+        history: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": "one"}, {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": "two"}]  # fmt: skip
         second = await client.chat.completions.create(
             model="chat",
             messages=history,
-            extra_headers={"X-Chat-Id": chat_id},  # type: ignore[arg-type]
+            extra_headers={"X-Chat-Id": chat_id},
         )
     assert second.choices[0].message.content == "second answer"
     stored = [m.content for m in await live.rt.store.history(ALICE, chat_id)]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel
 
 from tests.pipeline.conftest import make_runtime
@@ -25,7 +26,7 @@ from yao_agent.tools import ToolManager
 
 REPO = Path(__file__).resolve().parents[2]
 ALICE = Identity("alice")
-ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What's the weather in Paris?"}]
 WEATHER = "Here is what the weather service says: Paris day 1: "
 
 
@@ -38,8 +39,8 @@ async def example(store: SqlStore) -> AsyncIterator[Live]:
 
 async def test_server_side_tools_never_reach_the_openai_client(example: Live) -> None:
     async with openai_client(example) as client:
-        raw = await client.chat.completions.with_raw_response.create(model="weather", messages=ASK)  # type: ignore[arg-type]
-        stream = await client.chat.completions.create(model="weather", messages=ASK, stream=True)  # type: ignore[arg-type]
+        raw = await client.chat.completions.with_raw_response.create(model="weather", messages=ASK)
+        stream = await client.chat.completions.create(model="weather", messages=ASK, stream=True)
         chunks = [chunk async for chunk in stream]
     [choice] = raw.parse().choices
     assert choice.message.content is not None and choice.message.content.startswith(WEATHER)
@@ -78,7 +79,7 @@ HOOK = "function Create(ctx, messages) { throw new TypeError('no way') }\n"
 
 
 @asynccontextmanager
-async def guarded(tmp_path: Path, store: SqlStore, fake: FakeProvider, limits: str) -> AsyncIterator[Live]:
+async def guarded(tmp_path: Path, store: SqlStore, fake: FakeProvider, limits: str) -> AsyncGenerator[Live]:
     files = server_files(fake.base_url, limits=limits)
     files["mcps/testing.yml"] = "command: python\n"
     files["assistants/tooled/assistant.yml"] = TOOLED

@@ -18,11 +18,11 @@ import asyncio
 import copy
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx
@@ -31,14 +31,9 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis import Case, GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    response_headers_conformance,
-    response_schema_conformance,
-)
+from schemathesis import Case, CheckContext, GenerationMode, Response
+from schemathesis import checks as core_checks
+from schemathesis.specs.openapi import checks as openapi_checks
 
 from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import TENANTS, Live, serve, server_files
@@ -49,6 +44,20 @@ from yao_agent.testing import FakeProvider, Reply
 
 # A failing example with a long string makes hypothesis warn about the size of its report; the report matters more.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr:hypothesis.errors.HypothesisWarning")
+
+# schemathesis annotates its checks with a bare `Case`, which pyright reads as partially unknown: they are
+# looked up through untyped references to their modules and given their type here.
+Check = Callable[[CheckContext, Response, Case[Any]], bool | None]
+_core_checks: Any = core_checks
+_openapi_checks: Any = openapi_checks
+not_a_server_error: Check = _core_checks.not_a_server_error
+content_type_conformance: Check = _openapi_checks.content_type_conformance
+negative_data_rejection: Check = _openapi_checks.negative_data_rejection
+response_headers_conformance: Check = _openapi_checks.response_headers_conformance
+response_schema_conformance: Check = _openapi_checks.response_schema_conformance
+
+# Every health check. hypothesis leaves `HealthCheckMeta.__iter__` unannotated, which pyright misreads.
+EVERY_HEALTH_CHECK: list[HealthCheck] = list(HealthCheck)  # pyright: ignore[reportAssignmentType]
 
 LIMIT = 64 * 1024  # the request body limit the server below is given
 ERROR_STATUSES = {400, 401, 403, 404, 405, 409, 413}  # what the contract's errors use (bad input is never a 422)
@@ -135,6 +144,7 @@ def assert_sane(status: int, headers: Mapping[str, str], body: bytes, what: str)
         assert content_type.startswith("application/json"), f"{what} → {status} {content_type}: {body[:300]!r}"
         error = json.loads(body).get("error")
         assert isinstance(error, dict), f"{what} → {body[:300]!r}"
+        error = cast(dict[str, Any], error)
         assert isinstance(error.get("type"), str) and isinstance(error.get("message"), str) and error["message"]
     elif status >= 300:  # only Starlette's redirect of a path ending in "/" (an id ending in %2F), to this server
         assert status == 307 and headers.get("location", "").startswith("http://127.0.0.1:"), f"{what} → {status}"
@@ -153,12 +163,17 @@ FUZZ = settings(
     max_examples=12,
     deadline=None,
     database=None,
-    suppress_health_check=list(HealthCheck),
+    suppress_health_check=EVERY_HEALTH_CHECK,
 )
-CHECKS = [not_a_server_error, content_type_conformance, response_schema_conformance, response_headers_conformance]
+CHECKS: list[Check] = [
+    not_a_server_error,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 
 
-def strategies_for(operation: Any, mode: GenerationMode, chat: str) -> st.SearchStrategy[Case]:
+def strategies_for(operation: Any, mode: GenerationMode, chat: str) -> st.SearchStrategy[Case[Any]]:
     """The operation's cases, free and aimed at real things (alice's chat, the `chat` assistant), JSON not SSE."""
     names = {p.name for p in operation.path_parameters}
     query = {"stream": "false"} if mode.is_positive and any(p.name == "stream" for p in operation.query) else None
@@ -173,7 +188,7 @@ def strategies_for(operation: Any, mode: GenerationMode, chat: str) -> st.Search
     return free | operation.as_strategy(mode, query=query, path_parameters=aimed)
 
 
-def with_model(case: Case, model: str | None) -> Case:
+def with_model(case: Case[Any], model: str | None) -> Case[Any]:
     if model is not None and isinstance(case.body, dict):
         case.body["model"] = model
     return case
@@ -199,14 +214,15 @@ def fuzz_one(served: Served, session: requests.Session, operation: Any, mode: Ge
 
     @FUZZ
     @given(case=strategy)
-    def one(case: Case) -> None:
+    def one(case: Case[Any]) -> None:
         response = case.call(base_url=served.url, session=session, headers=auth, timeout=30)
         headers = {name.lower(): values[0] for name, values in response.headers.items()}
         assert_sane(response.status_code, headers, response.content, case.as_curl_command())
         content_type = headers.get("content-type", "")
         streamed = content_type.startswith("text/event-stream")  # the document gives the stream's type, not its frames
         declared = [not_a_server_error, content_type_conformance]
-        case.validate_response(response, checks=declared if streamed else checks, headers=auth)
+        # (schemathesis's own annotation of the checks it takes has a bare `Case`, as above)
+        case.validate_response(response, checks=declared if streamed else checks, headers=auth)  # pyright: ignore[reportUnknownMemberType]
 
     one()
 
@@ -239,8 +255,9 @@ def tightened(document: dict[str, Any], chat: str) -> dict[str, Any]:
 def test_every_operation_of_the_openapi_document(served: Served) -> None:
     seeded(served)
     document = httpx.get(served.url + "/openapi.json", timeout=30).json()
-    config = schemathesis.Config.from_dict({"generation": {"allow-x00": True}})
-    schemas = {
+    config = schemathesis.Config.from_dict({"generation": {"allow-x00": True}})  # pyright: ignore[reportUnknownMemberType]  (a bare `dict` parameter)
+    # schemathesis types its operations with bare generics: they are handled as Any here, like `operation` above.
+    schemas: dict[GenerationMode, Any] = {
         GenerationMode.POSITIVE: schemathesis.openapi.from_dict(tightened(document, served.chat), config=config),
         GenerationMode.NEGATIVE: schemathesis.openapi.from_dict(document, config=config),
     }
@@ -253,7 +270,7 @@ def test_every_operation_of_the_openapi_document(served: Served) -> None:
                     fuzz_one(served, session, operation, mode)
                     count += 1
     assert (
-        count == 16 + 6
+        count == 17 + 6
     )  # every operation (test_tenants.py checks they are every route), and those with inputs negatively
 
 
@@ -389,9 +406,19 @@ def shots(chat: str) -> st.SearchStrategy[Shot]:
         | st.tuples(st.just("/v1/chat/completions"), openai_bodies(chat))
         | st.tuples(paths, json_values())
     )
-    as_json = st.builds(lambda pb, a: Shot(pb[0], encoded(pb[1], a)), bodies, st.booleans())
-    cut = st.builds(lambda pb, n: Shot(pb[0], encoded(pb[1], True)[:n]), bodies, st.integers(0, 60))
-    other_type = st.builds(lambda pb: Shot(pb[0], encoded(pb[1], True), "text/plain"), bodies)
+
+    def json_shot(pb: tuple[str, Any], a: bool) -> Shot:
+        return Shot(pb[0], encoded(pb[1], a))
+
+    def cut_shot(pb: tuple[str, Any], n: int) -> Shot:
+        return Shot(pb[0], encoded(pb[1], True)[:n])
+
+    def text_shot(pb: tuple[str, Any]) -> Shot:
+        return Shot(pb[0], encoded(pb[1], True), "text/plain")
+
+    as_json = st.builds(json_shot, bodies, st.booleans())
+    cut = st.builds(cut_shot, bodies, st.integers(0, 60))
+    other_type = st.builds(text_shot, bodies)
     raw = st.builds(Shot, paths, st.binary(max_size=200))
     return st.sampled_from([as_json] * 7 + [cut, other_type, raw]).flatmap(lambda strategy: strategy)
 
@@ -401,7 +428,7 @@ def test_random_bodies_at_the_run_endpoints(served: Served) -> None:
     auth = {"Authorization": f"Bearer {served.tokens['alice']}"}
     with httpx.Client(base_url=served.url, headers=auth, timeout=30) as http:
 
-        @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(max_examples=300, deadline=None, database=None, suppress_health_check=EVERY_HEALTH_CHECK)
         @given(shot=shots(served.chat))
         def one(shot: Shot) -> None:
             response = http.post(shot.path, content=shot.content, headers={"Content-Type": shot.content_type})
@@ -419,6 +446,8 @@ ID_ROUTES = [
     ("GET", "/api/chats/{}/messages", None),
     ("GET", "/api/chats/{}/resume", None),
     ("POST", "/api/chats/{}/resume?stream=false", None),
+    ("GET", "/api/chats/{}/runs/run_1", None),
+    ("GET", "/api/chats/c1/runs/{}", None),
     ("POST", "/api/chats/{}/cancel", None),
     ("POST", "/api/chats/{}/append", {"messages": [{"role": "user", "content": "more"}]}),
     ("PUT", "/api/roles/{}", {"connector": "demo.echo"}),
@@ -433,7 +462,7 @@ def test_random_ids_in_paths(served: Served) -> None:
     ids = st.text(max_size=300) | st.sampled_from(["x" * 65, "r" * 129, "a\x00b", "%", "é", "a/", "chat", served.chat])
     with httpx.Client(base_url=served.url, headers=auth, timeout=30) as http:
 
-        @settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(max_examples=120, deadline=None, database=None, suppress_health_check=EVERY_HEALTH_CHECK)
         @given(route=st.sampled_from(ID_ROUTES), name=ids)
         def one(route: tuple[str, str, Any], name: str) -> None:
             method, template, body = route
@@ -479,6 +508,9 @@ def test_bodies_above_the_limit_are_a_413_declared_or_not(served: Served, path: 
         ("GET", "/api/chats/nul%00/messages", None),
         ("GET", "/api/chats/nul%00/resume", None),
         ("POST", "/api/chats/nul%00/resume?stream=false", None),
+        ("GET", "/api/chats/nul%00/runs/run_1", None),
+        ("GET", "/api/chats/c1/runs/nul%00", None),
+        ("GET", "/api/chats/c1/runs/" + "r" * 200, None),
         ("POST", "/api/chats/nul%00/cancel", None),
         ("POST", "/api/chats/nul%00/append", {"messages": [{"role": "user", "content": "x"}]}),
     ],

@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -83,7 +84,7 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
             banner = await asyncio.wait_for(server.stdout.readline(), 60)
             assert f"on http://127.0.0.1:{port}/" in banner.decode()
             fake.enqueue(Reply(text="w" * 400, chunk_size=1, delay_s=0.02))
-            events = []
+            events: list[dict[str, Any]] = []
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
                 assert (await client.get("/healthz")).status_code == 200  # the banner comes once it listens
                 body = {"messages": [{"role": "user", "content": "long"}]}

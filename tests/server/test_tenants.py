@@ -355,6 +355,7 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("GET", f"/api/chats/{CHAT}/messages", None),
     ("GET", f"/api/chats/{CHAT}/resume", None),
     ("POST", f"/api/chats/{CHAT}/resume", None),
+    ("GET", f"/api/chats/{CHAT}/runs/run_1", None),
     ("PATCH", f"/api/chats/{CHAT}", {"title": "renamed"}),
     ("DELETE", f"/api/chats/{CHAT}", None),
     ("GET", "/api/assistants", None),
@@ -411,7 +412,7 @@ async def test_every_route_needs_a_valid_token(
     assert len(fake.requests) == calls and await roles_stored(live) == {}
 
 
-BODIES: dict[str, Any] = {
+BODIES: dict[str, bytes | list[bytes]] = {
     "malformed JSON": b"{not json",
     "wrong types": json.dumps({"messages": 7, "model": [], "connector": {}}).encode(),
     "not JSON at all": b"\xff\xfe\x00 binary",
@@ -455,6 +456,7 @@ async def test_the_route_list_above_is_every_route_of_the_api(live: Live) -> Non
     declared = {(m.upper(), p) for p, ops in document["paths"].items() for m in ops}
     tested = {(m, p.split("?")[0].replace(CHAT, "{chat_id}")) for m, p, _ in ROUTES}
     tested = {(m, p.replace("/chat/runs", "/{assistant_id}/runs").replace("/default", "/{role}")) for m, p in tested}
+    tested = {(m, p.replace("/runs/run_1", "/runs/{run_id}")) for m, p in tested}
     assert declared - PUBLIC == tested
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

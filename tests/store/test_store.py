@@ -10,7 +10,7 @@ import pytest
 
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
-from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.messages import ChatMessage, Role, ToolCall
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord, StepRecord
 
@@ -95,8 +95,8 @@ async def test_a_second_process_writing_delays_a_write_without_stalling_the_loop
         await store.aclose()
 
 
-def said(role: str, text: str, n: int, run_id: str) -> ChatMessage:
-    return ChatMessage(f"{run_id}-m{n}", role, text, run_id=run_id)  # type: ignore[arg-type]
+def said(role: Role, text: str, n: int, run_id: str) -> ChatMessage:
+    return ChatMessage(f"{run_id}-m{n}", role, text, run_id=run_id)
 
 
 async def test_the_write_ahead_stores_only_what_does_not_repeat_the_history(store: SqlStore) -> None:

@@ -21,11 +21,12 @@ import httpx
 import litellm
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from yao_agent.testing import FakeProvider, RecordedRequest, Reply, ToolCall, UnknownScenario
 from yao_agent.testing.fake_scenarios import reply_from_json
 
-MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 # -- clients ---------------------------------------------------------------------------------------------------
@@ -102,7 +103,7 @@ class OpenAIApi(Api):
         self, model: str, *, on_chunk: Callable[[Collected], object] | None = None, **kwargs: Any
     ) -> Collected:
         collected = Collected()
-        stream = await self.client.chat.completions.create(model=model, messages=MESSAGES, stream=True, **kwargs)  # type: ignore[call-overload]
+        stream = await self.client.chat.completions.create(model=model, messages=MESSAGES, stream=True, **kwargs)
         async with stream:
             async for chunk in stream:
                 collected.add(chunk)
@@ -111,7 +112,8 @@ class OpenAIApi(Api):
         return collected
 
     async def complete(self, model: str, **kwargs: Any) -> Any:
-        return await self.client.chat.completions.create(model=model, messages=MESSAGES, **kwargs)  # type: ignore[call-overload]
+        # Untyped **kwargs may hold `stream`, so pyright cannot pick one overload of `create`: the result is untyped.
+        return await self.client.chat.completions.create(model=model, messages=MESSAGES, **kwargs)  # pyright: ignore[reportUnknownVariableType]
 
     def error_code(self, exc: BaseException) -> str | None:
         assert isinstance(exc, openai.APIError)

@@ -25,20 +25,17 @@ MAX_RECORDED = 64 * 1024  # characters of JSON a completed hook step keeps of it
 _to_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
 async def call_hook(
     rt: Runtime,
     state: RunState,
     step_type: Literal["hook_create", "hook_next"],
     function: str,
     args: Sequence[Any],
-    check: Callable[[Any], Any] = _same,
-) -> tuple[bool, Any]:
-    """(whether `function` ran, the checked value it returned). It did not run when the assistant has
-    no hook or its file has no such function; a failure under `on_error: ignore` counts as null."""
+    parse: Callable[[Any], T | None],
+) -> tuple[bool, T | None]:
+    """(whether `function` ran, its answer as `parse` types it from the returned JSON value). It did not
+    run when the assistant has no hook or its file has no such function; a failure under
+    `on_error: ignore` counts as null."""
     spec = state.assistant
     if spec.hook_path is None:
         return False, None
@@ -49,7 +46,7 @@ async def call_hook(
         if not outcome.defined:
             state.buffer.drop(step)
             return False, None
-        value = check(outcome.value)  # the step records what the hook returned, before the check's parsing
+        value = parse(outcome.value)  # the step records what the hook returned, before it is parsed
     except HookError as exc:
         state.buffer.end(step, "failed", error=exc.detail())
         if spec.hook_policy.on_error == "ignore":

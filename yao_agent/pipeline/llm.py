@@ -103,10 +103,12 @@ async def call(
     step.transition = why
     reply = LiveReply(state, rt.ids.new, state.thread_id)
     state.turns += 1
+    answering = state.chain[0] if state.chain else None
     try:
         async for event in stream_call(state.chain, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
                                        environ=rt.environ, cooldowns=rt.cooldowns):  # fmt: skip
             if isinstance(event, Fallback):
+                answering = next((c for c in state.chain if c.id == event.to_connector), answering)
                 await state.emit(FallbackEvent(state.run_id, event.from_connector, event.to_connector, event.reason))
             else:
                 await reply.add(event)
@@ -122,7 +124,12 @@ async def call(
     message.hidden = state.hidden
     state.buffer.add(message)
     _count(state, reply.got.usage)
-    state.buffer.end(step, "completed", output={"message_id": message.id, "finish": reply.got.finish})
+    made: dict[str, Any] = {"message_id": message.id, "finish": reply.got.finish}
+    if answering is not None:  # who answered, for the run's view (GET /api/chats/{id}/runs/{run_id})
+        made |= {"connector": answering.id, "model": answering.model}
+    if reply.got.usage is not None:
+        made["usage"] = reply.got.usage.as_dict()
+    state.buffer.end(step, "completed", output=made)
     return message
 
 

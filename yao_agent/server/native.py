@@ -180,6 +180,13 @@ async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed =
     return streamed(handle) if stream else await drained(request, handle)
 
 
+@router.get("/api/chats/{chat_id}/runs/{run_id}", tags=["chats"], response_model=None,
+            responses=doc.answers(doc.RunViewOut, 401, 404))  # fmt: skip
+async def run_view(chat_id: str, run_id: str, request: Request, who: Caller) -> dict[str, Any]:
+    """One run: how it ended, its usage, and its steps with why each model call was made (`transition`)."""
+    return (await runs_of(request).run_view(who, chat_id, run_id)).to_api()
+
+
 def search_query(request: Request) -> None:
     """A list query says `q` once or not at all: anything else would be dropped unseen, so it is refused."""
     given = request.query_params.multi_items()

@@ -108,6 +108,36 @@ class ResumePointOut(BaseModel):
     steps: list[StepOut]
 
 
+class RunStepOut(BaseModel):
+    seq: int
+    type: Literal["hook_create", "llm", "tool", "hook_next", "delegate"]
+    status: Literal["completed", "failed", "recovered", "interrupted", "cancelled"]
+    transition: str | None = Field(None, description="an llm step's: why it was made (first, tool_results, ...)")
+    thread_id: str | None = Field(None, description="the delegated assistant's thread a step ran in")
+    connector: str | None = Field(None, description="an llm step's: the connector that answered")
+    model: str | None = None
+    usage: dict[str, int] | None = Field(None, description="an llm step's tokens")
+    error: Any = None
+    duration_ms: int | None
+
+
+class RunViewOut(BaseModel):
+    """One run of a chat, with every step it took."""
+
+    run_id: str
+    chat_id: str
+    assistant_id: str
+    status: Literal["running", "completed", "failed", "cancelled", "interrupted"]
+    reason: str | None
+    error: Any = None
+    usage: dict[str, int]
+    resumed_from: str | None = Field(description="the run this one resumed")
+    started_at: str | None = Field(description="ISO 8601, UTC")
+    ended_at: str | None
+    duration_ms: int | None
+    steps: list[RunStepOut]
+
+
 class AssistantOut(BaseModel):
     id: str
     name: str

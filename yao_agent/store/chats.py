@@ -19,7 +19,7 @@ from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store import runlog
 from yao_agent.store.engine import Database
-from yao_agent.store.records import ChatRecord, Loaded, ResumePoint, RunRecord, StepRecord
+from yao_agent.store.records import ChatRecord, Loaded, ResumePoint, RunRecord, RunView, StepRecord
 from yao_agent.store.runlog import chat_record, team_of
 from yao_agent.store.schema import chat_leases, chats, memory, messages, metadata, runs, steps
 from yao_agent.store.tx import Sql, Tx
@@ -65,6 +65,12 @@ RUNS_OF = Sql(
     .order_by(runs.c.started_at.desc(), runs.c.id.desc())
     .limit(_LIMIT)
 )  # fmt: skip
+ONE_RUN = Sql(
+    select(runs)
+    .where(runs.c.id == bindparam("run_id"), runs.c.chat_id == bindparam("chat_id"),
+           runs.c.user_id == bindparam("user_id"), runs.c.team_id == bindparam("team_id"))
+)  # fmt: skip
+STEPS_OF_RUN = Sql(select(steps).where(steps.c.run_id == bindparam("run_id")).order_by(steps.c.seq))
 UNFINISHED_STEPS = Sql(
     select(steps)
     .where(steps.c.run_id == bindparam("run_id"), steps.c.status != "completed", steps.c.status != "recovered")
@@ -261,6 +267,19 @@ class ChatStore:
     async def latest_run(self, identity: Identity, chat_id: str) -> RunRecord | None:
         found = await self.runs_of(identity, chat_id, limit=1)
         return found[0] if found else None
+
+    async def run_view(self, identity: Identity, chat_id: str, run_id: str) -> RunView | None:
+        """One run of the caller's chat and all its steps in order; None if there is no such run of theirs."""
+        identity = _require(identity)
+        params = {"run_id": run_id, "chat_id": chat_id, **_owner(identity)}
+
+        def work(tx: Tx) -> RunView | None:
+            row = tx.first(ONE_RUN, params)
+            if row is None:
+                return None
+            return RunView(_run(row), tuple(_step(r) for r in tx.all(STEPS_OF_RUN, {"run_id": run_id})))
+
+        return await self.db.read_tx(work)
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None:
         """The latest run's unfinished steps, if that run did not complete (a later completed run clears it)."""

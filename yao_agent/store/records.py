@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from yao_agent.messages import ChatMessage, iso_time
 from yao_agent.vocabulary import RunStatus, StepStatus, StepType, TerminalReason, Transition
@@ -93,6 +93,43 @@ class ResumePoint:
             out["error"] = self.run.error
         out["steps"] = [s.to_api() for s in self.steps]
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """One run as `GET /api/chats/{id}/runs/{run_id}` shows it: its outcome and every step, in order."""
+
+    run: RunRecord
+    steps: tuple[StepRecord, ...]
+
+    def to_api(self) -> dict[str, Any]:
+        run = self.run
+        out: dict[str, Any] = {"run_id": run.id, "chat_id": run.chat_id, "assistant_id": run.assistant_id,
+                               "status": run.status, "reason": run.reason}  # fmt: skip
+        if run.error is not None:
+            out["error"] = run.error
+        out |= {"usage": run.usage, "resumed_from": run.resumed_from, "started_at": iso(run.started_at),
+                "ended_at": iso(run.ended_at), "duration_ms": run.duration_ms}  # fmt: skip
+        out["steps"] = [_step_view(step) for step in self.steps]
+        return out
+
+
+def _step_view(step: StepRecord) -> dict[str, Any]:
+    """A step's type, status, transition and timing; an `llm` step's connector, model and tokens (from
+    its output); never what it was given (a resumable step keeps its whole input)."""
+    out: dict[str, Any] = {"seq": step.seq, "type": step.type, "status": step.status}
+    if step.transition is not None:
+        out["transition"] = step.transition
+    if step.thread_id is not None:
+        out["thread_id"] = step.thread_id
+    output: object = step.output  # stored JSON: an llm step's is an object
+    made = cast("dict[str, Any]", output) if isinstance(output, dict) else {}
+    out |= {key: made[key] for key in ("connector", "model", "usage") if made.get(key) is not None}
+    if step.error is not None:
+        out["error"] = step.error
+    ended = step.ended_at
+    out["duration_ms"] = None if ended is None else max(0, round((ended - step.started_at) * 1000))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
