@@ -211,7 +211,8 @@ async def test_images_to_a_model_that_cannot_read_them_fail_the_run_naming_it(rt
     picture = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:x"}}]
     end = end_of(await turn(rt, [{"role": "user", "content": picture}], assistant="tooled"))
     assert (end.status, end.reason) == ("failed", "model_error")
-    assert end.error == {"message": "connector fake.model cannot read images (its capabilities.vision is false)"}
+    assert end.error == {"message": "connector fake.model cannot read images (its capabilities.vision is false)",
+                         "kind": "bad_request"}  # fmt: skip
     assert fake.requests == []
     assert [m.role for m in await rt.store.history(ALICE, "c1")] == ["user"]  # the input is kept
 

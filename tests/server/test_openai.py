@@ -135,6 +135,28 @@ async def test_a_run_that_does_not_complete_gets_a_fitting_answer(
     assert native.json()["error"]["message"]
 
 
+PICTURE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}
+IMAGE = [{"type": "text", "text": "what is this?"}, PICTURE]
+
+
+@pytest.mark.parametrize("refused_by", ["connector", "provider"])
+async def test_a_request_the_model_refuses_is_a_400_not_a_gateway_failure(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider, refused_by: str
+) -> None:
+    """Fixed: an image sent to a connector that cannot read images (or a provider's 400) was a 502."""
+    content: Any = IMAGE if refused_by == "connector" else "hi"
+    async with guarded(tmp_path, store, fake, LIMITS) as live, live.client() as client:
+        fake.enqueue(Reply(status=400, error_message="invalid 'messages[0]'"))
+        ask = {"model": "chat", "messages": [{"role": "user", "content": content}]}
+        response = await client.post("/v1/chat/completions", json=ask)
+    assert response.status_code == 400, response.text
+    assert response.headers.get("x-should-retry") == "false"
+    error = response.json()["error"]
+    said = "capabilities.vision is false" if refused_by == "connector" else "invalid 'messages[0]'"
+    assert error["type"] == "model_error" and said in error["message"]
+    assert len(fake.requests) == (0 if refused_by == "connector" else 1)
+
+
 async def test_the_openai_client_does_not_retry_a_run_whose_tool_failed(
     tmp_path: Path, store: SqlStore, fake: FakeProvider
 ) -> None:

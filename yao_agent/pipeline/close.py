@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from yao_agent.errors import HookError, RunError
+from yao_agent.errors import HookError, ModelError, RunError
 from yao_agent.events import StreamEnd, ToolResult
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage
@@ -87,6 +87,8 @@ def error_detail(error: RunError) -> dict[str, Any]:
     """What a run's error shows (in `stream_end`, the store, the OpenAI error body): never a secret."""
     if isinstance(error, HookError):
         return {**error.detail(), "message": redact(error.message)}
+    if isinstance(error, ModelError):  # what kind of failure: a client tells its own mistake from the provider's
+        return {"message": redact(error.message), "kind": error.kind}
     return {"message": redact(error.message)}
 
 

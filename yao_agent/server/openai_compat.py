@@ -130,9 +130,11 @@ async def whole(request: Request, handle: RunHandle, model: str, headers: dict[s
     await to_the_end(request, handle)
     result = handle.result()
     if result.status != "completed" and result.reason not in CUT_SHORT:
-        if result.reason not in RETRYABLE:
-            headers = {**headers, "x-should-retry": "false"}
         status = FAILURE_STATUS.get(result.reason, 500)
+        if as_mapping(result.error).get("kind") == "bad_request":  # refused for what the caller sent (images
+            status = 400  # to a connector that cannot read them, or the provider's 400): not a gateway failure
+        if result.reason not in RETRYABLE or status == 400:
+            headers = {**headers, "x-should-retry": "false"}
         return JSONResponse(failure(result.reason, result.status, result.error), status_code=status, headers=headers)
     return JSONResponse(completion(handle, result, model), headers=headers)
 
