@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -33,8 +34,9 @@ def _app_dir(args: argparse.Namespace) -> Path:
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     from .dsl import check_app
+    from .probe import probe
 
-    report = check_app(_app_dir(args), hooks=True, mcp=args.mcp)
+    report = check_app(_app_dir(args), probe=functools.partial(probe, hooks=True, mcp=args.mcp))
     for problem in report.errors:
         print(problem, file=out)
     for problem in report.warnings:

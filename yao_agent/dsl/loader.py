@@ -6,6 +6,7 @@ them in one round. Only `SpecError` leaves this module for anything wrong with t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from .discover import Found, discover
 from .schema import coerce_integers, load_schema, validate
 from .source import Document, decode, parse
 from .specs import App, AppConfig
+
+# A check that runs the app's code (hooks, MCP servers), given the files as read: see yao_agent/probe.py.
+Probe = Callable[[Path, Mapping[Found, Document]], list[Problem]]
 
 # Files larger than this are not app files; reading them would only hide the real mistake.
 MAX_FILE_BYTES = 1 << 20
@@ -39,11 +43,11 @@ def load_app(root: str | Path) -> App:
     return report.app
 
 
-def check_app(root: str | Path, *, hooks: bool = False, mcp: bool = False) -> Report:
+def check_app(root: str | Path, *, probe: Probe | None = None) -> Report:
     """Every problem of the app at `root`, and the app when there is none.
 
-    `hooks` also loads every hook file in V8; `mcp` also starts the MCP servers the assistants use to
-    check their tool filters (see `probe`). Either runs its own event loop: call it outside one.
+    `probe` also checks what only running the app's code can tell, given the files as read (the CLI's
+    `validate` passes `yao_agent.probe`'s: hooks loaded in V8, MCP servers asked for their tools).
     """
     folder = Path(root)
     if not folder.is_dir():
@@ -59,10 +63,8 @@ def check_app(root: str | Path, *, hooks: bool = False, mcp: bool = False) -> Re
         problems += doc.problems
         docs[item] = doc
     problems += _cross_references(folder, docs)
-    if hooks or mcp:
-        from .probe import probe  # only here: it starts V8 and MCP servers
-
-        problems += probe(folder, docs, hooks=hooks, mcp=mcp)
+    if probe is not None:
+        problems += probe(folder, docs)
     errors = sorted((p for p in problems if not p.warning), key=_order)
     warnings = sorted((p for p in problems if p.warning), key=_order)
     if errors:

@@ -1,8 +1,9 @@
 """Checks that need more than reading the files: hooks loaded in V8, MCP servers asked for their tools.
 
 `yao-agent validate` loads every hook file; `validate --mcp` also starts the MCP servers the assistants
-use and checks their tool filters against the tools each server lists, then stops them. V8 and the
-MCP SDK are imported here only when there is something to check, so loading an app never imports them.
+use and checks their tool filters against the tools each server lists, then stops them. It is given to
+`dsl.check_app` by the CLI (the app's files are read there; running their code is this module's, above
+`dsl`, `hooks` and `tools`). V8 and the MCP SDK are imported only when there is something to check.
 
 Like `refs`, this reads raw YAML values and skips parts of the wrong shape: a hook or a filter is
 checked even when its assistant has other mistakes. An MCP server file with mistakes is not started.
@@ -16,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from yao_agent.dsl import build, refs
+from yao_agent.dsl.checks import items, mapping
+from yao_agent.dsl.discover import Found
+from yao_agent.dsl.source import Document
+from yao_agent.dsl.source import Path as YamlPath
+from yao_agent.dsl.specs import HookPolicy, McpServerSpec, McpUse
 from yao_agent.errors import Problem, ToolError
-
-from . import build, refs
-from .checks import items, mapping
-from .discover import Found
-from .source import Document
-from .source import Path as YamlPath
-from .specs import HookPolicy, McpServerSpec, McpUse
 
 if TYPE_CHECKING:
     from yao_agent.tools.manager import ToolManager
