@@ -15,6 +15,7 @@ from typing import Any, Literal
 from yao_agent.connectors import Fallback, ModelRequest, stream_call
 from yao_agent.connectors.assemble import Assembled, PartialCall
 from yao_agent.connectors.deltas import Delta, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
 from yao_agent.messages import ChatMessage, ToolCall, storable_call_id
@@ -124,13 +125,19 @@ async def call(
     message.hidden = state.hidden
     state.buffer.add(message)
     _count(state, reply.got.usage)
-    made: dict[str, Any] = {"message_id": message.id, "finish": reply.got.finish}
-    if answering is not None:  # who answered, for the run's view (GET /api/chats/{id}/runs/{run_id})
-        made |= {"connector": answering.id, "model": answering.model}
-    if reply.got.usage is not None:
-        made["usage"] = reply.got.usage.as_dict()
-    state.buffer.end(step, "completed", output=made)
+    state.buffer.end(step, "completed", output=_made(message, reply.got, answering))
     return message
+
+
+def _made(message: ChatMessage, got: Assembled, answering: ConnectorSpec | None) -> dict[str, Any]:
+    """What an `llm` step keeps of its call: the reply's id and finish, and who answered with how many
+    tokens (shown by GET /api/chats/{id}/runs/{run_id})."""
+    made: dict[str, Any] = {"message_id": message.id, "finish": got.finish}
+    if answering is not None:
+        made |= {"connector": answering.id, "model": answering.model}
+    if got.usage is not None:
+        made["usage"] = got.usage.as_dict()
+    return made
 
 
 async def _keep_partial(rt: Runtime, state: RunState, reply: LiveReply) -> None:
