@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import cold_chat, flush, hooks, load_app, pipeline, server
+from bench import cold_chat, context, flush, hooks, load_app, pipeline, server
 from bench.common import Row, fake_provider, print_table
 
 
@@ -49,6 +49,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "flush": lambda: asyncio.run(flush.measure(300 // scale, flush.PG)),
         "validate": lambda: load_app.measure(7 // scale + 1, 1000),
         "cold_chat": with_fake_sync(cold_chat.measure, runs=7 // scale + 1),
+        "context": lambda: context.measure(200 // scale),
     }
 
 

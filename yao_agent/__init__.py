@@ -29,6 +29,7 @@ from .errors import (
     YaoAgentError,
 )
 from .events import (
+    Compaction,
     Event,
     FallbackEvent,
     MessageDelta,
@@ -63,6 +64,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "App",
     "ChatBusy",
+    "Compaction",
     "DelegateError",
     "EnvVarMissing",
     "Event",

@@ -27,7 +27,17 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-from yao_agent.events import Event, FallbackEvent, MessageDelta, MessageEnd, StreamEnd, StreamStart, ToolResult, to_json
+from yao_agent.events import (
+    Compaction,
+    Event,
+    FallbackEvent,
+    MessageDelta,
+    MessageEnd,
+    StreamEnd,
+    StreamStart,
+    ToolResult,
+    to_json,
+)
 from yao_agent.identity import Identity
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage
@@ -101,6 +111,11 @@ class Renderer:
         elif isinstance(event, FallbackEvent):
             self._newline()
             self.console.print(f"↪ {event.from_connector} → {event.to}: {event.reason}", style="yellow", markup=False)
+        elif isinstance(event, Compaction):
+            self._newline()
+            said = f"⇣ {_plural(event.messages_summarised, 'earlier message')} summarised to fit the model's window"
+            sizes = f"({event.tokens_before} → {event.tokens_after} tokens, by {event.connector})"
+            self.console.print(f"{said} {sizes}", style="dim", markup=False)
         elif isinstance(event, StreamEnd):
             self._newline()
             self._stream_end(event)
@@ -294,12 +309,34 @@ async def history(args: argparse.Namespace, out: TextIO) -> int:
     else:
         console = Console(file=out, highlight=False, soft_wrap=True)
         for message in messages:
-            _show_message(console, message)
+            if message.role == "summary":
+                _show_summary(console, message, covered(messages, message))
+            else:
+                _show_message(console, message)
     return EXIT_OK
 
 
+def covered(messages: list[ChatMessage], summary: ChatMessage) -> int:
+    """How many of the chat's messages a summary covers (its `summarises` range, other summaries aside)."""
+    ids = [m.id for m in messages]
+    first, last = summary.summarises or ("", "")
+    if first not in ids or last not in ids:
+        return 0
+    return sum(1 for m in messages[ids.index(first) : ids.index(last) + 1] if m.role != "summary")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _show_summary(console: Console, message: ChatMessage, count: int) -> None:
+    """A marker where the summary was made; the messages it covers are listed above it, as stored."""
+    console.print(f"── summary of {_plural(count, 'earlier message')} ──", style="magenta", markup=False)
+    console.print(str(message.content), style="dim", markup=False)
+
+
 def _show_message(console: Console, message: ChatMessage) -> None:
-    style = {"user": "bold", "assistant": None, "tool": "green", "system": "dim"}[message.role]
+    style = {"user": "bold", "assistant": None, "tool": "green", "system": "dim"}.get(message.role)
     mark = " (incomplete)" if message.status == "incomplete" else ""
     if message.reasoning:
         console.print(f"{message.role}: [reasoning] {message.reasoning}", style="dim italic", markup=False)

@@ -20,7 +20,9 @@
         ├── RenderError      a prompt or scripted template failed while rendering
         ├── MaxTurns         the run used `limits.max_turns` model calls
         ├── RunTimeout       the run took longer than `limits.timeout_s`
-        └── LoopDetected     the same tool calls with the same results, again and again
+        ├── LoopDetected     the same tool calls with the same results, again and again
+        ├── ContextOverflow  a request does not fit the model's window, even after compaction
+        └── OutputError      the final answer did not fit the output schema after its retries
 
 Messages never contain secret values: errors name variables and files, never what they hold.
 """
@@ -169,6 +171,19 @@ class RunTimeout(RunError):
 
 class LoopDetected(RunError):
     reason = "loop_detected"
+
+
+class OutputError(RunError):
+    """The run's final answer is not JSON valid against its output schema, also after `output.retries`
+    corrections (or the run ended with no answer to check)."""
+
+    reason = "output_error"
+
+
+class ContextOverflow(RunError):
+    """A request does not fit the model's context window, even after its earlier turns were summarised."""
+
+    reason = "context_overflow"
 
 
 class ChatBusy(UsageError):

@@ -85,6 +85,20 @@ class FallbackEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Compaction:
+    """Earlier turns were summarised to keep the request inside the model's context window: the summary
+    is the stored message `summary_message_id`, written by `connector` (CONTRACT §4 item 5)."""
+
+    run_id: str
+    summary_message_id: str
+    messages_summarised: int
+    tokens_before: int
+    tokens_after: int
+    connector: str
+    type: Literal["compaction"] = "compaction"
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     """Always the last event of a root run, exactly once, after everything is stored."""
 
@@ -95,10 +109,11 @@ class StreamEnd:
     duration_ms: int
     error: Any = None
     next: Any = None
+    output: Any = None  # the final answer's value when the run has an output schema (CONTRACT §4 item 7)
     type: Literal["stream_end"] = "stream_end"
 
 
-Event = StreamStart | MessageStart | MessageDelta | MessageEnd | ToolResult | FallbackEvent | StreamEnd
+Event = StreamStart | MessageStart | MessageDelta | MessageEnd | ToolResult | FallbackEvent | Compaction | StreamEnd
 
 _RENAMED = {"from_connector": "from"}
 

@@ -17,10 +17,13 @@ from typing import Any, Literal, TypeVar, cast
 from yao_agent.errors import UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 
-Role = Literal["system", "user", "assistant", "tool"]
+# `summary`: earlier turns of the chat, summarised to fit the model's window; never taken as input.
+Role = Literal["system", "user", "assistant", "tool", "summary"]
 Status = Literal["completed", "incomplete"]
 Content = str | list[dict[str, Any]] | None
-ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")  # what a request may send
+# How a summary reaches a model: providers know no `summary` role (see ChatMessage.to_provider).
+SUMMARY_HEADING = "Summary of the earlier conversation:\n\n"
 MISSING_RESULT = "failed: no result was recorded for this tool call"
 _T = TypeVar("_T")
 
@@ -67,6 +70,7 @@ class ChatMessage:
     # A resumed tool call's result: it takes the place (id and position) of the result stored for the
     # call before, so the chat keeps exactly one result per call, right after the call.
     replaces: bool = False
+    summarises: tuple[str, str] | None = None  # a summary's first and last message ids
 
     def to_api(self) -> dict[str, Any]:
         """The stored-message shape of CONTRACT §6."""
@@ -80,10 +84,14 @@ class ChatMessage:
         out["status"] = self.status
         if self.thread_id is not None:
             out["thread_id"] = self.thread_id
+        if self.summarises is not None:
+            out["summarises"] = list(self.summarises)
         out["created_at"] = iso_time(self.created_at)
         return out
 
     def to_provider(self) -> dict[str, Any]:
+        if self.role == "summary":  # as a system message: it stands before the turns it did not cover
+            return {"role": "system", "content": SUMMARY_HEADING + text_of(self.content)}
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             out["tool_calls"] = [c.to_provider() for c in self.tool_calls]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import textwrap
 from collections.abc import AsyncIterator
@@ -424,3 +425,36 @@ async def test_chats_are_searched_renamed_and_deleted(live: Live, fake: FakeProv
     await expect(page.locator("#status")).to_have_text("Deleted “Bread notes”.")
     async with live.client("alice") as alice:
         assert [c["title"] for c in (await alice.get("/api/chats")).json()["chats"]] == ["Plan a trip to Lisbon"]
+
+
+async def test_a_compaction_is_a_quiet_notice_and_its_summary_a_marker(
+    tmp_path: Path, store: SqlStore, fake: FakeProvider, page: Page
+) -> None:
+    """Earlier turns summarised to fit a small window: a notice in the turn that did it; the stored summary
+    a folded marker among the messages it covers, which are all still shown."""
+    files = server_files(fake.base_url)
+    files["assistants/brief/assistant.yml"] = (
+        "name: Brief\ncontext: {max_input_tokens: 400, reserve_output_tokens: 100, keep_recent_turns: 1}\n"
+    )
+    filler = " word" * 80  # about 80 tokens: the third turn takes the request past compact_at of 300
+    fake.enqueue(Reply(text="one"), Reply(text="two"), Reply(text="They asked twice."), Reply(text="three"))
+    async with running(make_runtime(tmp_path / "app", store, files)) as live:
+        await sign_in(page, live, live.tokens["alice"])
+        turns: list[Locator] = []
+        for number, text in enumerate(("first", "second", "third"), start=1):
+            turns.append(await send(page, text + filler, "brief" if number == 1 else None))
+            await expect(turns[-1].locator(".run-end")).to_have_count(1)
+        turn = turns[-1]
+        await expect(turn.locator(".notice.compaction")).to_have_text(
+            re.compile(
+                r"^4 earlier messages summarised to fit the model's window \(\d+ → \d+ tokens, by fake\.model\)$"
+            )
+        )
+        await expect(turn.locator(".kind-text .bubble")).to_have_text("three")
+
+        await page.reload()
+        await page.locator("#chats .chat-item").first.click()
+        marker = page.locator("#transcript details.notice.compaction")
+        await expect(marker.locator("summary")).to_have_text("Summary of 4 earlier messages")
+        await expect(marker.locator(".summary-text")).to_have_text("They asked twice.")
+        await expect(page.locator("#transcript .msg.user")).to_have_count(3)  # what it covers is still shown

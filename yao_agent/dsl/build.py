@@ -22,11 +22,13 @@ from .specs import (
     AssistantSpec,
     Capabilities,
     ConnectorSpec,
+    ContextSettings,
     HookPolicy,
     Limits,
     McpServerSpec,
     McpSettings,
     McpUse,
+    OutputSpec,
     PromptSpec,
     ScriptRule,
     ScriptToolCall,
@@ -74,6 +76,7 @@ def build_app_config(doc: Document) -> AppConfig:
             timeout_s=float(limits.get("timeout_s", defaults.timeout_s)),
             max_tool_retries=limits.get("max_tool_retries", defaults.max_tool_retries),
             max_delegate_depth=limits.get("max_delegate_depth", defaults.max_delegate_depth),
+            max_output_continuations=limits.get("max_output_continuations", defaults.max_output_continuations),
         ),
         server=ServerSettings(**cast(Data, data.get("server", {}))),
     )
@@ -139,6 +142,26 @@ def build_assistant(assistant_id: str, doc: Document, root: Path) -> AssistantSp
         mcp=_mcp_settings(cast(Data, data.get("mcp", {}))),
         access=_access(cast(Data | None, data.get("access"))),
         on_busy=data.get("on_busy", "queue"),
+        context=_context(cast(Data, data.get("context", {}))),
+        output=_output(cast(Data | None, data.get("output"))),
+    )
+
+
+def _output(data: Data | None) -> OutputSpec | None:
+    if data is None:
+        return None
+    return OutputSpec(schema=dict(cast(Data, data["schema"])), retries=data.get("retries", 2))
+
+
+def _context(data: Data) -> ContextSettings:
+    defaults = ContextSettings()
+    return ContextSettings(
+        max_input_tokens=data.get("max_input_tokens"),
+        reserve_output_tokens=data.get("reserve_output_tokens", defaults.reserve_output_tokens),
+        tool_result_max_tokens=data.get("tool_result_max_tokens", defaults.tool_result_max_tokens),
+        compact_at=float(data.get("compact_at", defaults.compact_at)),
+        keep_recent_turns=data.get("keep_recent_turns", defaults.keep_recent_turns),
+        summarize_with=data.get("summarize_with"),
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from yao_agent.errors import Problem
 from yao_agent.jsonvalue import as_list, as_mapping
+from yao_agent.structured import schema_problems
 
 from .source import Document, format_path
 from .source import Path as YamlPath
@@ -34,6 +35,8 @@ def check_file(kind: str, doc: Document) -> None:
         for name, presets in mapping(data.get("prompt_presets")).items():
             _check_prompts(doc, ("prompt_presets", name), presets)
         _check_access(doc, data)
+        _check_output(doc, data)
+        _check_context(doc, data)
     elif kind == "connector":
         _check_connector(doc, data)
         _check_access(doc, data)
@@ -74,6 +77,24 @@ def _check_access(doc: Document, data: Mapping[str, Any]) -> None:
         doc.add(("access", listed[0]), "listed with public: true, which admits everyone (expected one or the other)")
     elif given.get("public") is not True and not listed:
         doc.add(("access",), "admits nobody (expected public: true, or teams or users naming someone)")
+
+
+def _check_output(doc: Document, data: Mapping[str, Any]) -> None:
+    """`output.schema` must itself be a JSON Schema: a broken one would fail every run, far from its cause."""
+    schema = mapping(mapping(data.get("output")).get("schema"))
+    if schema is not mapping(data.get("output")).get("schema"):
+        return  # none, or the wrong shape: the schema said so
+    for where, message in schema_problems(schema):
+        doc.add(("output", "schema", *where), message)
+
+
+def _check_context(doc: Document, data: Mapping[str, Any]) -> None:
+    """A window no larger than the reserve for the reply leaves no room for any request."""
+    context = mapping(data.get("context"))
+    window, reserve = context.get("max_input_tokens"), context.get("reserve_output_tokens", 1024)
+    if type(window) is int and type(reserve) is int and window <= reserve:
+        expected = f"expected more than reserve_output_tokens, {reserve}"
+        doc.add(("context", "max_input_tokens"), f"{window} leaves no room for a request ({expected})")
 
 
 def _check_connector(doc: Document, data: Mapping[str, Any]) -> None:

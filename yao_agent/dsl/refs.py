@@ -19,6 +19,7 @@ from yao_agent.files import MAX_HOOK_BYTES, read_regular
 from .checks import items, mapping
 from .envvars import ENV_PATTERN
 from .source import Document
+from .source import Path as YamlPath
 from .specs import DEFAULT_ROLE, ROLE_PREFIX
 
 # Literal values a hook may return; checked so a typo surfaces at load rather than mid-run.
@@ -80,6 +81,9 @@ def check_roles(doc: Document | None, known: Known) -> list[Problem]:
 def check_assistant(doc: Document, root: Path, known: Known) -> list[Problem]:
     data = mapping(doc.value)
     problems = _connector_ref(doc, data.get("connector", ROLE_PREFIX + DEFAULT_ROLE), known)
+    summarizer = mapping(data.get("context")).get("summarize_with")
+    if summarizer is not None:
+        problems += _connector_ref(doc, summarizer, known, ("context", "summarize_with"))
     problems += _hook_ref(doc, data, root, known)
     seen: set[str] = set()
     for index, entry in items(mapping(data.get("mcp")).get("servers")):
@@ -95,20 +99,20 @@ def check_assistant(doc: Document, root: Path, known: Known) -> list[Problem]:
     return problems
 
 
-def _connector_ref(doc: Document, value: object, known: Known) -> list[Problem]:
+def _connector_ref(doc: Document, value: object, known: Known, path: YamlPath = ("connector",)) -> list[Problem]:
     if not isinstance(value, str) or ENV_PATTERN.search(value):
         return []  # wrong type: the schema said so; `$ENV`: resolved when used
     if value.startswith(ROLE_PREFIX):
         role = value.removeprefix(ROLE_PREFIX)
         if not role:
-            return [doc.problem(("connector",), "empty role after use:: (expected use::<role>, e.g. use::default)")]
-        return _role_warning(doc, role, known)
+            return [doc.problem(path, "empty role after use:: (expected use::<role>, e.g. use::default)")]
+        return _role_warning(doc, role, known, path)
     if value not in known.connectors:
-        return [doc.problem(("connector",), unknown("connector", value, known.connectors))]
+        return [doc.problem(path, unknown("connector", value, known.connectors))]
     return []
 
 
-def _role_warning(doc: Document, role: str, known: Known) -> list[Problem]:
+def _role_warning(doc: Document, role: str, known: Known, path: YamlPath) -> list[Problem]:
     if role in known.roles:
         return []
     if DEFAULT_ROLE in known.roles:
@@ -121,7 +125,7 @@ def _role_warning(doc: Document, role: str, known: Known) -> list[Problem]:
             f"role '{role}' is not defined in app.yml (nor is '{DEFAULT_ROLE}'): "
             "a team or user role setting must provide it at run time"
         )
-    return [doc.problem(("connector",), message, warning=True)]
+    return [doc.problem(path, message, warning=True)]
 
 
 def _hook_ref(doc: Document, data: Mapping[str, Any], root: Path, known: Known) -> list[Problem]:

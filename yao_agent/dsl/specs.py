@@ -33,6 +33,7 @@ class Limits:
     timeout_s: float = 300.0
     max_tool_retries: int = 3
     max_delegate_depth: int = 4
+    max_output_continuations: int = 3  # a reply cut by the output limit is continued at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,32 @@ class HookPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """An assistant's `output`: its final answer must be JSON valid against `schema` (checked at load to
+    be a JSON Schema); an answer that is not is sent back to the model at most `retries` times."""
+
+    schema: Mapping[str, Any]
+    retries: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSettings:
+    """An assistant's `context` (CONTRACT §3.3, §4 item 5): how a request is kept inside the model's window.
+
+    The budget is `max_input_tokens - reserve_output_tokens`; `max_input_tokens` None means the
+    connector's `capabilities.max_input_tokens`, and with neither there is no budget. `summarize_with`
+    is a connector id or `use::<role>`; None: the assistant's own connectors write summaries.
+    """
+
+    max_input_tokens: int | None = None
+    reserve_output_tokens: int = 1024
+    tool_result_max_tokens: int = 4000
+    compact_at: float = 0.8
+    keep_recent_turns: int = 4
+    summarize_with: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AssistantSpec:
     id: str
     name: str
@@ -187,6 +214,8 @@ class AssistantSpec:
     mcp: McpSettings = McpSettings()
     access: Access = Access()
     on_busy: OnBusy = "queue"
+    context: ContextSettings = ContextSettings()
+    output: OutputSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,5 +96,10 @@ def stream_end(state: RunState) -> StreamEnd:
     run = state.run
     return StreamEnd(
         run_id=run.id, status=end_status(run.status), reason=run.reason or "internal_error", usage=run.usage,
-        duration_ms=run.duration_ms or 0, error=run.error, next=run.next,
+        duration_ms=run.duration_ms or 0, error=run.error, next=run.next, output=output_of(state),
     )  # fmt: skip
+
+
+def output_of(state: RunState) -> Any:
+    """The final answer's value, for a run that completed with an output schema (else None: not sent)."""
+    return state.output if state.run.status == "completed" else None

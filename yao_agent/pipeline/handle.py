@@ -28,6 +28,7 @@ class RunResult:
     usage: dict[str, int]
     next: Any = None
     error: Any = None
+    output: Any = None  # the final answer's JSON value, when the run has an output schema
 
     def to_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {"run_id": self.run_id, "chat_id": self.chat_id, "status": self.status,
@@ -36,6 +37,8 @@ class RunResult:
             out["next"] = self.next
         if self.error is not None:
             out["error"] = self.error
+        if self.output is not None:
+            out["output"] = self.output
         out["usage"] = self.usage
         return out
 
@@ -95,4 +98,5 @@ class RunHandle:
         return RunResult(
             run_id=run.id, chat_id=run.chat_id, status=end_status(run.status), reason=run.reason or "internal_error",
             messages=[m.to_api() for m in self.state.new_messages], usage=run.usage, next=run.next, error=run.error,
+            output=self.state.output if run.status == "completed" else None,
         )  # fmt: skip

@@ -35,6 +35,7 @@ async def load(rt: Runtime, state: RunState) -> None:
         await rt.store.start_run(state.identity, state.run, given)
         loaded = Loaded([], [], given)
     state.history = loaded.history
+    state.summary = next((m for m in loaded.history[:1] if m.role == "summary"), None)
     state.written = loaded.written
     state.conversation = [*loaded.sent, *state.input[len(given) - len(loaded.written) :]]
     state.stored = True

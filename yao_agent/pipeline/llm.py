@@ -1,8 +1,20 @@
-"""Stage 7, LLM: stream one model call, forwarding text, reasoning and tool-call deltas as they arrive.
+"""Stage 7, LLM: stream one model reply, forwarding text, reasoning and tool-call deltas as they arrive.
 
 The reply becomes one assistant message. If the call breaks off (an error after the first token, or
 a cancel), what was shown is closed with status `incomplete` and stored so — never as a finished
 reply, so it is never sent back to a model.
+
+A reply the provider ends with `finish_reason: length` (its output limit) is continued: the model is
+sent the conversation, what it said so far (as an assistant message) and a short request to go on
+exactly where it stopped, at most `limits.max_output_continuations` times. Each continuation is an
+`llm` step of its own (transition `output_recovery`) and counts against `limits.max_turns`; when no
+turn or continuation is left, the reply stands as it is. The pieces stream as one message per kind
+(same message ids) and are stored as one assistant message.
+
+A tool call the limit cut off cannot be finished reliably (a provider does not continue inside a
+call's arguments): it is dropped — ended `incomplete` for the client, never stored or run. Calls made
+whole before it stand, and the reply ends with them (an assistant message with calls cannot be
+continued before their results). Without any, the continuation asks the model to make the call again.
 """
 
 from __future__ import annotations
@@ -14,28 +26,39 @@ from typing import Any, Literal
 
 from yao_agent.connectors import Fallback, ModelRequest, stream_call
 from yao_agent.connectors.assemble import Assembled, PartialCall
-from yao_agent.connectors.deltas import Delta, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
-from yao_agent.messages import ChatMessage, ToolCall, storable_call_id
+from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.vocabulary import Transition
 
+CONTINUE_PROMPT = (
+    "Your reply was cut off by the output limit. Continue exactly where you stopped, without repeating "
+    "anything: what you write next is appended to your reply as it is."
+)
+CUT_CALL_NOTE = " The tool call you were writing was cut off and discarded: make that call again, in full."
+
 
 @dataclass
 class LiveReply:
-    """One streamed reply: its deltas folded together, and the message ids the client sees."""
+    """One streamed reply — all its pieces, when the output limit cut it and it was continued: their
+    deltas folded together, and the message ids the client sees."""
 
     state: RunState
     new_id: Any
     thread_id: str | None = None
-    got: Assembled = field(default_factory=Assembled)
+    got: Assembled = field(default_factory=Assembled)  # every piece so far
+    piece: Assembled = field(default_factory=Assembled)  # the current piece's finish and usage
     ids: dict[str, str] = field(default_factory=dict[str, str])  # "text" / "reasoning" / "call:<index>"
+    own_id: str | None = None  # the stored message's id, once a step has named it
 
     async def add(self, delta: Delta) -> None:
         call = self.got.add(delta)
+        if isinstance(delta, Finish | Usage):
+            self.piece.add(delta)
         if isinstance(delta, TextDelta | ReasoningDelta) and delta.text:
             kind = "text" if isinstance(delta, TextDelta) else "reasoning"
             message_id = await self._open(kind, kind)
@@ -44,10 +67,24 @@ class LiveReply:
         elif isinstance(delta, ToolCallDelta) and call is not None:
             await self._call_delta(delta, call)
 
+    def message_id(self) -> str:
+        """The stored message's id: the text message's, so the client and the store agree. Fixed once
+        asked for, since each piece's step names it."""
+        if self.own_id is None:
+            fresh: str = self.ids.get("text") or self.new_id("msg")
+            self.own_id = fresh
+            return fresh
+        return self.own_id
+
+    def next_piece(self) -> None:
+        self.piece = Assembled()
+
     async def _open(self, key: str, kind: str) -> str:
         message_id = self.ids.get(key)
         if message_id is None:
-            message_id = self.ids[key] = self.new_id("msg")
+            # Text first seen in a continuation takes the id an earlier piece's step already named.
+            fresh = self.own_id if key == "text" and self.own_id is not None else self.new_id("msg")
+            message_id = self.ids[key] = fresh
             await self.state.emit(MessageStart(self.state.run_id, message_id, kind, self.thread_id))
         return message_id
 
@@ -60,6 +97,23 @@ class LiveReply:
         await self.state.emit(MessageDelta(
             self.state.run_id, message_id, "tool_call", tool_call_id=call.id, name=delta.name,
             arguments=delta.arguments, thread_id=self.thread_id))  # fmt: skip
+
+    async def drop_cut_call(self) -> bool:
+        """Drop the tool call the output limit cut off, if this piece ended so inside one; True if it did.
+
+        Providers write a reply's calls one after another, so only the last can be cut; it is cut when its
+        arguments are not (yet) a whole JSON object. Its stream message ends `incomplete`."""
+        if self.piece.finish != "length" or not self.got.calls:
+            return False
+        index = max(self.got.calls)
+        cut = self.got.calls[index]
+        if is_json_object(cut.arguments):
+            return False  # the limit struck just after the call was whole: it stands
+        del self.got.calls[index]
+        written = ToolCall.written(cut.id, cut.name, cut.arguments).to_dict()
+        await self.state.emit(MessageEnd(self.state.run_id, self.ids.pop(f"call:{index}"), "tool_call", written,
+                                         "incomplete", self.thread_id))  # fmt: skip
+        return True
 
     async def close(self, status: Literal["completed", "incomplete"]) -> ChatMessage:
         """End every message the client saw and build the stored assistant message."""
@@ -74,7 +128,7 @@ class LiveReply:
             await self.state.emit(MessageEnd(run_id, self.ids[f"call:{index}"], "tool_call", call.to_dict(), status,
                                              self.thread_id))  # fmt: skip
         return ChatMessage(
-            id=self.ids.get("text") or self.new_id("msg"), role="assistant", content=got.content or None,
+            id=self.message_id(), role="assistant", content=got.content or None,
             run_id=run_id, tool_calls=calls if status == "completed" else (), reasoning=got.reasoning_text or None,
             status=status, thread_id=self.thread_id, created_at=0.0,
         )  # fmt: skip
@@ -88,9 +142,48 @@ async def call(
     options: dict[str, Any] | None = None,
     why: Transition = "first",
 ) -> ChatMessage:
-    """One model call: streamed to the client, stored in the buffer, recorded as an `llm` step with the
-    transition that asked for it (`why`)."""
+    """One model reply: streamed to the client and stored in the buffer, each model call it took recorded
+    as an `llm` step with the transition that asked for it (`why`, then `output_recovery`)."""
     request = ModelRequest(messages=list(messages), tools=list(tools), options=options or {})
+    reply = LiveReply(state, rt.ids.new, state.thread_id)
+    await _piece(rt, state, request, reply, why)
+    dropped = await reply.drop_cut_call()
+    for _ in range(rt.app.config.limits.max_output_continuations):
+        if not _continues(rt, state, reply):
+            break
+        reply.next_piece()
+        await _piece(rt, state, _continuation(request, reply, dropped), reply, "output_recovery")
+        dropped = await reply.drop_cut_call()
+    message = await reply.close("completed")
+    message.created_at = rt.clock()
+    message.hidden = state.hidden
+    state.buffer.add(message)
+    return message
+
+
+def _continues(rt: Runtime, state: RunState, reply: LiveReply) -> bool:
+    """Whether the reply is continued: the limit cut it, no tool call of it stands (an assistant message
+    with calls is not continued before their results), and the run has a model call left — a
+    continuation is one, and past `max_turns` the cut reply is still an answer, so it stands rather
+    than the run failing."""
+    return reply.piece.finish == "length" and not reply.got.calls and state.turns < rt.app.config.limits.max_turns
+
+
+def _continuation(request: ModelRequest, reply: LiveReply, dropped: bool) -> ModelRequest:
+    """The request that continues a cut reply: the same conversation, what was said so far, and a user
+    message asking to go on (a user turn after an assistant one is what every OpenAI-compatible server
+    and chat template accepts; a system message mid-conversation is not)."""
+    said = reply.got.content
+    partial = [{"role": "assistant", "content": said}] if said else []  # some providers refuse an empty one
+    ask = {"role": "user", "content": CONTINUE_PROMPT + (CUT_CALL_NOTE if dropped else "")}
+    # A structured-output constraint would make the model start a new JSON value, not finish this one;
+    # the whole reply is still what gets validated.
+    options = {name: value for name, value in request.options.items() if name != "response_format"}
+    return ModelRequest(messages=[*request.messages, *partial, ask], tools=request.tools, options=options)
+
+
+async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: LiveReply, why: Transition) -> None:
+    """One model call of the reply, streamed into it and recorded as an `llm` step."""
     step = state.buffer.begin(
         "llm",
         {
@@ -102,7 +195,6 @@ async def call(
         state.thread_id,
     )
     step.transition = why
-    reply = LiveReply(state, rt.ids.new, state.thread_id)
     state.turns += 1
     answering = state.chain[0] if state.chain else None
     try:
@@ -118,25 +210,20 @@ async def call(
         cancelled = isinstance(exc, asyncio.CancelledError)
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
         state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)
-        _count(state, reply.got.usage)
+        _count(state, reply.piece.usage)
         raise
-    message = await reply.close("completed")
-    message.created_at = rt.clock()
-    message.hidden = state.hidden
-    state.buffer.add(message)
-    _count(state, reply.got.usage)
-    state.buffer.end(step, "completed", output=_made(message, reply.got, answering))
-    return message
+    _count(state, reply.piece.usage)
+    state.buffer.end(step, "completed", output=_made(reply, answering))
 
 
-def _made(message: ChatMessage, got: Assembled, answering: ConnectorSpec | None) -> dict[str, Any]:
-    """What an `llm` step keeps of its call: the reply's id and finish, and who answered with how many
-    tokens (shown by GET /api/chats/{id}/runs/{run_id})."""
-    made: dict[str, Any] = {"message_id": message.id, "finish": got.finish}
+def _made(reply: LiveReply, answering: ConnectorSpec | None) -> dict[str, Any]:
+    """What an `llm` step keeps of its call: the reply's id and this call's finish, and who answered with
+    how many tokens (shown by GET /api/chats/{id}/runs/{run_id})."""
+    made: dict[str, Any] = {"message_id": reply.message_id(), "finish": reply.piece.finish}
     if answering is not None:
         made |= {"connector": answering.id, "model": answering.model}
-    if got.usage is not None:
-        made["usage"] = got.usage.as_dict()
+    if reply.piece.usage is not None:
+        made["usage"] = reply.piece.usage.as_dict()
     return made
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from yao_agent.dsl.specs import PromptSpec
 from yao_agent.dsl.templates import render
+from yao_agent.pipeline import output
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
@@ -50,7 +51,11 @@ CALL_OPTIONS = (
 
 
 def call_options(state: RunState) -> dict[str, Any]:
-    """The assistant's options, overridden by what the Create hook set for this run."""
+    """The assistant's options, overridden by what the Create hook set for this run; the output schema's
+    `response_format` (pipeline/output.py) as the run's."""
     options = dict(state.assistant.options)
     options.update({k: state.options[k] for k in CALL_OPTIONS if k in state.options})
+    answer_format = output.response_format(state)
+    if answer_format is not None:
+        options["response_format"] = answer_format
     return options

@@ -89,6 +89,7 @@ class RunState:
     history: list[ChatMessage] = field(default_factory=list[ChatMessage])
     written: list[ChatMessage] = field(default_factory=list[ChatMessage])  # the write-ahead input
     conversation: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # for the model
+    summary: ChatMessage | None = None  # the chat's summary the conversation starts with, if any (compact.py)
     usage: Usage = field(default_factory=Usage)
     stored: bool = False  # the run record and clean input are in the store (write-ahead done)
     begun: bool = False  # its task has started (a cancel before that is only noted)
@@ -96,6 +97,8 @@ class RunState:
     appended: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # folded into the next call
     turns: int = 0  # model calls made
     next: Any = None  # a Next hook's `data`, for `stream_end.next`
+    output: Any = None  # the final answer's JSON value, once valid against the output schema (`stream_end.output`)
+    output_retries: int = 0  # answers sent back for not fitting the output schema (transition `output_retry`)
     metadata: dict[str, Any] = field(default_factory=dict[str, Any])
     locale: str = "en"
     options: dict[str, Any] = field(default_factory=dict[str, Any])  # what the Create hook changed

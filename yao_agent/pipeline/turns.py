@@ -4,7 +4,8 @@
 
 `converse` drives it, and nothing else loops. Each model turn is asked for by a `Continue` that says
 why (its transition, stored on the `llm` step: CONTRACT §4 "Transitions"); a `HandOver` gives the turn
-to another assistant; `Finish` ends the run normally. Failures are `RunError`s, raised where they
+to another assistant; `Finish` ends the run normally (once its final answer fits the run's output
+schema, if it has one: pipeline/output.py). Failures are `RunError`s, raised where they
 happen. Every model call counts against `limits.max_turns`; repeated identical tool calls stop the
 run (`loop_detected`). A message appended to the chat while the run works is answered before the
 run finishes (transition `appended`).
@@ -16,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from yao_agent.errors import ModelError
 from yao_agent.messages import ChatMessage, ToolCall
-from yao_agent.pipeline import delegate, guards, hook_create, llm, next_hook, prompts, tool_round
+from yao_agent.pipeline import context, delegate, guards, hook_create, llm, next_hook, output, prompts, tool_round
 from yao_agent.pipeline.answers import Delegation, NextDecision
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -61,12 +63,21 @@ Outcome = Continue | HandOver | Finish
 async def converse(rt: Runtime, state: RunState, resume_at: StepRecord | None = None) -> None:
     """The stages; a resumed run (or a child of one, at `resume_at`) starts at the step it stopped at."""
     outcome = await _opening(rt, state, resume_at)
-    while not isinstance(outcome, Finish):
+    while not isinstance(outcome := _checked(state, outcome), Finish):
         if isinstance(outcome, HandOver):
             await state.children.hand_over(state, outcome.target)
             outcome = _unless_appended(state, Finish())
         else:
             outcome = await _turn(rt, state, outcome)
+
+
+def _checked(state: RunState, outcome: Outcome) -> Outcome:
+    """Before the run finishes, its final answer is checked against its output schema (`output`): one
+    that does not fit is sent back, without tools, since only the answer's form is at fault."""
+    if not isinstance(outcome, Finish):
+        return outcome
+    correction = output.check(state)
+    return outcome if correction is None else Continue("output_retry", correction, with_tools=False)
 
 
 async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -> Outcome:
@@ -105,7 +116,15 @@ async def model_turn(rt: Runtime, state: RunState, how: Continue) -> ChatMessage
     tools = [t.to_openai() for t in offer.tools] if how.with_tools else []
     notes = tool_round.unavailable_note(offer)
     messages = [*prompts.system_messages(rt, state), *notes, *state.conversation, *how.extra]
-    reply = await llm.call(rt, state, messages, tools, options=prompts.call_options(state), why=how.transition)
+    messages = await context.fit(rt, state, messages, tools)  # the context budget (5), before every call
+    try:
+        reply = await llm.call(rt, state, messages, tools, options=prompts.call_options(state), why=how.transition)
+    except ModelError as exc:  # the provider found it too long after all: compacted harder, tried once more
+        if exc.kind != "context_overflow":
+            raise
+        messages = await context.refit(rt, state, messages, tools, exc)
+        guards.before_model_call(state, rt.app.config.limits.max_turns)
+        reply = await llm.call(rt, state, messages, tools, options=prompts.call_options(state), why="compact_retry")
     state.conversation.append(reply.to_provider())
     return reply
 

@@ -3,7 +3,8 @@
 A client that sends a field expects something of it, so none is dropped without a word: LangChain's
 `with_structured_output`, say, would otherwise get free text back and fail far from the cause.
 
-* Passed to each model call of the run, over the assistant's `options`: CALL_FIELDS and `response_format`.
+* Passed to each model call of the run, over the assistant's `options`: CALL_FIELDS and `response_format`,
+  which also becomes the run's output schema (pipeline/output.py): the answer is validated against it.
 * To the run's metadata (prompts and hooks see it): `user`, `safety_identifier`.
 * Shaping the answer: `stream`, `stream_options.include_usage`; `metadata.chat_id` names the chat.
 * Refused with a 400 naming the field (`param`): what this server cannot do — several choices, log
@@ -28,6 +29,7 @@ from pydantic_core import PydanticCustomError
 from yao_agent.errors import UsageError
 from yao_agent.messages import check_text
 from yao_agent.server.errors import InvalidParam
+from yao_agent.structured import schema_problems
 
 # The request fields passed to the model call as they are (CONTRACT §6), besides `response_format`.
 CALL_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "presence_penalty",
@@ -131,7 +133,9 @@ class CompletionBody(BaseModel):
     logit_bias: LogitBias | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     parallel_tool_calls: bool | None = None
-    response_format: ResponseFormat | None = Field(None, description="passed to the model call")
+    response_format: ResponseFormat | None = Field(
+        None, description="passed to the model call; the answer is validated against it (the run's output schema)"
+    )
     # Refused unless null or at OpenAI's default (REFUSED).
     n: Positive | None = Field(None, description="1 only")
     logprobs: bool | None = Field(None, description="false only")
@@ -161,6 +165,19 @@ class CompletionBody(BaseModel):
                 check_text(value, name)
             except UsageError as exc:  # its message names the place inside the field
                 raise InvalidParam(str(exc), param=name) from None
+        self._check_output_schema()
+
+    def _check_output_schema(self) -> None:
+        """The `json_schema` becomes the run's output schema, which every answer is validated against: one
+        that is no JSON Schema is the caller's mistake, said now rather than as a failed run."""
+        given = self.response_format.json_schema if self.response_format is not None else None
+        if given is None or given.schema_ is None:
+            return
+        problems = schema_problems(given.schema_)
+        if problems:
+            where, message = problems[0]
+            inside = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where)
+            raise InvalidParam(f"response_format.json_schema.schema{inside}: {message}", param="response_format")
 
     def refusals(self) -> list[tuple[str, Any]]:
         """The fields given that may be refused: the refusable ones and the unknown ones, unless null."""

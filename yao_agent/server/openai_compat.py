@@ -7,6 +7,11 @@ them); a request bringing its own `tools` is refused. Every other field of the r
 refused with a 400 naming it (see `openai_body`). Errors use OpenAI's shape, `{"error": {"message",
 "type", "code", "param"?}}`.
 
+A run with an output schema (`response_format`, or the assistant's `output`) answers with its final
+answer's JSON text (without the code fence a model may put around it), so `parse` reads it; streamed,
+that answer comes in one piece once it is validated: an answer sent back for a correction never reaches
+the client, which could not parse the two together.
+
 A run that does not complete: `max_turns` still answers 200 with what was said and `finish_reason:
 "length"` (a limit cut it short, as a token limit would); the others are errors with a status an
 OpenAI client understands (FAILURE_STATUS; 500 only for a bug). Only a model error or a timeout is
@@ -28,18 +33,21 @@ from sse_starlette.sse import EventSourceResponse
 
 from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.jsonvalue import as_mapping
-from yao_agent.messages import text_of
-from yao_agent.pipeline import RunHandle, RunRequest, RunResult
+from yao_agent.messages import ChatMessage, text_of
+from yao_agent.pipeline import RunHandle, RunRequest, RunResult, output
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_body
 from yao_agent.server.limits import check_messages
 from yao_agent.server.native import frames, runs_of, server_settings, to_the_end, visible
 from yao_agent.server.openai_body import CompletionBody
+from yao_agent.structured import unfenced
 
 router = APIRouter()
+# output_error: the model's answers did not fit the schema, retries included; like any answer a model failed
+# to give, a 502 (a schema that is no JSON Schema is refused before the run, with a 400).
 FAILURE_STATUS = {"model_error": 502, "tool_error": 502, "hook_error": 502, "delegate_error": 502, "timeout": 504,
-                  "loop_detected": 508, "context_overflow": 400, "cancelled": 409}  # fmt: skip
+                  "loop_detected": 508, "context_overflow": 400, "cancelled": 409, "output_error": 502}  # fmt: skip
 CUT_SHORT = {"max_turns"}  # a 200 with finish_reason "length"
 RETRYABLE = {"model_error", "timeout"}
 OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI clients look for
@@ -93,22 +101,29 @@ def _chunk(handle: RunHandle, model: str, created: int, delta: dict[str, Any], f
 async def chunks(handle: RunHandle, model: str, include_usage: bool) -> AsyncIterator[bytes]:
     """The run as OpenAI stream chunks: text (and reasoning) deltas only, then finish (or an error), usage, [DONE].
 
-    Chunks that were waiting together go out in one write (see native.sse)."""
+    Chunks that were waiting together go out in one write (see native.sse). A structured run's text comes
+    whole at the end (see the module's doc)."""
     created = int(time.time())
     yield frames([_chunk(handle, model, created, {"role": "assistant", "content": ""}, None)])
     end: StreamEnd | None = None
+    structured = output.expected(handle.state) is not None
     async with aclosing(handle.batches()) as batches:
         async for batch in batches:
             out: list[str] = []
             for event in batch:
                 if isinstance(event, MessageDelta) and event.text and event.kind in ("text", "reasoning"):
+                    if event.kind == "text" and structured:
+                        continue
                     field = "content" if event.kind == "text" else "reasoning_content"
                     out.append(_chunk(handle, model, created, {field: event.text}, None))
                 elif isinstance(event, StreamEnd):
                     end = event
             if out:
                 yield frames(out)
-    yield frames(_last(handle, model, created, end, include_usage))
+    answered = end is not None and (end.status == "completed" or end.reason in CUT_SHORT)
+    answer = final_text(handle) if structured and answered else ""
+    held = [_chunk(handle, model, created, {"content": answer}, None)] if answer else []
+    yield frames([*held, *_last(handle, model, created, end, include_usage)])
 
 
 def _last(handle: RunHandle, model: str, created: int, end: StreamEnd | None, include_usage: bool) -> list[str]:
@@ -141,8 +156,8 @@ async def whole(request: Request, handle: RunHandle, model: str, headers: dict[s
 
 def completion(handle: RunHandle, result: RunResult, model: str) -> dict[str, Any]:
     """A `chat.completion` of the run's last answer (what was said, for a run a limit cut short)."""
-    replies = [m for m in handle.state.new_messages if m.role == "assistant" and m.content and not m.hidden]
-    message: dict[str, Any] = {"role": "assistant", "content": text_of(replies[-1].content) if replies else ""}
+    replies = _replies(handle)
+    message: dict[str, Any] = {"role": "assistant", "content": final_text(handle)}
     reasoning = "".join(m.reasoning or "" for m in replies[-1:])
     if reasoning:
         message["reasoning_content"] = reasoning
@@ -150,3 +165,14 @@ def completion(handle: RunHandle, result: RunResult, model: str) -> dict[str, An
     return {"id": f"chatcmpl-{handle.run_id}", "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage_of(result.usage)}  # fmt: skip
+
+
+def _replies(handle: RunHandle) -> list[ChatMessage]:
+    return [m for m in handle.state.new_messages if m.role == "assistant" and m.content and not m.hidden]
+
+
+def final_text(handle: RunHandle) -> str:
+    """The run's last answer; a structured run's without the code fence its JSON may be wrapped in."""
+    replies = _replies(handle)
+    text = text_of(replies[-1].content) if replies else ""
+    return unfenced(text) if output.expected(handle.state) is not None else text

@@ -33,13 +33,16 @@ class ToolCallOut(BaseModel):
 class MessageOut(BaseModel):
     message_id: str
     run_id: str | None
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Literal["system", "user", "assistant", "tool", "summary"]
     content: str | list[dict[str, Any]] | None
     tool_calls: list[ToolCallOut] | None = None
     tool_call_id: str | None = None
     reasoning: str | None = None
     status: Literal["completed", "incomplete"]
     thread_id: str | None = None
+    summarises: list[str] | None = Field(
+        None, description="a summary's first and last message ids: the earlier messages it stands for"
+    )
     created_at: str = Field(description="ISO 8601, UTC")
 
 
@@ -53,6 +56,7 @@ class RunOut(BaseModel):
     messages: list[MessageOut] = Field(description="the run's new messages")
     next: Any = Field(None, description="a Next hook's data")
     error: Any = Field(None, description="why it failed (for hooks: file, line, message)")
+    output: Any = Field(None, description="the final answer's JSON value, for an assistant with an output schema")
     usage: dict[str, int]
 
 
@@ -229,7 +233,7 @@ WHY = {
     508: "the run was stopped repeating the same tool call (loop_detected)",
 }
 EVENTS = ("`data: <json>` frames, one event each: `stream_start`, `message_start`, `message_delta`, `message_end`, "
-          "`tool_result`, `fallback`, and always last `stream_end`")  # fmt: skip
+          "`tool_result`, `fallback`, `compaction`, and always last `stream_end`")  # fmt: skip
 CHUNKS = "`data: <json>` frames of `chat.completion.chunk` (or one `{error}`), then `data: [DONE]`"
 
 

@@ -165,7 +165,7 @@ class ChatStore:
         def work(tx: Tx) -> Loaded:
             chat = _locked(tx, identity, run)
             try:
-                past = self.read_history(tx, run.chat_id, limit) if chat is not None else []
+                past = self.read_history(tx, run.chat_id, limit, since_summary=True) if chat is not None else []
             except Exception as exc:
                 raise HistoryUnavailable(str(exc) or type(exc).__name__) from exc
             sent, repeated = runlog.fresh_input(past, given)
@@ -254,8 +254,13 @@ class ChatStore:
 
         return await self.db.read_tx(work)
 
-    def read_history(self, tx: Tx, chat_id: str, limit: int | None) -> list[ChatMessage]:
-        """The messages of a chat whose owner was checked in this transaction, oldest first."""
+    def read_history(
+        self, tx: Tx, chat_id: str, limit: int | None, *, since_summary: bool = False
+    ) -> list[ChatMessage]:
+        """The messages of a chat whose owner was checked in this transaction, oldest first; `since_summary`:
+        what a run is sent, from the chat's latest summary on (`runlog.context_of`)."""
+        if since_summary and limit is not None:
+            return runlog.context_of(tx, chat_id, limit)
         return runlog.messages_of(tx, chat_id, limit)
 
     async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]:

@@ -136,6 +136,6 @@ def _step_view(step: StepRecord) -> dict[str, Any]:
 class Loaded:
     """What a run's write-ahead read and wrote in its one transaction (`load_and_start`)."""
 
-    history: list[ChatMessage]  # the chat's last messages, oldest first
+    history: list[ChatMessage]  # the chat's last messages (from its latest summary on), oldest first
     sent: list[dict[str, Any]]  # the same as a model is sent them (see messages.provider_messages)
     written: list[ChatMessage]  # the input less what repeated the history's end: what was stored

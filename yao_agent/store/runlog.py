@@ -17,7 +17,7 @@ from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, ToolCall, overlap, provider_messages
 from yao_agent.store.records import ChatRecord, RunRecord, StepRecord
-from yao_agent.store.schema import chats, messages, role_settings, runs, steps, tokens
+from yao_agent.store.schema import SUMMARY_ROLE, chats, messages, role_settings, runs, steps, tokens
 from yao_agent.store.tx import Sql, Tx
 
 TITLE_CHARS = 80
@@ -31,9 +31,22 @@ LOCK_CHAT = Sql(_CHAT.with_for_update())  # PostgreSQL locks the row; SQLite's w
 _OF_CHAT = messages.c.chat_id == bindparam("chat_id")
 # What `_message` reads, in the order it unpacks them (every message of a run's history is read so).
 _READ = [messages.c[name] for name in ("id", "seq", "run_id", "role", "content", "tool_calls", "tool_call_id",
-                                       "reasoning", "status", "thread_id", "created_at", "hidden")]  # fmt: skip
-SELECT_HISTORY = Sql(
-    select(*_READ).where(_OF_CHAT).order_by(messages.c.seq.desc()).limit(bindparam("limit", type_=Integer))
+                                       "reasoning", "status", "thread_id", "created_at", "hidden",
+                                       "summarises")]  # fmt: skip
+_LAST = bindparam("limit", type_=Integer)
+SELECT_HISTORY = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq.desc()).limit(_LAST))
+SELECT_LATEST_SUMMARY = Sql(
+    select(*_READ).where(_OF_CHAT, messages.c.role == SUMMARY_ROLE).order_by(messages.c.seq.desc()).limit(1)
+)
+_covered = messages.alias("covered")
+_AFTER_COVERED = select(_covered.c.seq).where(
+    _covered.c.id == bindparam("last_id"), _covered.c.chat_id == bindparam("chat_id")
+)
+SELECT_SINCE_SUMMARY = Sql(  # what follows a summary's last message, other summaries aside
+    select(*_READ)
+    .where(_OF_CHAT, messages.c.seq > _AFTER_COVERED.scalar_subquery(), messages.c.role != SUMMARY_ROLE)
+    .order_by(messages.c.seq.desc())
+    .limit(_LAST)
 )
 SELECT_ALL_HISTORY = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq))
 INSERT_CHAT = Sql(chats.insert())
@@ -109,6 +122,19 @@ def messages_of(tx: Tx, chat_id: str, limit: int | None) -> list[ChatMessage]:
     return [_message(row) for row in reversed(tx.tuples(SELECT_HISTORY, {"chat_id": chat_id, "limit": limit}))]
 
 
+def context_of(tx: Tx, chat_id: str, limit: int) -> list[ChatMessage]:
+    """What a run loads of its chat (CONTRACT §4 item 5): the latest summary, then the last `limit` of the
+    messages after the last one it covers (the turns kept whole when it was made, and later ones);
+    without a summary, the last `limit` messages. Oldest first. No scope check."""
+    found = tx.tuples(SELECT_LATEST_SUMMARY, {"chat_id": chat_id})
+    if not found:
+        return messages_of(tx, chat_id, limit)
+    summary = _message(found[0])
+    last = summary.summarises[1] if summary.summarises else summary.id
+    rows = tx.tuples(SELECT_SINCE_SUMMARY, {"chat_id": chat_id, "last_id": last, "limit": limit})
+    return [summary, *(_message(row) for row in reversed(rows))]
+
+
 def fresh_input(history: Sequence[ChatMessage], given: Sequence[ChatMessage]) -> tuple[list[dict[str, Any]], int]:
     """The history as a model is sent it, and how many of the given messages merely repeat its end."""
     known = provider_messages(history)
@@ -171,16 +197,19 @@ def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
             "role": message.role, "content": message.content, "tool_calls": calls,
             "tool_call_id": message.tool_call_id, "reasoning": plain_text(message.reasoning),
             "status": message.status, "thread_id": message.thread_id, "created_at": message.created_at,
-            "hidden": message.hidden}  # fmt: skip
+            "hidden": message.hidden,
+            "summarises": list(message.summarises) if message.summarises else None}  # fmt: skip
 
 
 def _message(row: Any) -> ChatMessage:
-    message_id, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at, hidden = row
+    (message_id, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at, hidden,
+     summarises) = row  # fmt: skip
     # `written`: a chat stored before invalid arguments were replaced must not carry them to a provider
     tool_calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in calls or ())
     return ChatMessage(
         id=message_id, role=role, content=content, run_id=run_id, tool_calls=tool_calls, tool_call_id=tool_call_id,
         reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at, seq=seq, hidden=hidden,
+        summarises=(str(summarises[0]), str(summarises[1])) if summarises else None,
     )  # fmt: skip
 
 

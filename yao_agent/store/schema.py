@@ -6,7 +6,21 @@ Times are UTC epoch seconds (floats): the same on SQLite and PostgreSQL, cheap t
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, false
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    false,
+    literal_column,
+)
 
 metadata = MetaData()
 
@@ -43,7 +57,7 @@ messages = Table(
     Column("chat_id", String(64), ForeignKey("chats.id", ondelete="CASCADE"), nullable=False),
     Column("seq", Integer, nullable=False),
     Column("run_id", String(64), nullable=True),
-    Column("role", String(16), nullable=False),  # user | assistant | tool | system
+    Column("role", String(16), nullable=False),  # user | assistant | tool | system | summary
     Column("content", JSON, nullable=True),  # text, or a list of typed parts
     Column("tool_calls", JSON, nullable=True),
     Column("tool_call_id", String(128), nullable=True),
@@ -52,8 +66,16 @@ messages = Table(
     Column("thread_id", String(64), nullable=True),
     Column("created_at", Float, nullable=False),
     Column("hidden", Boolean, nullable=False, server_default=false()),  # never sent to a model again
+    Column("summarises", JSON, nullable=True),  # a summary's [first, last] message ids
     Index("ux_messages_chat_seq", "chat_id", "seq", unique=True),
 )
+# A run loads its chat from the latest summary on: this finds it without reading the chat's other
+# messages, and costs the other messages' inserts nothing.
+SUMMARY_ROLE = literal_column("'summary'", String)  # a literal, so both planners see the index's condition
+Index(
+    "ix_messages_summaries", messages.c.chat_id, messages.c.seq,
+    sqlite_where=messages.c.role == SUMMARY_ROLE, postgresql_where=messages.c.role == SUMMARY_ROLE,
+)  # fmt: skip
 
 runs = Table(
     "runs",

@@ -572,6 +572,21 @@
       this.place(h("div", kind === "error" ? "notice error" : "notice", text));
     }
 
+    /** Earlier turns were summarised to fit the model's window (they stay stored): one quiet line. */
+    compaction(e) {
+      const count = `${e.messages_summarised} earlier message${e.messages_summarised === 1 ? "" : "s"}`;
+      this.place(h("div", "notice compaction", `${count} summarised to fit the model's window ` +
+        `(${e.tokens_before} → ${e.tokens_after} tokens, by ${e.connector})`));
+    }
+
+    /** A stored summary: a marker where it was made, its text folded away; what it covers is listed above. */
+    summary(m, covered) {
+      const details = h("details", "notice compaction");
+      const label = `Summary of ${covered} earlier message${covered === 1 ? "" : "s"}`;
+      details.append(h("summary", null, label), h("div", "summary-text", textOf(m.content)));
+      this.place(details);
+    }
+
     apiError(err) {
       this.place(h("div", "msg assistant kind-error api-error", `Could not send the message: ${plainError(err)}`));
     }
@@ -659,6 +674,14 @@
     return details;
   }
 
+  /** How many stored messages a summary covers: its `summarises` range, other summaries aside. */
+  function coveredCount(messages, summary) {
+    const [first, last] = summary.summarises || [];
+    const from = messages.findIndex((m) => m.message_id === first);
+    const to = messages.findIndex((m) => m.message_id === last);
+    return from < 0 || to < from ? 0 : messages.slice(from, to + 1).filter((m) => m.role !== "summary").length;
+  }
+
   function renderHistory(messages) {
     ui.transcript.replaceChildren();
     let turn = null;
@@ -673,7 +696,8 @@
         turn = new Turn();
         turnRun = m.run_id;
       }
-      turn.stored(m);
+      if (m.role === "summary") turn.summary(m, coveredCount(messages, m));
+      else turn.stored(m);
     }
     if (!messages.length) ui.transcript.append(h("p", "muted", "This chat has no messages."));
     ui.transcript.scrollTop = ui.transcript.scrollHeight;
@@ -777,6 +801,9 @@
             break;
           case "fallback":
             turn.fallback(e);
+            break;
+          case "compaction":
+            turn.compaction(e);
             break;
           case "stream_end":
             ended = true;

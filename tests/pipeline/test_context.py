@@ -1,0 +1,330 @@
+"""The context budget (CONTRACT §4 item 5): tool results cut for the model, earlier turns summarised into a
+stored `summary`, an overflow refused before the call, and a provider's context-length error answered
+by one harder compaction and one retry. The model is a `FunctionModel` that measures every request it
+gets, with a tokenizer of its own (o200k), and refuses one that would not fit its window."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.pipeline.conftest import app_files, make_runtime
+from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
+from tests.tools.servers import server as testing_server
+from yao_agent.events import Compaction, Event, StreamEnd
+from yao_agent.messages import SUMMARY_HEADING, ChatMessage
+from yao_agent.pipeline import Runtime
+from yao_agent.pipeline.compact import SUMMARY_PROMPT
+from yao_agent.pipeline.window import CUT_NOTE
+from yao_agent.store import SqlStore
+from yao_agent.testing import FunctionModel, RecordedRequest, Reply, ToolCall
+from yao_agent.tokens import counter_for
+from yao_agent.tools import ToolManager
+
+WINDOW, RESERVE = 2000, 200
+BUDGET = WINDOW - RESERVE
+CONTEXT = (
+    f"{{max_input_tokens: {WINDOW}, reserve_output_tokens: {RESERVE}, tool_result_max_tokens: 300, "
+    "keep_recent_turns: 2}"
+)
+AGENT = f"""\
+name: Agent
+prompts:
+  - {{role: system, content: 'You are {{{{ assistant.name }}}}. Use the tools.'}}
+mcp:
+  servers: [{{server: testing, tools: [echo]}}]
+context: {CONTEXT}
+"""
+O200K = counter_for(["gpt-4o"])
+assert O200K.exact
+
+
+def tokens(request: RecordedRequest) -> int:
+    """A request's size by a real tokenizer (the run counts with the estimate, for a model named `text`;
+    it errs high, so a request the run let through counts less here)."""
+    return O200K.request(request.messages, request.tools or [])
+
+
+def is_summariser(request: RecordedRequest) -> bool:
+    return str(request.messages[0]["content"]).startswith(SUMMARY_PROMPT[:80])
+
+
+@dataclass
+class Model:
+    """The model: it works turn by turn (`turn N: ...` → a tool call fetching data → `turn N done`),
+    writes summaries when asked, and refuses any request larger than `window` tokens as a provider does."""
+
+    window: int = BUDGET
+    refuse: Callable[[RecordedRequest], bool] = lambda _request: False
+    summariser_down: bool = False
+    sizes: list[int] = field(default_factory=list[int])
+    requests: list[RecordedRequest] = field(default_factory=list[RecordedRequest])
+    summarised: list[RecordedRequest] = field(default_factory=list[RecordedRequest])
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        size = tokens(request)
+        self.sizes.append(size)
+        self.requests.append(request)
+        if size > self.window or self.refuse(request):
+            return Reply(
+                status=400, error_code="context_length_exceeded", error_message="maximum context length exceeded"
+            )
+        if is_summariser(request) and self.summariser_down:
+            return Reply(status=503, error_message="summariser unavailable")
+        if is_summariser(request):
+            self.summarised.append(request)
+            covered = re.findall(r"turn (\d+):", request.messages[1]["content"])
+            return Reply(text=f"Goal: the user's turns. Done: turns {', '.join(covered)}. Left: the next turn.")
+        last = request.messages[-1]
+        if last["role"] == "user":
+            number = re.findall(r"turn (\d+)", str(last["content"]))[0]
+            data = {"text": f"turn {number} data ", "times": 400}
+            return Reply(tool_calls=(ToolCall("testing__echo", json.dumps(data), id=f"call_{number}"),))
+        number = re.findall(r"turn (\d+)", str(last["content"]))[0]
+        return Reply(text=f"turn {number} done")
+
+
+@pytest.fixture
+def model() -> Model:
+    return Model()
+
+
+@pytest.fixture
+async def rt(tmp_path: Path, store: SqlStore, model: Model) -> AsyncIterator[Runtime]:
+    runtime = agent_runtime(tmp_path, store, FunctionModel(model))
+    try:
+        yield runtime
+    finally:
+        await runtime.engines.aclose()
+        await runtime.tools.aclose()
+
+
+def agent_runtime(root: Path, store: SqlStore, double: FunctionModel, **more: str) -> Runtime:
+    files = app_files(double.base_url, limits="{max_turns: 10, timeout_s: 60}")
+    files |= {"mcps/testing.yml": "command: python\nargs: [-m, tests.tools.servers]\n",
+              "assistants/agent/assistant.yml": AGENT, **more}  # fmt: skip
+    runtime = make_runtime(root / "app", store, files, model=double)
+    runtime.tools = ToolManager(runtime.app.mcps, root=runtime.app.root, in_process={"testing": testing_server})
+    return runtime
+
+
+async def ask(rt: Runtime, number: int, chat_id: str = "c1") -> list[Event]:
+    return await turn(rt, f"turn {number}: fetch the data", chat_id=chat_id, assistant="agent")
+
+
+async def history(rt: Runtime, chat_id: str = "c1") -> list[ChatMessage]:
+    return await rt.store.history(ALICE, chat_id)
+
+
+@pytest.mark.parametrize("counted", ["estimated", "exactly"])
+async def test_a_chat_far_past_its_window_keeps_going_and_keeps_everything(
+    tmp_path: Path, store: SqlStore, model: Model, counted: str
+) -> None:
+    """40 turns, each fetching 1,600 tokens, through a window of 2,000: the run counts with the estimate
+    (a model named `text`) or exactly (`gpt-4o-mini`, tiktoken's o200k)."""
+    name = "gpt-4o-mini" if counted == "exactly" else "text"
+    double = FunctionModel(model)
+    connector = f"type: openai\nmodel: {name}\nbase_url: {double.base_url}\napi_key: sk-x\n"
+    rt = agent_runtime(tmp_path, store, double, **{"connectors/fake/model.yml": connector})
+    turns = 40
+    compactions: list[Compaction] = []
+    for number in range(1, turns + 1):
+        events = await ask(rt, number)
+        assert end_of(events).status == "completed", end_of(events)
+        compactions += [e for e in events if isinstance(e, Compaction)]
+
+    # every request fitted the budget; the window was reached again and again
+    assert max(model.sizes) <= BUDGET
+    assert len(compactions) >= 5 and model.summarised
+    # every message is still stored: 4 a turn (question, tool call, result, answer), and the summaries
+    stored = await history(rt)
+    kept = [m for m in stored if m.role != "summary"]
+    assert len(kept) == 4 * turns
+    assert [m.content for m in kept if m.role == "user"] == [f"turn {n}: fetch the data" for n in range(1, turns + 1)]
+    results = [m for m in kept if m.role == "tool"]
+    assert [m.content for m in results] == [f"turn {n} data " * 400 for n in range(1, turns + 1)]  # whole
+    summaries = [m for m in stored if m.role == "summary"]
+    assert [s.id for s in summaries] == [c.summary_message_id for c in compactions]
+    for event in compactions:
+        assert event.tokens_after < event.tokens_before and event.connector == "fake.model"
+        assert event.messages_summarised > 0
+    _check_coverage(stored, summaries, model.summarised)
+    await rt.engines.aclose()
+    await rt.tools.aclose()
+
+
+def _check_coverage(stored: list[ChatMessage], summaries: list[ChatMessage], asked: list[RecordedRequest]) -> None:
+    """Each summary covers from the chat's first message to just before the turns kept whole, and its
+    summariser read every turn it newly covers (and the summary before it)."""
+    ids = [m.id for m in stored]
+    previous_last = -1
+    for summary, request in zip(summaries, asked, strict=True):
+        assert summary.summarises is not None
+        first, last = (ids.index(i) for i in summary.summarises)
+        assert first == 0 and last > previous_last
+        after = stored[last + 1]
+        assert after.role in ("user", "summary")  # the cut falls before a user turn: no call parted from its result
+        transcript = request.messages[1]["content"]
+        for message in stored[previous_last + 1 : last + 1]:
+            if message.role == "user":
+                assert str(message.content) in transcript
+        if previous_last >= 0:
+            assert "[summary of the conversation before this part]" in transcript
+        previous_last = last
+
+
+async def test_a_tool_result_over_its_limit_is_cut_for_the_model_and_stored_whole(rt: Runtime, model: Model) -> None:
+    end = end_of(await ask(rt, 1))
+    assert end.status == "completed"
+    answer_request = model.requests[-1]
+    result = answer_request.messages[-1]
+    assert result["role"] == "tool"
+    note = re.search(r"\[… cut: showed (\d+) of (\d+) tokens; the full result is stored\]$", result["content"])
+    assert note is not None and result["content"].startswith("turn 1 data turn 1 data")
+    shown, total = int(note[1]), int(note[2])
+    assert shown <= 300 < total and CUT_NOTE.format(shown=shown, total=total) in result["content"]
+    [stored] = [m for m in await history(rt) if m.role == "tool"]
+    assert stored.content == "turn 1 data " * 400
+
+
+async def test_the_next_run_loads_the_latest_summary_and_what_follows(rt: Runtime, model: Model) -> None:
+    number = 0
+    while not model.summarised:
+        number += 1
+        await ask(rt, number)
+    stored = await history(rt)
+    [summary] = [m for m in stored if m.role == "summary"]
+    assert summary.summarises is not None
+    after = stored.index(next(m for m in stored if m.id == summary.summarises[1])) + 1
+    await ask(rt, number + 1)
+    first = model.requests[-2]  # the next run's first call (then its answer's)
+    assert first.messages[0]["content"].startswith("You are Agent.")
+    assert first.messages[1] == {"role": "system", "content": SUMMARY_HEADING + str(summary.content)}
+    expected = [m.content for m in stored[after:] if m.role == "user"] + [f"turn {number + 1}: fetch the data"]
+    assert [m["content"] for m in first.messages if m["role"] == "user"] == expected
+    assert not any("turn 1:" in str(m["content"]) for m in first.messages if m["role"] == "user")
+
+
+async def test_a_failed_summary_is_let_by_while_the_request_still_fits(
+    rt: Runtime, model: Model, caplog: pytest.LogCaptureFixture
+) -> None:
+    model.summariser_down = True
+    number, ends = 0, list[StreamEnd]()
+    while "could not be summarised" not in caplog.text:
+        number += 1
+        ends.append(end_of(await ask(rt, number)))
+    assert ends[-1].status == "completed"
+    assert not [m for m in await history(rt) if m.role == "summary"]
+    view = await runs_of(rt).run_view(ALICE, "c1", ends[-1].run_id)
+    assert view is not None
+    assert "recovered" in [s["status"] for s in view.to_api()["steps"] if s["type"] == "llm"]
+
+
+async def test_a_request_that_cannot_fit_ends_the_run_before_the_call(rt: Runtime, model: Model) -> None:
+    events = await turn(rt, "turn 1: " + "lorem ipsum dolor " * 2000, assistant="agent")
+    end = end_of(events)
+    assert (end.status, end.reason) == ("failed", "context_overflow")
+    assert "more than the 1800 the model's window leaves" in end.error["message"]
+    assert model.sizes == []  # the doomed call was never made
+    assert [m.role for m in await history(rt)] == ["user"]  # the input is kept
+
+
+async def test_a_providers_context_error_compacts_harder_and_retries_once(
+    tmp_path: Path, store: SqlStore, model: Model
+) -> None:
+    """The provider's window is smaller than the connector says (no `context` budget here at all)."""
+    model.window = 1500
+    agent = AGENT.replace(f"context: {CONTEXT}", "context: {tool_result_max_tokens: 300, keep_recent_turns: 3}")
+    rt = agent_runtime(tmp_path, store, FunctionModel(model), **{"assistants/agent/assistant.yml": agent})
+    ends: list[StreamEnd] = []
+    for number in range(1, 8):
+        events = await ask(rt, number)
+        ends.append(end_of(events))
+        if any(isinstance(e, Compaction) for e in events):
+            break
+    assert ends[-1].status == "completed"
+    transitions = await _transitions(rt, ends[-1].run_id)
+    assert "compact_retry" in transitions
+    # the refused call is one the run went past; then the summary (no transition) and the retry
+    view = (await runs_of(rt).run_view(ALICE, "c1", ends[-1].run_id)).to_api()  # pyright: ignore[reportOptionalMemberAccess]
+    statuses = [(s.get("transition"), s["status"]) for s in view["steps"] if s["type"] == "llm"]
+    retry = statuses.index(("compact_retry", "completed"))
+    assert statuses[retry - 2][1] == "recovered" and statuses[retry - 1] == (None, "completed")
+    await rt.engines.aclose()
+    await rt.tools.aclose()
+
+
+async def test_a_second_context_error_ends_the_run(tmp_path: Path, store: SqlStore, model: Model) -> None:
+    refusing = {"on": False}
+    model.refuse = lambda request: refusing["on"] and not is_summariser(request)
+    rt = agent_runtime(tmp_path, store, FunctionModel(model))
+    for number in (1, 2, 3):
+        assert end_of(await ask(rt, number)).status == "completed"
+    refusing["on"] = True
+    events = await ask(rt, 4)
+    end = end_of(events)
+    assert (end.status, end.reason) == ("failed", "context_overflow")
+    assert [e for e in events if isinstance(e, Compaction)]  # it did compact, then was refused again
+    assert (await _transitions(rt, end.run_id))[-1] == "compact_retry"
+    await rt.engines.aclose()
+    await rt.tools.aclose()
+
+
+async def test_with_nothing_to_compact_a_context_error_ends_the_run_without_a_retry(
+    tmp_path: Path, store: SqlStore, model: Model
+) -> None:
+    model.refuse = lambda request: True
+    rt = agent_runtime(tmp_path, store, FunctionModel(model))
+    end = end_of(await ask(rt, 1))
+    assert (end.status, end.reason) == ("failed", "context_overflow")
+    assert len(model.sizes) == 1
+    await rt.engines.aclose()
+    await rt.tools.aclose()
+
+
+async def test_without_a_window_nothing_is_cut_or_summarised(tmp_path: Path, store: SqlStore, model: Model) -> None:
+    model.window = 10**6
+    agent = AGENT.replace(f"context: {CONTEXT}", "context: {tool_result_max_tokens: 10}")
+    rt = agent_runtime(tmp_path, store, FunctionModel(model), **{"assistants/agent/assistant.yml": agent})
+    for number in range(1, 6):
+        assert end_of(await ask(rt, number)).status == "completed"
+    assert not model.summarised
+    assert model.requests[-1].messages[-1]["content"] == "turn 5 data " * 400
+    await rt.engines.aclose()
+    await rt.tools.aclose()
+
+
+async def test_the_connectors_window_is_the_default_and_summaries_may_come_from_another_connector(
+    tmp_path: Path, store: SqlStore, model: Model
+) -> None:
+    agent = AGENT.replace(f"context: {CONTEXT}", "context: {reserve_output_tokens: 200, tool_result_max_tokens: 300, "
+                          "keep_recent_turns: 2, summarize_with: 'use::light'}")  # fmt: skip
+    double = FunctionModel(model)
+    connector = f"type: openai\nmodel: text\nbase_url: {double.base_url}\napi_key: sk-x\n"
+    rt = agent_runtime(tmp_path, store, double, **{
+        "assistants/agent/assistant.yml": agent,
+        "connectors/fake/model.yml": connector + f"capabilities: {{max_input_tokens: {WINDOW}}}\n",
+        "connectors/fake/light.yml": connector,
+        "app.yml": "roles:\n  default: fake.model\n  light: fake.light\n",
+    })  # fmt: skip
+    number = 0
+    while not model.summarised:
+        number += 1
+        assert end_of(await ask(rt, number)).status == "completed"
+    assert max(model.sizes) <= BUDGET
+    assert [r.connector for r in model.requests if is_summariser(r)] == ["fake.light"]
+    assert {r.connector for r in model.requests if not is_summariser(r)} == {"fake.model"}
+    await rt.engines.aclose()
+    await rt.tools.aclose()
+
+
+async def _transitions(rt: Runtime, run_id: str) -> list[Any]:
+    view = await runs_of(rt).run_view(ALICE, "c1", run_id)
+    assert view is not None
+    return [step.get("transition") for step in view.to_api()["steps"] if step["type"] == "llm"]

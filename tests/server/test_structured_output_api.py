@@ -1,0 +1,141 @@
+"""Structured output over HTTP: the official openai client's `parse` gets its object (an invalid answer is
+corrected on the server first), and the native API carries the answer's value as `output`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from pydantic import BaseModel
+
+from tests.pipeline.conftest import make_runtime
+from tests.server.conftest import Live, openai_client, running, server_files
+from tests.server.test_api import sse
+from yao_agent.store import SqlStore
+from yao_agent.testing import FakeProvider, Reply
+
+CITY = """\
+name: City
+output:
+  schema:
+    type: object
+    properties: {name: {type: string}, population: {type: integer}}
+    required: [name, population]
+"""
+
+
+class Weather(BaseModel):
+    city: str
+    celsius: float
+
+
+PARIS = {"city": "Paris", "celsius": 21.5}
+FENCED = "```json\n" + json.dumps(PARIS) + "\n```"  # as models like to write it
+ASK: Any = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.fixture
+async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+    """`chat` (no schema of its own) and `city` (an `output.schema`), both on the loopback fake provider."""
+    files = {**server_files(fake.base_url), "assistants/city/assistant.yml": CITY}
+    async with running(make_runtime(tmp_path / "app", store, files)) as served:
+        yield served
+
+
+async def test_the_official_clients_parse_gets_its_object(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text=FENCED))
+    async with openai_client(live) as client:
+        completion = await client.chat.completions.parse(model="chat", messages=ASK, response_format=Weather)
+    message = completion.choices[0].message
+    assert message.parsed == Weather(city="Paris", celsius=21.5)
+    assert json.loads(message.content or "") == PARIS  # the JSON itself, without the fence
+    sent = fake.requests[0].body["response_format"]
+    assert (sent["type"], sent["json_schema"]["name"]) == ("json_schema", "Weather")
+
+
+async def test_an_answer_that_fails_the_schema_is_corrected_before_the_client_sees_it(
+    live: Live, fake: FakeProvider
+) -> None:
+    fake.enqueue(Reply(text='{"city": "Paris", "celsius": "warm"}'), Reply(text=json.dumps(PARIS)))
+    async with openai_client(live) as client:
+        completion = await client.chat.completions.parse(model="chat", messages=ASK, response_format=Weather)
+    assert completion.choices[0].message.parsed == Weather(city="Paris", celsius=21.5)
+    correction = fake.requests[1].messages[-1]
+    assert correction["role"] == "user" and "at $.celsius: 'warm' is not of type 'number'" in correction["content"]
+
+
+async def test_streamed_the_answer_comes_whole_once_valid(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="Sunny, 21.5 degrees.", chunk_size=3), Reply(text=FENCED, chunk_size=3))
+    async with (
+        openai_client(live) as client,
+        client.chat.completions.stream(model="chat", messages=ASK, response_format=Weather) as stream,
+    ):
+        texts = [event.delta async for event in stream if event.type == "content.delta" and event.delta]
+        final = await stream.get_final_completion()
+    assert texts == [json.dumps(PARIS)]  # neither the rejected answer nor the fence
+    assert final.choices[0].message.parsed == Weather(city="Paris", celsius=21.5)
+    assert len(fake.requests) == 2
+
+
+async def test_an_answer_that_never_fits_is_a_502_naming_the_validators_words(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(*[Reply(text="sunny") for _ in range(3)])
+    async with live.client() as client:
+        response = await client.post("/v1/chat/completions", json={"model": "city", "messages": ASK})
+    assert response.status_code == 502
+    assert response.headers["x-should-retry"] == "false"  # a retry would run the same turns again
+    error = response.json()["error"]
+    assert error["type"] == "output_error"
+    assert error["message"] == (
+        "the final answer is not valid against the output schema after 2 corrections: "
+        "the answer is not JSON: Expecting value at line 1 column 1 (expected one JSON value only, no other text)"
+    )
+    assert len(fake.requests) == 3
+
+
+async def test_a_response_format_that_is_no_json_schema_is_a_400(live: Live, fake: FakeProvider) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "strnig"}}}
+    asked: Any = {"type": "json_schema", "json_schema": {"name": "W", "schema": schema}}
+    async with openai_client(live) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model="chat", messages=ASK, response_format=asked)
+    error: Any = caught.value.body
+    assert error["param"] == "response_format"
+    assert error["message"].startswith(
+        "response_format.json_schema.schema.properties.city.type: not a valid JSON Schema (Draft 2020-12): "
+    )
+    assert fake.requests == []
+
+
+async def test_the_assistants_own_schema_answers_openai_clients_too(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text='{"name": "Paris", "population": 2100000}'))
+    async with openai_client(live) as client:
+        completion = await client.chat.completions.create(model="city", messages=ASK)
+    assert json.loads(completion.choices[0].message.content or "") == {"name": "Paris", "population": 2100000}
+    assert fake.requests[0].body["response_format"]["json_schema"]["name"] == "city"
+
+
+async def test_native_json_and_sse_carry_the_output(live: Live, fake: FakeProvider) -> None:
+    answer = {"name": "Paris", "population": 2100000}
+    fake.enqueue(Reply(text="Paris has about 2.1 million people."), Reply(text=json.dumps(answer)))
+    async with live.client() as client:
+        response = await client.post("/api/assistants/city/runs?stream=false", json={"messages": ASK})
+        assert response.status_code == 200
+        body = response.json()
+        assert (body["status"], body["output"]) == ("completed", answer)
+        view = (await client.get(f"/api/chats/{body['chat_id']}/runs/{body['run_id']}")).json()
+        assert [s["transition"] for s in view["steps"] if s["type"] == "llm"] == ["first", "output_retry"]
+        fake.enqueue(Reply(text=json.dumps(answer)))
+        async with client.stream("POST", "/api/assistants/city/runs", json={"messages": ASK}) as streamed:
+            events = await sse(streamed)
+    assert events[-1]["type"] == "stream_end" and events[-1]["output"] == answer
+
+
+async def test_a_run_without_a_schema_has_no_output(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="plain"))
+    async with live.client() as client:
+        body = (await client.post("/api/assistants/chat/runs?stream=false", json={"messages": ASK})).json()
+    assert body["status"] == "completed" and "output" not in body
