@@ -1,9 +1,12 @@
-"""The deferred flush of a run with 10 messages and 4 steps, on SQLite and on PostgreSQL.
+"""The deferred flush of a run with 10 messages and 4 steps, and one step of the step journal, on SQLite
+and on PostgreSQL.
 
     .venv/bin/python bench/flush.py [--runs 300] [--pg postgresql://postgres@127.0.0.1:5432/postgres]
 
-Each sample is one `finish_run` (one transaction: messages, steps, the run's outcome, the chat) for a
-run whose write-ahead was done before the clock started. Median wall time is reported.
+Each flush sample is one `finish_run` (one transaction: messages, steps, the run's outcome, the chat) for
+a run whose write-ahead was done before the clock started. Each step sample is one `commit_steps` (one
+transaction: a message and its completed step, the chat's count) of a run going on, as the journal
+commits a model reply or a tool result the moment it completes. Median wall time is reported.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def run_of(n: int) -> tuple[RunRecord, list[ChatMessage], list[StepRecord]]:
 async def flush_ms(url: str, runs: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         store = SqlStore(await open_engine(store_url(url, Path(tmp))))
-        samples = []
+        samples: list[float] = []
         try:
             for n in range(runs):
                 run, produced, steps = run_of(n)
@@ -59,6 +62,24 @@ async def flush_ms(url: str, runs: int) -> float:
         finally:
             await store.aclose()
     return statistics.median(samples[runs // 10 :]) * 1000
+
+
+async def step_ms(url: str, runs: int, per_run: int = 5) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqlStore(await open_engine(store_url(url, Path(tmp))))
+        samples: list[float] = []
+        try:
+            for n in range(10**6, 10**6 + runs // per_run):  # ids of their own: the flush's may share the database
+                run, produced, steps = run_of(n)
+                await store.start_run(WHO, run, [ChatMessage(f"u{n}", "user", "hello", run_id=run.id)])
+                for message, step in zip(produced[:per_run], steps * 2, strict=False):
+                    step.id, step.seq = f"{message.id}-step", len(samples) + 1
+                    start = time.perf_counter()
+                    await store.commit_steps(WHO, run, [message], [step])
+                    samples.append(time.perf_counter() - start)
+        finally:
+            await store.aclose()
+    return statistics.median(samples[len(samples) // 10 :]) * 1000
 
 
 def pg_database(base: str) -> tuple[str, str]:
@@ -82,11 +103,14 @@ PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 async def measure(runs: int, pg: str | None) -> list[Row]:
     what = "flush of a run with 10 messages and 4 steps"
-    rows = [Row(f"{what}, SQLite", await flush_ms("sqlite:///flush.db", runs), "ms", "max", 2.0)]
+    step = "a step committed by the journal (message + step)"
+    rows = [Row(f"{what}, SQLite", await flush_ms("sqlite:///flush.db", runs), "ms", "max", 2.0),
+            Row(f"{step}, SQLite", await step_ms("sqlite:///steps.db", runs), "ms", "max", 0.5)]  # fmt: skip
     if pg:
         url, name = pg_database(pg)
         try:
             rows.append(Row(f"{what}, PostgreSQL", await flush_ms(url, runs), "ms", "max", 5.0))
+            rows.append(Row(f"{step}, PostgreSQL", await step_ms(url, runs), "ms", "max", 2.0))
         finally:
             drop(pg, name)
     return rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,29 @@ async def nap_marked(seconds: float, marker: str) -> str:
         raise
     _mark(marker + ".finished")
     return "done"
+
+
+@server.tool()
+async def tally(path: str, label: str, hold: str = "") -> str:
+    """Appends `label` to the file `path` when it finishes (one line per execution, so a test counts them);
+    with `hold`, it first writes `<hold>.started` and waits until a file `hold` exists."""
+    if hold:
+        _mark(hold + ".started")
+        await asyncio.to_thread(_await_file, hold)
+    await asyncio.to_thread(_append_line, path, label)
+    return f"counted {label}"
+
+
+def _await_file(path: str, within: float = 60.0) -> None:
+    """Until the file exists (a thread, so a cancelled call stops waiting at the latest after `within`)."""
+    deadline = time.monotonic() + within
+    while not Path(path).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _append_line(path: str, line: str) -> None:
+    with Path(path).open("a") as out:
+        out.write(line + "\n")
 
 
 def _mark(path: str) -> None:

@@ -1,5 +1,8 @@
 """Stage 3, the buffer: a run's messages and steps, held in memory and written once, at the end.
 
+The step journal (pipeline/journal.py) commits each step as it completes; the buffer remembers what
+was committed (`committed`), so the flush writes only the rest (`pending`).
+
 The flush happens in the pipeline's `finally` — on success, error, cancellation or any unexpected
 exception — and it finishes even if the task is cancelled again while it writes. A step keeps its
 input only if it did not complete (that input is what a resume runs again), or if it asks to: a hook
@@ -8,6 +11,7 @@ step records what the hook was given.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +31,9 @@ class Buffer:
     clock: Callable[[], float]
     messages: list[ChatMessage] = field(default_factory=list[ChatMessage])
     steps: list[StepRecord] = field(default_factory=list[StepRecord])
+    committed: set[str] = field(default_factory=set[str])  # ids of the messages and steps the journal wrote
+    journal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # the journal's commits, one at a time
+    journal_broken: bool = False  # a commit failed: the rest waits for the flush, in order
 
     def add(self, message: ChatMessage) -> ChatMessage:
         self.messages.append(message)
@@ -59,6 +66,15 @@ class Buffer:
     def drop(self, step: StepRecord) -> None:
         """Forget a step that turned out not to happen (a hook file without that function)."""
         self.steps.remove(step)
+
+    def pending(self) -> tuple[list[ChatMessage], list[StepRecord]]:
+        """The messages and steps the journal has not committed: what the flush writes."""
+        done = self.committed
+        return [m for m in self.messages if m.id not in done], [s for s in self.steps if s.id not in done]
+
+    def mark(self, messages: list[ChatMessage], steps: list[StepRecord]) -> None:
+        self.committed.update(m.id for m in messages)
+        self.committed.update(s.id for s in steps)
 
     def settle(self, status: StepStatus, error: Any) -> None:
         """At the end of a run that did not complete, steps still running end with the run."""

@@ -13,7 +13,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.redact import redact
-from yao_agent.vocabulary import end_status
+from yao_agent.vocabulary import UNFINISHED_STEPS, StepStatus, end_status
 
 log = logging.getLogger("yao_agent.run")
 
@@ -40,13 +40,30 @@ async def settle(rt: Runtime, state: RunState, outcome: BaseException | None) ->
         run.status, run.reason = "failed", "internal_error"
         run.error = {"message": f"internal error: {type(outcome).__name__}"}
     if run.status != "completed":
-        state.buffer.settle("cancelled" if run.status == "cancelled" else "failed", run.error)
+        status = "cancelled" if run.status == "cancelled" else "failed"
+        state.buffer.settle(status, run.error)
+        _open_round(state, status)
     for event in pair_open_calls(rt, state):
         await state.emit(event)
     run.ended_at = rt.clock()
     run.duration_ms = int((rt.monotonic() - state.started_mono) * 1000)
     run.usage = state.usage.as_dict()
     run.next = state.next
+
+
+def _open_round(state: RunState, status: StepStatus) -> None:
+    """Calls of a complete reply that no tool step took up (the run stopped between the reply and its
+    round, e.g. cancelled while the reply was committed) get an unfinished `tool` step, so a resume runs
+    them instead of asking the model again."""
+    answered = {m.tool_call_id for m in state.buffer.messages if m.role == "tool"}
+    for step in state.buffer.steps:
+        if step.type == "tool" and step.status in UNFINISHED_STEPS:
+            answered.update(str(as_mapping(c).get("id")) for c in as_list(as_mapping(step.input).get("calls")))
+    for message in state.buffer.messages:
+        open_calls = [c.to_dict() for c in message.tool_calls if c.id not in answered]
+        if open_calls and message.status == "completed":
+            step = state.buffer.begin("tool", {"calls": open_calls, "attempt": 1}, message.thread_id)
+            state.buffer.end(step, status, error=state.run.error)
 
 
 def pair_open_calls(rt: Runtime, state: RunState) -> list[ToolResult]:

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from yao_agent.errors import HookError
 from yao_agent.hooks.host import printable
+from yao_agent.pipeline import journal
 from yao_agent.pipeline.hostapi import hook_context
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -57,6 +58,7 @@ async def call_hook(
         raise
     step.input = _bounded(step.input)
     state.buffer.end(step, "completed", output=_bounded(outcome.value), keep_input=True)
+    await journal.commit(rt, state, steps=[step])
     return True, value
 
 

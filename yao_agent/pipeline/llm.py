@@ -31,8 +31,10 @@ from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
 from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id
+from yao_agent.pipeline import journal
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.records import StepRecord
 from yao_agent.vocabulary import Transition
 
 CONTINUE_PROMPT = (
@@ -146,18 +148,19 @@ async def call(
     as an `llm` step with the transition that asked for it (`why`, then `output_recovery`)."""
     request = ModelRequest(messages=list(messages), tools=list(tools), options=options or {})
     reply = LiveReply(state, rt.ids.new, state.thread_id)
-    await _piece(rt, state, request, reply, why)
+    made = [await _piece(rt, state, request, reply, why)]
     dropped = await reply.drop_cut_call()
     for _ in range(rt.app.config.limits.max_output_continuations):
         if not _continues(rt, state, reply):
             break
         reply.next_piece()
-        await _piece(rt, state, _continuation(request, reply, dropped), reply, "output_recovery")
+        made.append(await _piece(rt, state, _continuation(request, reply, dropped), reply, "output_recovery"))
         dropped = await reply.drop_cut_call()
     message = await reply.close("completed")
     message.created_at = rt.clock()
     message.hidden = state.hidden
     state.buffer.add(message)
+    await journal.commit(rt, state, [message], made)  # the step journal: never requested again
     return message
 
 
@@ -182,7 +185,7 @@ def _continuation(request: ModelRequest, reply: LiveReply, dropped: bool) -> Mod
     return ModelRequest(messages=[*request.messages, *partial, ask], tools=request.tools, options=options)
 
 
-async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: LiveReply, why: Transition) -> None:
+async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: LiveReply, why: Transition) -> StepRecord:
     """One model call of the reply, streamed into it and recorded as an `llm` step."""
     step = state.buffer.begin(
         "llm",
@@ -214,6 +217,7 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
         raise
     _count(state, reply.piece.usage)
     state.buffer.end(step, "completed", output=_made(reply, answering))
+    return step
 
 
 def _made(reply: LiveReply, answering: ConnectorSpec | None) -> dict[str, Any]:

@@ -67,11 +67,13 @@ async def work(rt: Runtime, state: RunState) -> None:
 
 
 async def flush(rt: Runtime, state: RunState) -> None:
-    """Write the run's messages, steps and outcome in one transaction (input first, if not yet)."""
+    """Write the run's messages and steps the journal did not commit, and its outcome, in one transaction
+    (input first, if not yet)."""
     try:
         if not state.stored:
             await history.load(rt, state)
-        await rt.store.finish_run(state.identity, state.run, state.buffer.messages, state.buffer.steps)
+        messages, steps = state.buffer.pending()  # what the step journal has not committed yet
+        await rt.store.finish_run(state.identity, state.run, messages, steps)
     except Exception:
         log.exception("run %s could not be stored", state.run_id)
 

@@ -21,7 +21,7 @@ from yao_agent.dsl.specs import McpUse
 from yao_agent.errors import ToolError
 from yao_agent.events import ToolResult
 from yao_agent.messages import ChatMessage, ToolCall
-from yao_agent.pipeline import guards
+from yao_agent.pipeline import guards, journal
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -92,12 +92,14 @@ async def run_round(
     failed = [(call, o) for call, (o, _) in zip(reply.tool_calls, outcomes, strict=True) if not o.ok]
     if not failed:
         state.tool_attempt = 0
+        await journal.commit(rt, state, steps=[step])  # the round's results were committed one by one
         return Executed([r for _, r in outcomes])
     if any(not outcome.retryable for _, outcome in failed):
         raise ToolError(_summary("a tool call failed and cannot be retried", failed))
     if attempt == limit:
         raise ToolError(_summary(f"tool calls failed after {limit} attempts", failed))
     state.buffer.recovered(step)  # the model is asked to correct it: a resume never runs it again
+    await journal.commit(rt, state, steps=[step])
     state.tool_attempt = attempt
     return Correct()
 
@@ -141,11 +143,20 @@ async def _run_all(
     rt: Runtime, state: RunState, calls: Sequence[ToolCall], tools: Sequence[ToolSpec], attempt: int,
     finished: dict[int, _Done], replacing: Mapping[str, str],
 ) -> None:  # fmt: skip
+    journaled = [0]  # how many of the calls, from the first, have their result committed
+
     async def one(index: int, call: ToolCall) -> None:
-        done = finished[index] = await _one(rt, state, call, tools, attempt)
+        done = await _one(rt, state, call, tools, attempt)
         stored = replacing.get(call.id)
         if stored is not None:  # a resumed call: its result takes the place of the one stored before
             done.message.id, done.message.replaces = stored, True
+        finished[index] = done
+        ready: list[ChatMessage] = []
+        while journaled[0] in finished:  # committed in call order (a result waits for the earlier calls')
+            ready.append(finished[journaled[0]].message)
+            journaled[0] += 1
+        if ready:
+            await journal.commit(rt, state, ready)
 
     async with asyncio.TaskGroup() as group:  # one call failing (or a cancel) stops the others
         for index, call in enumerate(calls):

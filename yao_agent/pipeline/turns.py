@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from yao_agent.errors import ModelError
+from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, ToolCall
 from yao_agent.pipeline import context, delegate, guards, hook_create, llm, next_hook, output, prompts, tool_round
 from yao_agent.pipeline.answers import Delegation, NextDecision
@@ -88,8 +89,22 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
         return Finish()
     if step is not None and step.type in ("hook_next", "tool") and step.input is not None:
         return await _resume_step(rt, state, step)
+    if step is not None and step.type == "llm" and step.status == "interrupted":
+        after = _after_journal(step)  # a killed run: on after its last committed step
+        if after is not None:
+            return after
     handed_to = await hook_create.run(rt, state)
     return HandOver(handed_to) if handed_to is not None else Continue("first")
+
+
+def _after_journal(step: StepRecord) -> Outcome | None:
+    """Where an interrupted run goes on (store/journal.py chose): its last reply was complete (nothing is
+    asked again), or its last round of tool results goes to the model; None: it starts over."""
+    if as_mapping(step.input).get("resume") == "answered":
+        return Finish()
+    if step.transition == "tool_retry":
+        return Continue("tool_retry", ({"role": "system", "content": RETRY_PROMPT},))
+    return Continue(step.transition) if step.transition is not None else None
 
 
 async def _turn(rt: Runtime, state: RunState, how: Continue) -> Outcome:

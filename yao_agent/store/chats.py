@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Integer, Text, bindparam, cast, delete, fa
 from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
-from yao_agent.store import runlog
+from yao_agent.store import journal, runlog
 from yao_agent.store.engine import Database
 from yao_agent.store.records import ChatRecord, Loaded, ResumePoint, RunRecord, RunView, StepRecord
 from yao_agent.store.runlog import chat_record, team_of
@@ -190,6 +190,20 @@ class ChatStore:
 
         await self.db.write_tx(work)
 
+    async def commit_steps(
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
+    ) -> None:
+        """The step journal: messages and completed steps of a running run, in one small transaction."""
+        identity = _require(identity)
+
+        def work(tx: Tx) -> None:
+            chat = _locked(tx, identity, run)
+            if chat is None:
+                raise NotFound(f"no chat '{run.chat_id}'")
+            runlog.journal(tx, run, chat, new, done)
+
+        await self.db.write_tx(work)
+
     async def check_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
         """The caller's chat, None if there is none by that id, NotFound if it is somebody else's."""
         identity = _require(identity)
@@ -295,7 +309,8 @@ class ChatStore:
         return ResumePoint(run, tuple(_step(r) for r in found))
 
     async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]:
-        """Runs left `running` by a process that is gone become `interrupted`, with a resume point at `llm`.
+        """Runs left `running` by a process that is gone become `interrupted`, with a resume point after
+        their last committed step (`mark_interrupted`).
 
         `is_dead(owner, heartbeat_at)` decides, between transactions; the operator token is required
         (this spans tenants).
@@ -379,17 +394,15 @@ def _locked(tx: Tx, identity: Identity, run: RunRecord) -> ChatRecord | None:
 
 
 def mark_interrupted(tx: Tx, run_id: str, now: float, why: str) -> bool:
-    """A `running` run whose process is gone becomes `interrupted`, resumable from its model call."""
+    """A `running` run whose process is gone becomes `interrupted`, resumable after the last step its
+    journal committed (store/journal.py)."""
     row = tx.first(RUNNING_RUN, {"run_id": run_id})
     if row is None:
         return False  # it finished meanwhile
     error = {"message": f"the process running this run stopped before it finished ({why})"}
     tx.execute(INTERRUPT_RUN, {"status": "interrupted", "reason": "internal_error", "error": error, "ended_at": now,
                                "duration_ms": int((now - row.started_at) * 1000), "run_id": run_id})  # fmt: skip
-    tx.execute(INTERRUPTED_STEP, {"id": f"{run_id}-interrupted", "run_id": run_id, "seq": 1, "type": "llm",
-                                  "status": "interrupted", "transition": None, "thread_id": None, "input": None,
-                                  "output": None, "error": error, "started_at": row.started_at,
-                                  "ended_at": now})  # fmt: skip
+    tx.execute(INTERRUPTED_STEP, journal.resume_step(tx, run_id, row.chat_id, error, row.started_at, now))
     tx.execute(INTERRUPT_CHAT, {"last_status": "interrupted", "updated_at": now, "chat_id": row.chat_id,
                                 "run_id": run_id})  # fmt: skip
     return True

@@ -1,7 +1,8 @@
 """What the pipeline needs of a store: the narrow face `SqlStore` shows a run.
 
 A run checks its chat, reads history and writes its input ahead (one transaction), reads role
-settings and a hook's memory, finds a resume point, and flushes. The store never calls back into the
+settings and a hook's memory, finds a resume point, commits each step as it completes (the step
+journal), and flushes. The store never calls back into the
 pipeline inside a transaction: what to write is passed as data, and what of the input repeats the
 history is decided by the store (`messages.overlap`) on the history read in that same transaction.
 (`recover_interrupted` asks its `is_dead` between transactions, never inside one.)
@@ -31,6 +32,10 @@ class Store(Protocol):
     ) -> Loaded: ...
 
     async def start_run(self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage]) -> None: ...
+
+    async def commit_steps(
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
+    ) -> None: ...
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]

@@ -1,6 +1,7 @@
 """What every request reads and every run writes: its token, role settings, write-ahead and flush.
 
-Each run opens two transactions (CONTRACT §4 step 3): one before the model is called, one at the end.
+Each run opens two transactions (CONTRACT §4 step 3): one before the model is called, one at the end;
+in between, the step journal commits each step as it completes (`journal`), in a small one of its own.
 Their statements are the store's like any other (tx.py: built from schema.py, compiled once per
 database, run on the driver's cursor); they are gathered here because they are the hot path, and
 `bench/flush.py` measures them.
@@ -33,6 +34,7 @@ _OF_CHAT = messages.c.chat_id == bindparam("chat_id")
 _READ = [messages.c[name] for name in ("id", "seq", "run_id", "role", "content", "tool_calls", "tool_call_id",
                                        "reasoning", "status", "thread_id", "created_at", "hidden",
                                        "summarises")]  # fmt: skip
+READ_COLUMNS = _READ
 _LAST = bindparam("limit", type_=Integer)
 SELECT_HISTORY = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq.desc()).limit(_LAST))
 SELECT_LATEST_SUMMARY = Sql(
@@ -64,6 +66,7 @@ FINISH_RUN = Sql(_RUN, columns=("status", "reason", "error", "usage", "next", "e
 _OF_CHAT_ROW = update(chats).where(chats.c.id == bindparam("chat_id"))
 START_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status", "last_run_id"))
 FINISH_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status"))
+COUNT_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count",))
 SELECT_TOKEN = Sql(
     select(tokens.c.user_id, tokens.c.team_id).where(tokens.c.hash == bindparam("hash"), tokens.c.revoked_at.is_(None))
 )
@@ -170,6 +173,27 @@ def finish(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
                             "run_id": run.id})  # fmt: skip
     tx.execute(FINISH_CHAT, {"message_count": count, "updated_at": run.ended_at or now, "last_status": run.status,
                              "chat_id": run.chat_id})  # fmt: skip
+
+
+def journal(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
+            done: Sequence[StepRecord]) -> None:  # fmt: skip
+    """The step journal: messages and completed steps of a run still going, committed as they complete
+    (its outcome stays the flush's: `finish`)."""
+    count = _append(tx, run.chat_id, chat.message_count, new)
+    if done:
+        tx.executemany(INSERT_STEP, [_step_row(step) for step in done])
+    if count != chat.message_count:
+        tx.execute(COUNT_CHAT, {"message_count": count, "chat_id": run.chat_id})
+
+
+def append(tx: Tx, chat_id: str, start: int, given: Sequence[ChatMessage]) -> int:
+    """Add messages after the chat's last (see `_append`); the chat's count is the caller's to write."""
+    return _append(tx, chat_id, start, given)
+
+
+def read_message(row: Any) -> ChatMessage:
+    """A message from a row of the columns history reads (`READ_COLUMNS`)."""
+    return _message(row)
 
 
 def _append(tx: Tx, chat_id: str, start: int, given: Sequence[ChatMessage]) -> int:
