@@ -7,8 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-import pytest
-
+from tests.pipeline import test_tools
 from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
 from tests.pipeline.test_tools import call, close, in_process, tooled
 from tests.tools.helpers import reached, wait_until
@@ -34,13 +33,7 @@ class DiesBeforeItsFlush(SqlStore):
         return None
 
 
-@pytest.fixture
-async def rt(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> AsyncIterator[Runtime]:
-    runtime = in_process(tooled(tmp_path / "app", store, fake))
-    try:
-        yield runtime
-    finally:
-        await close(runtime)
+rt = test_tools.rt  # the fixture: a runtime whose `tooled` assistant has the in-process `testing` server
 
 
 async def tool_results(rt: Runtime, count: int) -> None:
