@@ -8,7 +8,8 @@
     │   ├── NotFound         no such chat / assistant / resume point in the caller's scope
     │   ├── PermissionDenied the caller may not do this (fail closed)
     │   ├── ChatBusy         `on_busy: reject` found the chat busy (HTTP 409)
-    │   └── NoActiveRun      an append found no run to join (HTTP 409)
+    │   ├── NoActiveRun      an append found no run to join (HTTP 409)
+    │   └── ApprovalConflict approvals decided already, or still to decide before a resume (HTTP 409)
     ├── CannotListen         `serve` cannot listen on its address
     ├── EnvVarMissing        a `$ENV.NAME` value was used while NAME is unset
     ├── HistoryUnavailable   a chat's history could not be read (the run goes on without it)
@@ -22,7 +23,8 @@
         ├── RunTimeout       the run took longer than `limits.timeout_s`
         ├── LoopDetected     the same tool calls with the same results, again and again
         ├── ContextOverflow  a request does not fit the model's window, even after compaction
-        └── OutputError      the final answer did not fit the output schema after its retries
+        ├── OutputError      the final answer did not fit the output schema after its retries
+        └── AwaitingApproval tool calls wait for a person: the run ends `waiting` (not a failure)
 
 Messages never contain secret values: errors name variables and files, never what they hold.
 """
@@ -186,12 +188,31 @@ class ContextOverflow(RunError):
     reason = "context_overflow"
 
 
+class AwaitingApproval(RunError):
+    """Tool calls of a reply need a person's approval: the run stops, `waiting`, before any of them runs.
+
+    `calls` are the pending calls as `approval_request` events and the store show them:
+    `{tool_call_id, server, tool, arguments, thread_id}`."""
+
+    reason = "approval_required"
+
+    def __init__(self, calls: list[dict[str, object]]) -> None:
+        names = ", ".join(sorted({f"{c['server']}__{c['tool']}" for c in calls}))
+        super().__init__(f"waiting for a person to approve {names}")
+        self.calls = calls
+
+
 class ChatBusy(UsageError):
     """A request with `on_busy: reject` found the chat busy (HTTP 409)."""
 
 
 class NoActiveRun(UsageError):
     """Append found no active run for the chat (HTTP 409)."""
+
+
+class ApprovalConflict(UsageError):
+    """The chat's approvals were decided already (by someone else, or by a new message), or a resume was
+    asked for while some still wait for a decision (HTTP 409)."""
 
 
 class CannotListen(YaoAgentError):

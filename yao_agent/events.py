@@ -99,6 +99,20 @@ class Compaction:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A tool call waits for a person's approval (CONTRACT §4.8): one per such call, before the run ends
+    `waiting`; decided over `POST /api/chats/{id}/approvals` or `yao-agent approve`."""
+
+    run_id: str
+    tool_call_id: str
+    server: str
+    tool: str
+    arguments: Any
+    thread_id: str | None = None
+    type: Literal["approval_request"] = "approval_request"
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     """Always the last event of a root run, exactly once, after everything is stored."""
 
@@ -110,10 +124,21 @@ class StreamEnd:
     error: Any = None
     next: Any = None
     output: Any = None  # the final answer's value when the run has an output schema (CONTRACT §4 item 7)
+    approvals: Any = None  # the calls waiting for a person, when the run ends `waiting`
     type: Literal["stream_end"] = "stream_end"
 
 
-Event = StreamStart | MessageStart | MessageDelta | MessageEnd | ToolResult | FallbackEvent | Compaction | StreamEnd
+Event = (
+    StreamStart
+    | MessageStart
+    | MessageDelta
+    | MessageEnd
+    | ToolResult
+    | FallbackEvent
+    | Compaction
+    | ApprovalRequest
+    | StreamEnd
+)
 
 _RENAMED = {"from_connector": "from"}
 

@@ -71,6 +71,7 @@ class ChatMessage:
     # call before, so the chat keeps exactly one result per call, right after the call.
     replaces: bool = False
     summarises: tuple[str, str] | None = None  # a summary's first and last message ids
+    approval: dict[str, Any] | None = None  # shown, not stored here: what a person decided about the call
 
     def to_api(self) -> dict[str, Any]:
         """The stored-message shape of CONTRACT §6."""
@@ -86,6 +87,8 @@ class ChatMessage:
             out["thread_id"] = self.thread_id
         if self.summarises is not None:
             out["summarises"] = list(self.summarises)
+        if self.approval is not None:
+            out["approval"] = self.approval
         out["created_at"] = iso_time(self.created_at)
         return out
 

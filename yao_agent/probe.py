@@ -22,7 +22,7 @@ from yao_agent.dsl.checks import items, mapping
 from yao_agent.dsl.discover import Found
 from yao_agent.dsl.source import Document
 from yao_agent.dsl.source import Path as YamlPath
-from yao_agent.dsl.specs import HookPolicy, McpServerSpec, McpUse
+from yao_agent.dsl.specs import APPROVE_ALL, HookPolicy, McpServerSpec, McpUse
 from yao_agent.errors import Problem, ToolError
 
 if TYPE_CHECKING:
@@ -116,10 +116,11 @@ def _mcp_uses(root: Path, docs: Mapping[Found, Document]) -> _McpUses:
             if not isinstance(server, str) or server not in specs:
                 continue  # an unknown server: `refs` reports it
             uses.servers[server] = specs[server]
-            for number, tool in items(mapping(entry).get("tools")):
-                if isinstance(tool, str):
-                    path = ("mcp", "servers", index, "tools", number)
-                    uses.filters.append(_Filter(doc, path, server, tool))
+            for key in ("tools", "approve"):  # both name the server's tools (`approve: all` names none)
+                for number, tool in items(mapping(entry).get(key)):
+                    if isinstance(tool, str) and tool != APPROVE_ALL:
+                        path = ("mcp", "servers", index, key, number)
+                        uses.filters.append(_Filter(doc, path, server, tool))
     return uses
 
 

@@ -10,7 +10,8 @@ input is well formed, by the pipeline's permission stage; whether the chat is bu
 owns a chat, by the store. Callers hand requests over as they come, and render the answers or errors.
 
 Continuing a run from stored state goes one way: `resume` turns the chat's resume point into a
-`RunRequest` and starts it like any other run. (Deciding pending approvals is the next such door.)
+`RunRequest` and starts it like any other run; deciding pending approvals (`decide`) stores the
+decisions, then resumes the same way, so a decision continues the run in whichever process takes it.
 
     runs = await Runs.open("path/to/app")
     async for event in runs.stream(RunRequest("chat", Identity("alice"), [{"role": "user", "content": "Hi"}])):
@@ -35,7 +36,7 @@ from yao_agent.errors import ChatBusy, NoActiveRun, NotFound, UsageError
 from yao_agent.events import Event
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage, parse_input
-from yao_agent.pipeline import permission, resume
+from yao_agent.pipeline import approvals, permission, resume
 from yao_agent.pipeline.admission import Admission
 from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.run import execute
@@ -118,6 +119,23 @@ class Runs:
         request = await resume.request(self.rt, identity, permission.chat_id_shape(chat_id))
         return await self.start(request)
 
+    async def approvals(self, identity: Identity, chat_id: str) -> ResumePoint:
+        """The run of the caller's chat that waits for a person, with its pending calls; NotFound if none."""
+        chat_id = permission.chat_id_shape(chat_id)
+        point = await resume.resume_point(self.rt, identity, chat_id)
+        if point is None or not point.pending:
+            raise NotFound(f"chat '{chat_id}' has no pending approvals")
+        return point
+
+    async def decide(self, identity: Identity, chat_id: str, decisions: Any) -> RunHandle:
+        """Decide every call the chat's run waits for (`[{tool_call_id, approve, reason?}]`), store who
+        decided what, when and why, and continue the run: approved calls run, denied ones are answered
+        `denied: <reason>`. ApprovalConflict when someone (or a new message) decided first."""
+        point = await self.approvals(identity, chat_id)
+        verdicts = approvals.parse_decisions(decisions, point.pending, identity.user_id, self.rt.clock())
+        await self.rt.store.decide_approvals(identity, point.run.chat_id, point.run.id, verdicts)
+        return await self.resume(identity, point.run.chat_id)
+
     async def cancel(self, identity: Identity, chat_id: str) -> int:
         """Cancel the chat's active run and every request accepted before now, in every process.
 
@@ -194,6 +212,8 @@ class Runs:
         point = await resume.resume_point(self.rt, identity, permission.chat_id_shape(chat_id))
         if point is None:
             raise NotFound(f"chat '{chat_id}' has no resume point")
+        if point.pending:
+            raise NotFound(f"chat '{chat_id}' has no resume point: its run waits for approvals (see its approvals)")
         return point
 
     async def run_view(self, identity: Identity, chat_id: str, run_id: str) -> RunView:

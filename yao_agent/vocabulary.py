@@ -29,8 +29,9 @@ RunStatus = Literal["running", "completed", "failed", "cancelled", "interrupted"
 # The status a client is told in `stream_end` and in a run's result.
 EndStatus = Literal["completed", "failed", "cancelled", "waiting"]
 StepType = Literal["hook_create", "llm", "tool", "hook_next", "delegate"]
-# `recovered`: the step failed and the run went on past it (never where a resume starts).
-StepStatus = Literal["running", "completed", "failed", "recovered", "cancelled", "interrupted"]
+# `recovered`: the step failed and the run went on past it (never where a resume starts); `waiting`: a
+# tool round whose calls wait for a person's decision (CONTRACT §4.8).
+StepStatus = Literal["running", "completed", "failed", "recovered", "cancelled", "interrupted", "waiting"]
 # Why an `llm` step was made (seed 004's "how did we get here").
 Transition = Literal[
     "first",
@@ -61,7 +62,7 @@ MessageStatus = Literal["completed", "incomplete"]
 
 TERMINAL_REASONS: Final = frozenset[str](get_args(TerminalReason))
 TRANSITIONS: Final = frozenset[str](get_args(Transition))
-UNFINISHED_STEPS: Final[tuple[StepStatus, ...]] = ("running", "failed", "cancelled", "interrupted")
+UNFINISHED_STEPS: Final[tuple[StepStatus, ...]] = ("running", "failed", "cancelled", "interrupted", "waiting")
 
 
 def end_status(status: RunStatus) -> EndStatus:

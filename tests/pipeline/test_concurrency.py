@@ -22,7 +22,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.leases import PgLease
-from yao_agent.store.records import RunRecord, StepRecord
+from yao_agent.store.records import Approval, RunRecord, StepRecord
 from yao_agent.store.schema import chat_leases
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 from yao_agent.tools import ToolManager
@@ -263,11 +263,12 @@ class HeldFlush(SqlStore):
         return held
 
     async def finish_run(
-        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
-    ) -> None:
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
+        waiting: Sequence[Approval] = (),
+    ) -> None:  # fmt: skip
         self.flushing.set()
         await self.release.wait()
-        await super().finish_run(identity, run, new, done)
+        await super().finish_run(identity, run, new, done, waiting)
 
 
 async def test_a_cancel_during_the_flush_changes_nothing(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:

@@ -16,7 +16,7 @@ from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
-from yao_agent.store.records import RunRecord, StepRecord
+from yao_agent.store.records import Approval, RunRecord, StepRecord
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 
 
@@ -28,8 +28,9 @@ class DiesBeforeItsFlush(SqlStore):
         return cls(store.db)
 
     async def finish_run(
-        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
-    ) -> None:
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
+        waiting: Sequence[Approval] = (),
+    ) -> None:  # fmt: skip
         return None
 
 

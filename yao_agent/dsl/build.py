@@ -172,8 +172,9 @@ def _mcp_settings(data: Data) -> McpSettings:
             servers.append(McpUse(item))
         else:
             entry = cast(Data, item)
-            tools = entry.get("tools")
-            servers.append(McpUse(entry["server"], tuple(tools) if tools is not None else None))
+            tools, approve = entry.get("tools"), entry.get("approve", [])
+            approve = [approve] if isinstance(approve, str) else approve  # `approve: all`
+            servers.append(McpUse(entry["server"], tuple(tools) if tools is not None else None, tuple(approve)))
     return McpSettings(
         servers=tuple(servers), tool_loop=data.get("tool_loop", True), max_turns=data.get("max_turns", 5)
     )

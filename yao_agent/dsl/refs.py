@@ -11,7 +11,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from yao_agent.errors import Problem
 from yao_agent.files import MAX_HOOK_BYTES, read_regular
@@ -20,7 +20,7 @@ from .checks import items, mapping
 from .envvars import ENV_PATTERN
 from .source import Document
 from .source import Path as YamlPath
-from .specs import DEFAULT_ROLE, ROLE_PREFIX
+from .specs import APPROVE_ALL, DEFAULT_ROLE, ROLE_PREFIX
 
 # Literal values a hook may return; checked so a typo surfaces at load rather than mid-run.
 _HOOK_PRESET = re.compile(r"""\bprompt_preset\s*:\s*["']([^"'\n]+)["']""")
@@ -96,7 +96,22 @@ def check_assistant(doc: Document, root: Path, known: Known) -> list[Problem]:
         elif server in seen:
             problems.append(doc.problem(path, f"MCP server '{server}' is listed twice (expected each once)"))
         seen.add(server)
+        problems += _approved_offered(doc, path, mapping(entry))
     return problems
+
+
+def _approved_offered(doc: Document, path: YamlPath, entry: Mapping[str, Any]) -> list[Problem]:
+    """A tool to approve must be one the entry offers: one its `tools` leave out is never called."""
+    tools = entry.get("tools")
+    if not isinstance(tools, list):
+        return []
+    offered = [t for t in cast(list[Any], tools) if isinstance(t, str)]
+    said = f"is not among this entry's tools ({', '.join(offered)}); a tool to approve must be offered"
+    return [
+        doc.problem((*path, "approve", number), f"'{tool}' {said}")
+        for number, tool in items(entry.get("approve"))
+        if isinstance(tool, str) and tool != APPROVE_ALL and tool not in offered
+    ]
 
 
 def _connector_ref(doc: Document, value: object, known: Known, path: YamlPath = ("connector",)) -> list[Problem]:

@@ -149,12 +149,20 @@ class ConnectorSpec:
         return self.type == "scripted"
 
 
+APPROVE_ALL = "all"  # `approve: all`: every tool of the server waits for a person
+
+
 @dataclass(frozen=True, slots=True)
 class McpUse:
-    """An assistant's use of one MCP server, optionally limited to some of its tools."""
+    """An assistant's use of one MCP server, optionally limited to some of its tools; `approve` names the
+    tools whose every call waits for a person's approval (`all`: each of the server's tools)."""
 
     server: str
     tools: tuple[str, ...] | None = None
+    approve: tuple[str, ...] = ()
+
+    def needs_approval(self, tool: str) -> bool:
+        return tool in self.approve or APPROVE_ALL in self.approve
 
 
 @dataclass(frozen=True, slots=True)

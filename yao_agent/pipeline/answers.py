@@ -32,6 +32,7 @@ class CreateChanges:
     options: Mapping[str, Any] = field(default_factory=dict[str, Any])  # connector, prompt_preset, temperature...
     mcp_servers: tuple[McpUse, ...] | None = None
     delegate: Delegation | None = None
+    require_approval: tuple[str, ...] = ()  # tools whose calls wait for a person in this run (approvals.py)
 
 
 @dataclass(frozen=True, slots=True)

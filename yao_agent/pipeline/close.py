@@ -6,10 +6,11 @@ import asyncio
 import logging
 from typing import Any
 
-from yao_agent.errors import HookError, ModelError, RunError
+from yao_agent.errors import AwaitingApproval, HookError, ModelError, RunError
 from yao_agent.events import StreamEnd, ToolResult
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage
+from yao_agent.pipeline.approvals import WAITING
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.redact import redact
@@ -30,6 +31,8 @@ async def settle(rt: Runtime, state: RunState, outcome: BaseException | None) ->
         run.status, run.reason, run.error = "completed", "completed", None
     elif isinstance(outcome, asyncio.CancelledError):
         run.status, run.reason, run.error = "cancelled", "cancelled", None
+    elif isinstance(outcome, AwaitingApproval):  # not a failure: the run goes on when a person decides
+        run.status, run.reason, run.error = "waiting", "approval_required", None
     elif isinstance(outcome, RunError):
         run.status, run.reason, run.error = "failed", outcome.reason, error_detail(outcome)
         # Clients show a failure in plain words with the run id; the details are here, for whoever runs the server.
@@ -40,11 +43,12 @@ async def settle(rt: Runtime, state: RunState, outcome: BaseException | None) ->
         run.status, run.reason = "failed", "internal_error"
         run.error = {"message": f"internal error: {type(outcome).__name__}"}
     if run.status != "completed":
-        status = "cancelled" if run.status == "cancelled" else "failed"
+        status: StepStatus = run.status if run.status in ("cancelled", "waiting") else "failed"
         state.buffer.settle(status, run.error)
         _open_round(state, status)
     for event in pair_open_calls(rt, state):
-        await state.emit(event)
+        if run.status != "waiting":  # a waiting call's stand-in is stored; its `approval_request` was the news
+            await state.emit(event)
     run.ended_at = rt.clock()
     run.duration_ms = int((rt.monotonic() - state.started_mono) * 1000)
     run.usage = state.usage.as_dict()
@@ -72,9 +76,8 @@ def pair_open_calls(rt: Runtime, state: RunState) -> list[ToolResult]:
     Returns the `tool_result` events that announce them.
     """
     answered = {m.tool_call_id for m in state.buffer.messages if m.role == "tool"}
-    why = {"completed": "not run: no more tool calls were allowed in this run", "cancelled": "cancelled"}.get(
-        state.run.status, f"failed: {state.run.reason}"
-    )
+    why = {"completed": "not run: no more tool calls were allowed in this run", "cancelled": "cancelled",
+           "waiting": WAITING}.get(state.run.status, f"failed: {state.run.reason}")  # fmt: skip
     events: list[ToolResult] = []
     for message in list(state.buffer.messages):
         for call in message.tool_calls:
@@ -114,6 +117,7 @@ def stream_end(state: RunState) -> StreamEnd:
     return StreamEnd(
         run_id=run.id, status=end_status(run.status), reason=run.reason or "internal_error", usage=run.usage,
         duration_ms=run.duration_ms or 0, error=run.error, next=run.next, output=output_of(state),
+        approvals=[a.request() for a in state.waiting] if run.status == "waiting" else None,
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from yao_agent.dsl.refs import HANDFUL, unknown
-from yao_agent.errors import DelegateError, HookError, RunError, UsageError
+from yao_agent.errors import AwaitingApproval, DelegateError, HookError, RunError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, parse_input
 from yao_agent.pipeline import close, connector
@@ -103,6 +103,9 @@ class Children:
         try:
             await connector.resolve(self.rt, child)
             await self.converse(self.rt, child, resume_at)
+        except AwaitingApproval:
+            child.buffer.end(step, "waiting")  # where the decision's continuation hands over again
+            raise
         except RunError as exc:
             child.buffer.end(step, "failed", error=close.error_detail(exc))
             raise

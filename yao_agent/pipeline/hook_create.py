@@ -25,7 +25,8 @@ from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
 ALLOWED = ("messages", "connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens",
-           "top_p", "metadata", "locale", "mcp_servers", "disable_global_prompts", "delegate")  # fmt: skip
+           "top_p", "metadata", "locale", "mcp_servers", "disable_global_prompts", "delegate",
+           "require_approval")  # fmt: skip
 # What Create may set in the run's options (the rest of ALLOWED changes the run in other ways).
 OPTIONS = ("connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens", "top_p",
            "disable_global_prompts")  # fmt: skip
@@ -76,7 +77,18 @@ def check(app: App, state: RunState, value: Any) -> CreateChanges | None:
         options={k: raw[k] for k in OPTIONS if raw.get(k) is not None},
         mcp_servers=_servers(app, state, raw["mcp_servers"]) if raw.get("mcp_servers") is not None else None,
         delegate=_delegation(raw.get("delegate")),
+        require_approval=_names(state, raw.get("require_approval")),
     )
+
+
+def _names(state: RunState, given: Any) -> tuple[str, ...]:
+    """`require_approval`: tools (as the model calls them, or by their bare names), or `all`."""
+    if given is None:
+        return ()
+    names = as_list(given)
+    if not isinstance(given, list) or not all(isinstance(n, str) and n for n in names):
+        raise _bad(state, "Create returned require_approval of the wrong shape (expected a list of tool names)")
+    return tuple(str(n) for n in names)
 
 
 def _messages(state: RunState, given: Any) -> list[dict[str, Any]] | None:
@@ -111,17 +123,19 @@ def _check_connector(app: App, state: RunState, ref: str | None) -> None:
 
 
 def _servers(app: App, state: RunState, entries: list[Any]) -> tuple[McpUse, ...]:
-    """`mcp_servers` entries: a server id, or {server, tools}; only servers the app declares."""
+    """`mcp_servers` entries: a server id, or {server, tools?, approve?}; only servers the app declares."""
     out: list[McpUse] = []
     for entry in entries:
         data = as_mapping(entry)
         server = entry if isinstance(entry, str) else data.get("server", data.get("server_id"))
         tools = as_list(data.get("tools")) if data.get("tools") is not None else None
-        if not isinstance(server, str) or (tools is not None and not all(isinstance(t, str) for t in tools)):
-            raise _bad(state, "Create returned mcp_servers entries of the wrong shape (expected id or {server, tools})")
+        approve = [data["approve"]] if isinstance(data.get("approve"), str) else as_list(data.get("approve"))
+        if not isinstance(server, str) or not all(isinstance(t, str) for t in [*(tools or []), *approve]):
+            raise _bad(state, "Create returned mcp_servers entries of the wrong shape "
+                              "(expected id or {server, tools?, approve?})")  # fmt: skip
         if server not in app.mcps:
             raise _bad(state, "Create chose " + unknown("MCP server", server, app.mcps))
-        out.append(McpUse(server, tuple(tools) if tools is not None else None))
+        out.append(McpUse(server, tuple(tools) if tools is not None else None, tuple(approve)))
     return tuple(out)
 
 
@@ -158,6 +172,8 @@ def apply(state: RunState, changes: CreateChanges) -> None:
     if changes.mcp_servers is not None:
         state.options["mcp_servers"] = changes.mcp_servers
         state.tools = None  # list again, from the servers the hook chose
+    if changes.require_approval:
+        state.options["require_approval"] = changes.require_approval
 
 
 def _bad(state: RunState, message: str) -> HookError:

@@ -1,4 +1,5 @@
-"""Resume: continue a chat's failed, cancelled or interrupted run from the step that did not finish.
+"""Resume: continue a chat's failed, cancelled or interrupted run from the step that did not finish —
+or a `waiting` one, once a person has decided every call it waits for (approvals).
 
 The user input is already stored (write-ahead), so a resume adds none; it runs the pipeline again
 from the unfinished step and, when it completes, the chat's resume point is cleared.
@@ -6,7 +7,7 @@ from the unfinished step and, when it completes, the chat's resume point is clea
 
 from __future__ import annotations
 
-from yao_agent.errors import NotFound
+from yao_agent.errors import ApprovalConflict, NotFound
 from yao_agent.identity import Identity
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunRequest
@@ -26,6 +27,12 @@ async def request(rt: Runtime, identity: Identity, chat_id: str) -> RunRequest:
     point = await resume_point(rt, identity, chat_id)
     if point is None:
         raise NotFound(f"chat '{chat_id}' has no resume point (its last run completed)")
+    if point.pending:  # a resume would run calls nobody approved
+        names = ", ".join(f"{a.server}__{a.tool}" for a in point.pending)
+        raise ApprovalConflict(
+            f"chat '{chat_id}' waits for a person to approve {names}: decide with "
+            f"POST /api/chats/{chat_id}/approvals or `yao-agent approve {chat_id}`"
+        )
     return RunRequest(assistant_id=point.run.assistant_id, identity=identity, chat_id=chat_id, resume=point)
 
 

@@ -73,7 +73,8 @@ async def flush(rt: Runtime, state: RunState) -> None:
         if not state.stored:
             await history.load(rt, state)
         messages, steps = state.buffer.pending()  # what the step journal has not committed yet
-        await rt.store.finish_run(state.identity, state.run, messages, steps)
+        waiting = state.waiting if state.run.status == "waiting" else ()  # the calls it stopped for
+        await rt.store.finish_run(state.identity, state.run, messages, steps, waiting)
     except Exception:
         log.exception("run %s could not be stored", state.run_id)
 

@@ -17,7 +17,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline.answers import Delegation
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
-from yao_agent.store.records import ResumePoint, RunRecord, StepRecord
+from yao_agent.store.records import Approval, ResumePoint, RunRecord, StepRecord
 from yao_agent.tools import Offer
 from yao_agent.vocabulary import OnBusy
 
@@ -108,6 +108,7 @@ class RunState:
     tool_attempt: int = 0  # executions of the current tool round that failed and went back to the model
     children: ChildRuns = field(default_factory=_NoChildren)
     spend: RunSpend = field(default_factory=RunSpend)  # the root's: what its hooks used of the per-run limits
+    waiting: list[Approval] = field(default_factory=list[Approval])  # the root's: calls it stopped for (approvals)
 
     # The context's fields, read where a stage reads them.
     @property

@@ -21,7 +21,7 @@ from yao_agent.dsl.specs import McpUse
 from yao_agent.errors import ToolError
 from yao_agent.events import ToolResult
 from yao_agent.messages import ChatMessage, ToolCall
-from yao_agent.pipeline import guards, journal
+from yao_agent.pipeline import approvals, guards, journal
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -201,7 +201,10 @@ def _first(exc: BaseException) -> BaseException:
 
 async def _one(rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[ToolSpec], attempt: int) -> _Done:
     spec = rt.tools.find(call.name, tools)
-    if spec is None:
+    said_no = approvals.denied(state, call.id)
+    if said_no is not None:  # a person denied it: the model is told so, and the tool never sees the call
+        outcome = ToolOutcome(result=said_no, error=None, retryable=False)
+    elif spec is None:
         outcome = failure(_not_offered(rt, state, call.name, tools), retryable=False)
     elif call.invalid is not None:
         outcome = failure(invalid_arguments(call.invalid), retryable=True)

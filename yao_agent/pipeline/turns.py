@@ -20,7 +20,18 @@ from typing import Any
 from yao_agent.errors import ModelError
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, ToolCall
-from yao_agent.pipeline import context, delegate, guards, hook_create, llm, next_hook, output, prompts, tool_round
+from yao_agent.pipeline import (
+    approvals,
+    context,
+    delegate,
+    guards,
+    hook_create,
+    llm,
+    next_hook,
+    output,
+    prompts,
+    tool_round,
+)
 from yao_agent.pipeline.answers import Delegation, NextDecision
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -118,6 +129,9 @@ async def _turn(rt: Runtime, state: RunState, how: Continue) -> Outcome:
             return Finish()  # asked to correct a tool call, the model answered instead: that answer stands
         state.tool_attempt = 0
         return await _after_reply(rt, state, reply, [])
+    waiting = approvals.needing(state, reply.tool_calls, (await tool_round.offered(rt, state)).tools)
+    if waiting:  # none of the reply's calls runs before a person decides
+        await approvals.wait(state, reply.tool_calls, waiting, state.tool_attempt + 1)
     executed = await tool_round.run_round(rt, state, reply)
     if isinstance(executed, tool_round.Correct):
         return Continue("tool_retry", ({"role": "system", "content": RETRY_PROMPT},))
@@ -166,13 +180,14 @@ def fold_appended(rt: Runtime, state: RunState) -> None:
 
 
 async def _after_reply(
-    rt: Runtime, state: RunState, reply: ChatMessage, results: Sequence[Mapping[str, Any]]
-) -> Outcome:
+    rt: Runtime, state: RunState, reply: ChatMessage, results: Sequence[Mapping[str, Any]],
+    transition: Transition = "tool_results",
+) -> Outcome:  # fmt: skip
     """What the reply leads to: a Next hook's decision; without one (or when it decides nothing), the
     tool loop."""
     guards.check_loop(state)
     decided = _decided(state, await next_hook.decide(rt, state, next_hook.arguments(state, reply, results)))
-    return decided if decided is not None else _tool_loop(state, results)
+    return decided if decided is not None else _tool_loop(state, results, transition)
 
 
 def _decided(state: RunState, decision: NextDecision | None) -> Outcome | None:
@@ -192,13 +207,15 @@ def _decided(state: RunState, decision: NextDecision | None) -> Outcome | None:
     return None
 
 
-def _tool_loop(state: RunState, results: Sequence[Mapping[str, Any]]) -> Outcome:
+def _tool_loop(
+    state: RunState, results: Sequence[Mapping[str, Any]], transition: Transition = "tool_results"
+) -> Outcome:
     """Tool results go back to the model (at most `mcp.max_turns` times, then one last call without tools)."""
     if not results or not state.assistant.mcp.tool_loop:
         return _unless_appended(state, Finish())
     if state.tool_turns < state.assistant.mcp.max_turns:
         state.tool_turns += 1
-        return Continue("tool_results")
+        return Continue(transition)
     return Continue("last_word", ({"role": "system", "content": LAST_WORD},), with_tools=False)
 
 
@@ -211,6 +228,12 @@ async def _resume_step(rt: Runtime, state: RunState, step: StepRecord) -> Outcom
         return decided if decided is not None else _tool_loop(state, payload.get("tools") or [])
     # The calls run again; each new result takes the place of the one stored for it when the run stopped.
     calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in given["calls"])
+    if given.get("require_approval"):  # a Create hook's policy holds in the run's continuation too
+        state.options.setdefault("require_approval", tuple(given["require_approval"]))
+    waiting = approvals.needing(state, calls, (await tool_round.offered(rt, state)).tools)
+    if waiting:  # undecided (a continuation of a run whose flush was lost): they wait again
+        await approvals.wait(state, calls, waiting, int(given.get("attempt", 1)))
+    decided = approvals.decisions(state)
     ids = {c.id for c in calls}
     stored = {m.tool_call_id: m.id for m in state.root.history if m.role == "tool" and m.tool_call_id in ids}
     state.conversation = [m for m in state.conversation if not (m["role"] == "tool" and m.get("tool_call_id") in ids)]
@@ -218,4 +241,5 @@ async def _resume_step(rt: Runtime, state: RunState, step: StepRecord) -> Outcom
     executed = await tool_round.run_round(rt, state, reply, replacing=stored)
     if isinstance(executed, tool_round.Correct):
         return Continue("tool_retry", ({"role": "system", "content": RETRY_PROMPT},))
-    return await _after_reply(rt, state, reply, executed.results)
+    after: Transition = "approved" if any(c.id in decided for c in calls) else "tool_results"
+    return await _after_reply(rt, state, reply, executed.results, after)

@@ -17,9 +17,9 @@ from sqlalchemy import ColumnElement, Integer, Text, bindparam, cast, delete, fa
 from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
-from yao_agent.store import journal, runlog
+from yao_agent.store import approvals, journal, runlog
 from yao_agent.store.engine import Database
-from yao_agent.store.records import ChatRecord, Loaded, ResumePoint, RunRecord, RunView, StepRecord
+from yao_agent.store.records import Approval, ChatRecord, Loaded, ResumePoint, RunRecord, RunView, StepRecord
 from yao_agent.store.runlog import chat_record, team_of
 from yao_agent.store.schema import chat_leases, chats, memory, messages, metadata, runs, steps
 from yao_agent.store.tx import Sql, Tx
@@ -164,6 +164,8 @@ class ChatStore:
 
         def work(tx: Tx) -> Loaded:
             chat = _locked(tx, identity, run)
+            if chat is not None and chat.last_status == "waiting" and run.resumed_from is None:
+                approvals.deny_pending(tx, run.chat_id, identity.user_id, now)  # a new message (CONTRACT §4.8)
             try:
                 past = self.read_history(tx, run.chat_id, limit, since_summary=True) if chat is not None else []
             except Exception as exc:
@@ -176,9 +178,11 @@ class ChatStore:
         return await self.db.write_tx(work)
 
     async def finish_run(
-        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
-    ) -> None:
-        """The deferred flush: the run's messages, steps and outcome, in one transaction."""
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
+        waiting: Sequence[Approval] = (),
+    ) -> None:  # fmt: skip
+        """The deferred flush: the run's messages, steps and outcome, in one transaction; with the calls it
+        waits for when it ends `waiting`."""
         identity = _require(identity)
         fallback = self.clock()
 
@@ -187,6 +191,7 @@ class ChatStore:
             if chat is None:
                 raise NotFound(f"no chat '{run.chat_id}'")
             runlog.finish(tx, run, chat, new, done, fallback)
+            approvals.add(tx, run.chat_id, waiting, fallback)
 
         await self.db.write_tx(work)
 
@@ -259,12 +264,19 @@ class ChatStore:
         return await self.db.write_tx(work)
 
     async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
-        """The chat's messages in order; with `limit`, only the last `limit` of them."""
+        """The chat's messages in order; with `limit`, only the last `limit` of them. A call's result says
+        what a person decided about the call, if it waited for one."""
         identity = _require(identity)
 
         def work(tx: Tx) -> list[ChatMessage]:
-            owned = runlog.owned_chat(tx, identity, chat_id, lock=False) is not None
-            return self.read_history(tx, chat_id, limit) if owned else []
+            if runlog.owned_chat(tx, identity, chat_id, lock=False) is None:
+                return []
+            found = self.read_history(tx, chat_id, limit)
+            decided = approvals.decided_in(tx, chat_id)
+            for message in found if decided else ():
+                decision = decided.get(message.tool_call_id or "") if message.role == "tool" else None
+                message.approval = decision.decision() if decision is not None else None
+            return found
 
         return await self.db.read_tx(work)
 
@@ -301,12 +313,30 @@ class ChatStore:
         return await self.db.read_tx(work)
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None:
-        """The latest run's unfinished steps, if that run did not complete (a later completed run clears it)."""
+        """The latest run's unfinished steps, if that run did not complete (a later completed run clears it);
+        a run that waits for approvals has them, decided or not."""
         run = await self.latest_run(identity, chat_id)
         if run is None or run.status in ("completed", "running"):
             return None
-        found = await self.db.read_tx(lambda tx: tx.all(UNFINISHED_STEPS, {"run_id": run.id}))
-        return ResumePoint(run, tuple(_step(r) for r in found))
+
+        def work(tx: Tx) -> ResumePoint:
+            found = tuple(_step(r) for r in tx.all(UNFINISHED_STEPS, {"run_id": run.id}))
+            return ResumePoint(run, found, approvals.of_run(tx, run.id) if run.status == "waiting" else ())
+
+        return await self.db.read_tx(work)
+
+    async def decide_approvals(self, identity: Identity, chat_id: str, run_id: str,
+                               decisions: Sequence[Approval]) -> None:  # fmt: skip
+        """Write a person's decisions on the calls a run of the caller's chat waits for; ApprovalConflict
+        (nothing written) when one of them is no longer pending."""
+        identity = _require(identity)
+
+        def work(tx: Tx) -> None:
+            if runlog.owned_chat(tx, identity, chat_id, lock=True) is None:
+                raise NotFound(f"no chat '{chat_id}'")
+            approvals.decide(tx, run_id, decisions)
+
+        await self.db.write_tx(work)
 
     async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]:
         """Runs left `running` by a process that is gone become `interrupted`, with a resume point after

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store.engine import Database
-from yao_agent.store.records import ChatRecord, Loaded, ResumePoint, RunRecord, StepRecord
+from yao_agent.store.records import Approval, ChatRecord, Loaded, ResumePoint, RunRecord, StepRecord
 
 
 class Store(Protocol):
@@ -38,8 +38,9 @@ class Store(Protocol):
     ) -> None: ...
 
     async def finish_run(
-        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
-    ) -> None: ...
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
+        waiting: Sequence[Approval] = (),
+    ) -> None: ...  # fmt: skip
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None: ...
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from yao_agent.messages import ChatMessage, iso_time
 from yao_agent.vocabulary import RunStatus, StepStatus, StepType, TerminalReason, Transition
@@ -80,12 +80,48 @@ class StepRecord:
         return out
 
 
+ApprovalStatus = Literal["pending", "approved", "denied"]
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A tool call that waited for a person (CONTRACT §4.8), and what was decided: by whom, when, why."""
+
+    run_id: str  # the run that stopped, `waiting`, for it
+    tool_call_id: str
+    server: str
+    tool: str
+    arguments: Any
+    thread_id: str | None = None
+    status: ApprovalStatus = "pending"
+    reason: str | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+
+    def request(self) -> dict[str, Any]:
+        """How a pending call is shown (`GET …/approvals`, `stream_end.approvals`)."""
+        return {"tool_call_id": self.tool_call_id, "server": self.server, "tool": self.tool,
+                "arguments": self.arguments}  # fmt: skip
+
+    def decision(self) -> dict[str, Any]:
+        """How a decided call is shown with its result in the history."""
+        out: dict[str, Any] = {"approved": self.status == "approved", "by": self.decided_by,
+                               "at": iso(self.decided_at)}  # fmt: skip
+        return out | ({"reason": self.reason} if self.reason else {})
+
+
 @dataclass(frozen=True, slots=True)
 class ResumePoint:
-    """Where a run that did not complete stopped: its unfinished steps, with what they were given."""
+    """Where a run that did not complete stopped: its unfinished steps, with what they were given; a run
+    that waits for approvals has them (decided or not)."""
 
     run: RunRecord
     steps: tuple[StepRecord, ...]
+    approvals: tuple[Approval, ...] = ()
+
+    @property
+    def pending(self) -> tuple[Approval, ...]:
+        return tuple(a for a in self.approvals if a.status == "pending")
 
     def to_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {"run_id": self.run.id, "status": self.run.status, "reason": self.run.reason}

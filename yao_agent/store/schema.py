@@ -119,6 +119,25 @@ steps = Table(
     Index("ix_steps_run", "run_id", "seq"),
 )
 
+approvals = Table(  # tool calls that waited for a person, and the decisions (CONTRACT §4.8)
+    "approvals",
+    metadata,
+    Column("run_id", String(64), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("tool_call_id", String(128), primary_key=True),
+    Column("chat_id", String(64), ForeignKey("chats.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),  # the call's place in its reply
+    Column("server", String(128), nullable=False),
+    Column("tool", String(256), nullable=False),
+    Column("arguments", JSON, nullable=True),
+    Column("thread_id", String(64), nullable=True),
+    Column("status", String(16), nullable=False),  # pending | approved | denied
+    Column("reason", Text, nullable=True),
+    Column("decided_by", String(128), nullable=True),
+    Column("decided_at", Float, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Index("ix_approvals_chat", "chat_id", "status"),
+)
+
 memory = Table(
     "memory",
     metadata,

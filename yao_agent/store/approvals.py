@@ -1,0 +1,110 @@
+"""Approvals in the store (CONTRACT §4.8): the calls a run stopped for, and the decisions on them.
+
+A run that ends `waiting` writes its pending calls in its flush (`add`), with the stand-in results
+that keep the chat valid. A decision is written before the run goes on, each call only while it is
+still pending (`decide`), so two people deciding at once cannot both continue the run. A new user
+message on a waiting chat denies what is pending (`deny_pending`), in the transaction that writes the
+message, and the stand-ins say so, so the model sees why the calls never ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, select, update
+
+from yao_agent.errors import ApprovalConflict
+from yao_agent.jsonvalue import as_list, as_mapping
+from yao_agent.store.records import Approval
+from yao_agent.store.schema import approvals, messages, steps
+from yao_agent.store.tx import Sql, Tx
+
+NEW_MESSAGE = "the user sent a new message"
+
+INSERT = Sql(approvals.insert())
+OF_RUN = Sql(select(approvals).where(approvals.c.run_id == bindparam("run_id")).order_by(approvals.c.seq))
+OF_CHAT = Sql(select(approvals).where(approvals.c.chat_id == bindparam("chat_id"), approvals.c.status != "pending"))
+PENDING_OF_CHAT = Sql(
+    select(approvals.c.run_id, approvals.c.tool_call_id)
+    .where(approvals.c.chat_id == bindparam("chat_id"), approvals.c.status == "pending")
+)  # fmt: skip
+_DECIDED = ("status", "reason", "decided_by", "decided_at")
+DECIDE = Sql(
+    update(approvals).where(
+        approvals.c.run_id == bindparam("run_id"),
+        approvals.c.tool_call_id == bindparam("call_id"),
+        approvals.c.status == "pending",
+    ),
+    columns=_DECIDED,
+)
+WAITING_ROUNDS = Sql(select(steps.c.input).where(steps.c.run_id == bindparam("run_id"), steps.c.status == "waiting"))
+ANSWER_STAND_IN = Sql(
+    update(messages).where(
+        messages.c.chat_id == bindparam("chat_id"),
+        messages.c.run_id == bindparam("run_id"),
+        messages.c.role == "tool",
+        messages.c.tool_call_id == bindparam("call_id"),
+    ),
+    columns=("content",),
+)
+
+
+def add(tx: Tx, chat_id: str, waiting: Sequence[Approval], now: float) -> None:
+    """The calls a run stopped for, pending."""
+    rows = [{"run_id": a.run_id, "tool_call_id": a.tool_call_id, "chat_id": chat_id, "seq": seq,
+             "server": a.server, "tool": a.tool, "arguments": a.arguments, "thread_id": a.thread_id,
+             "status": "pending", "reason": None, "decided_by": None, "decided_at": None, "created_at": now}
+            for seq, a in enumerate(waiting, 1)]  # fmt: skip
+    if rows:
+        tx.executemany(INSERT, rows)
+
+
+def of_run(tx: Tx, run_id: str) -> tuple[Approval, ...]:
+    return tuple(_approval(row) for row in tx.all(OF_RUN, {"run_id": run_id}))
+
+
+def decided_in(tx: Tx, chat_id: str) -> dict[str, Approval]:
+    """The chat's decided approvals, by tool call id (the history shows them with the calls' results)."""
+    return {row.tool_call_id: _approval(row) for row in tx.all(OF_CHAT, {"chat_id": chat_id})}
+
+
+def decide(tx: Tx, run_id: str, decisions: Sequence[Approval]) -> None:
+    """Write decisions, each on a call still pending; ApprovalConflict (nothing written) if one is not."""
+    for decision in decisions:
+        changed = tx.execute(DECIDE, _decided(decision) | {"run_id": run_id, "call_id": decision.tool_call_id})
+        if changed != 1:
+            raise ApprovalConflict(
+                f"the call {decision.tool_call_id} was decided already (by someone else, or by a new message)"
+            )
+
+
+def deny_pending(tx: Tx, chat_id: str, user_id: str, now: float) -> None:
+    """A new user message: what waits for a decision is denied, and the stand-in results of the calls that
+    waited (those that needed no approval too) say why they never ran."""
+    pending = {call_id: run_id for run_id, call_id in tx.tuples(PENDING_OF_CHAT, {"chat_id": chat_id})}
+    for call_id, run_id in pending.items():
+        denied = Approval(run_id, call_id, "", "", None, status="denied", reason=NEW_MESSAGE, decided_by=user_id,
+                          decided_at=now)  # fmt: skip
+        tx.execute(DECIDE, _decided(denied) | {"run_id": run_id, "call_id": call_id})
+    for run_id in set(pending.values()):
+        for row in tx.all(WAITING_ROUNDS, {"run_id": run_id}):
+            for call in as_list(as_mapping(row.input).get("calls")):
+                call_id = str(as_mapping(call).get("id"))
+                said = denial(NEW_MESSAGE) if call_id in pending else f"not run: {NEW_MESSAGE}"
+                tx.execute(ANSWER_STAND_IN, {"content": said, "chat_id": chat_id, "run_id": run_id, "call_id": call_id})
+
+
+def denial(reason: str) -> str:
+    """What a denied call's result says, to the model and in the chat."""
+    return f"denied: {reason}"
+
+
+def _decided(decision: Approval) -> dict[str, Any]:
+    return {"status": decision.status, "reason": decision.reason, "decided_by": decision.decided_by,
+            "decided_at": decision.decided_at}  # fmt: skip
+
+
+def _approval(row: Any) -> Approval:
+    return Approval(row.run_id, row.tool_call_id, row.server, row.tool, row.arguments, row.thread_id, row.status,
+                    row.reason, row.decided_by, row.decided_at)  # fmt: skip
