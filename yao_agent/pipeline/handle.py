@@ -29,6 +29,7 @@ class RunResult:
     next: Any = None
     error: Any = None
     output: Any = None  # the final answer's JSON value, when the run has an output schema
+    approvals: Any = None  # the calls waiting for a person, when the run ends `waiting`
 
     def to_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {"run_id": self.run_id, "chat_id": self.chat_id, "status": self.status,
@@ -39,6 +40,8 @@ class RunResult:
             out["error"] = self.error
         if self.output is not None:
             out["output"] = self.output
+        if self.approvals is not None:
+            out["approvals"] = self.approvals
         out["usage"] = self.usage
         return out
 
@@ -99,4 +102,5 @@ class RunHandle:
             run_id=run.id, chat_id=run.chat_id, status=end_status(run.status), reason=run.reason or "internal_error",
             messages=[m.to_api() for m in self.state.new_messages], usage=run.usage, next=run.next, error=run.error,
             output=self.state.output if run.status == "completed" else None,
+            approvals=[a.request() for a in self.state.waiting] if run.status == "waiting" else None,
         )  # fmt: skip

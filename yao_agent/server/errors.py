@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from yao_agent.errors import (
+    ApprovalConflict,
     ChatBusy,
     EnvVarMissing,
     NoActiveRun,
@@ -73,6 +74,7 @@ def classify(exc: BaseException) -> tuple[int, str]:
         (TooLarge, 413, "request_too_large"),
         (ChatBusy, 409, "chat_busy"),
         (NoActiveRun, 409, "no_active_run"),
+        (ApprovalConflict, 409, "approval_conflict"),
         (NotFound, 404, "not_found"),
         (PermissionDenied, 403, "permission_denied"),
         (UsageError, 400, "invalid_request"),

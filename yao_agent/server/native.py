@@ -180,6 +180,30 @@ async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed =
     return streamed(handle) if stream else await drained(request, handle)
 
 
+class DecisionsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decisions: list[Any] = Field(
+        min_length=1, description="one per pending call: {tool_call_id, approve: true} or {…, approve: false, reason?}"
+    )
+
+
+@router.get("/api/chats/{chat_id}/approvals", tags=["chats"], response_model=None,
+            responses=doc.answers(doc.ApprovalsOut, 401, 404))  # fmt: skip
+async def approvals(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
+    """The tool calls the chat's run waits for a person to approve (404 when none waits)."""
+    point = await runs_of(request).approvals(who, chat_id)
+    return {"chat_id": point.run.chat_id, "run_id": point.run.id, "approvals": [a.request() for a in point.pending]}
+
+
+@router.post("/api/chats/{chat_id}/approvals", tags=["chats"], response_model=None,
+             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, stream=doc.EVENTS))  # fmt: skip
+async def decide(chat_id: str, body: DecisionsBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
+    """Decide every pending call and continue the run: approved calls run, denied ones are answered
+    `denied: <reason>` (SSE, or JSON with `?stream=false`); 409 when they were decided already."""
+    handle = await runs_of(request).decide(who, chat_id, body.decisions)
+    return streamed(handle) if stream else await drained(request, handle)
+
+
 @router.get("/api/chats/{chat_id}/runs/{run_id}", tags=["chats"], response_model=None,
             responses=doc.answers(doc.RunViewOut, 401, 404))  # fmt: skip
 async def run_view(chat_id: str, run_id: str, request: Request, who: Caller) -> dict[str, Any]:

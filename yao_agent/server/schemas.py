@@ -30,6 +30,26 @@ class ToolCallOut(BaseModel):
     arguments: str = Field(description="JSON text, as the model wrote it")
 
 
+class DecisionOut(BaseModel):
+    approved: bool
+    by: str = Field(description="the user who decided (or whose new message denied the call)")
+    at: str = Field(description="ISO 8601, UTC")
+    reason: str | None = None
+
+
+class ApprovalOut(BaseModel):
+    tool_call_id: str
+    server: str
+    tool: str
+    arguments: Any
+
+
+class ApprovalsOut(BaseModel):
+    chat_id: str
+    run_id: str = Field(description="the run that waits")
+    approvals: list[ApprovalOut]
+
+
 class MessageOut(BaseModel):
     message_id: str
     run_id: str | None
@@ -43,6 +63,7 @@ class MessageOut(BaseModel):
     summarises: list[str] | None = Field(
         None, description="a summary's first and last message ids: the earlier messages it stands for"
     )
+    approval: DecisionOut | None = Field(None, description="a tool result's: what a person decided about the call")
     created_at: str = Field(description="ISO 8601, UTC")
 
 
@@ -51,9 +72,10 @@ class RunOut(BaseModel):
 
     run_id: str
     chat_id: str
-    status: Literal["completed", "failed", "cancelled"]
+    status: Literal["completed", "failed", "cancelled", "waiting"]
     reason: str = Field(description="the terminal reason: completed, cancelled, max_turns, model_error, ...")
     messages: list[MessageOut] = Field(description="the run's new messages")
+    approvals: list[ApprovalOut] | None = Field(None, description="the calls waiting for a person (status waiting)")
     next: Any = Field(None, description="a Next hook's data")
     error: Any = Field(None, description="why it failed (for hooks: file, line, message)")
     output: Any = Field(None, description="the final answer's JSON value, for an assistant with an output schema")
@@ -115,7 +137,7 @@ class ResumePointOut(BaseModel):
 class RunStepOut(BaseModel):
     seq: int
     type: Literal["hook_create", "llm", "tool", "hook_next", "delegate"]
-    status: Literal["completed", "failed", "recovered", "interrupted", "cancelled"]
+    status: Literal["completed", "failed", "recovered", "interrupted", "cancelled", "waiting"]
     transition: str | None = Field(None, description="an llm step's: why it was made (first, tool_results, ...)")
     thread_id: str | None = Field(None, description="the delegated assistant's thread a step ran in")
     connector: str | None = Field(None, description="an llm step's: the connector that answered")
@@ -131,7 +153,7 @@ class RunViewOut(BaseModel):
     run_id: str
     chat_id: str
     assistant_id: str
-    status: Literal["running", "completed", "failed", "cancelled", "interrupted"]
+    status: Literal["running", "completed", "failed", "cancelled", "interrupted", "waiting"]
     reason: str | None
     error: Any = None
     usage: dict[str, int]
