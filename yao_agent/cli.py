@@ -203,6 +203,21 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     return asyncio.run(resume(args, out))
 
 
+def cmd_approvals(args: argparse.Namespace, out: TextIO) -> int:
+    from .cli_approvals import approvals
+
+    return asyncio.run(approvals(args, out))
+
+
+def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
+    from .startup import loading
+
+    with loading():  # the continuation runs the model and the tools: their imports, as for `chat`
+        from .cli_approvals import approve
+
+    return asyncio.run(approve(args, out))
+
+
 def printable(text: str) -> str:
     """Text fit for the operator's terminal: what is not printable (ANSI escapes, carriage returns, NUL,
     bidirectional overrides) is written as its escape, so a stored string cannot rewrite the screen."""
@@ -342,6 +357,14 @@ def build_parser() -> argparse.ArgumentParser:
     _identity_options(p)
     p = command("resume", cmd_resume, "continue a failed, cancelled or interrupted run (exit 2: no resume point)")
     p.add_argument("chat_id", metavar="CHAT_ID")
+    _identity_options(p)
+    p = command("approvals", cmd_approvals, "the tool calls a chat's run waits to have approved (exit 2: none)")
+    p.add_argument("chat_id", metavar="CHAT_ID")
+    _identity_options(p)
+    p = command("approve", cmd_approve, "approve the calls a chat's run waits for, deny those given; continue the run")
+    p.add_argument("chat_id", metavar="CHAT_ID")
+    p.add_argument("--deny", metavar="TOOL_CALL_ID[:REASON]", action="append",
+                   help="deny this call (the model reads the reason); repeat for more")  # fmt: skip
     _identity_options(p)
     _roles_parser(sub)
     _tokens_parser(sub)

@@ -6,6 +6,11 @@ since the line was entered), then the run's own duration, which leaves out start
 the events themselves, one per line, with the run's `duration_ms`. Ctrl-C cancels the run cleanly:
 it is stored as cancelled and can be resumed. The REPL edits lines with readline where Python has
 it, with a history of the last 1,000 lines in ~/.yao-agent_history.
+
+A run that ends waiting for a person (tool approvals, CONTRACT §4.8) is no failure: the command exits
+0 and says how to decide (`yao-agent approve`). The REPL on a terminal asks instead, call by call
+(`Run server__tool({...})? [y/N]`; anything but y/yes denies, then an optional reason is asked on the
+next line, Enter for none), decides, and streams the continuation.
 """
 
 from __future__ import annotations
@@ -16,18 +21,21 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable, Generator, Mapping
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
 
+from yao_agent.errors import UsageError
 from yao_agent.events import (
+    ApprovalRequest,
     Compaction,
     Event,
     FallbackEvent,
@@ -38,6 +46,7 @@ from yao_agent.events import (
     ToolResult,
     to_json,
 )
+from yao_agent.hooks.host import printable
 from yao_agent.identity import Identity
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage
@@ -111,6 +120,11 @@ class Renderer:
         elif isinstance(event, FallbackEvent):
             self._newline()
             self.console.print(f"↪ {event.from_connector} → {event.to}: {event.reason}", style="yellow", markup=False)
+        elif isinstance(event, ApprovalRequest):
+            self._newline()
+            name = escaped(f"{event.server}__{event.tool}")
+            self.console.print(f"⏸ {name} waits for approval (call {escaped(event.tool_call_id)})",
+                               style="yellow", markup=False)  # fmt: skip
         elif isinstance(event, Compaction):
             self._newline()
             said = f"⇣ {_plural(event.messages_summarised, 'earlier message')} summarised to fit the model's window"
@@ -126,6 +140,9 @@ class Renderer:
         line = f"── {event.status} · {tokens} tokens · {waited:.1f} s (run {event.duration_ms / 1000:.1f} s)"
         if event.status == "completed":
             self.console.print(line, style="dim")
+        elif event.status == "waiting":  # not a failure: the calls announced above wait for a person
+            waiting = _plural(len(event.approvals or ()), "call")
+            self.console.print(f"{line} · {waiting} waiting for approval", style="yellow", markup=False)
         else:
             detail = as_mapping(event.error).get("message") or ""
             why = ": ".join(part for part in (event.reason if event.reason != event.status else "", detail) if part)
@@ -143,13 +160,14 @@ def identity_of(args: argparse.Namespace) -> Identity:
     return Identity(args.user or "local", args.team or None)
 
 
-async def _open(args: argparse.Namespace) -> Runs:
+async def open_runs(args: argparse.Namespace) -> Runs:
     app_dir = Path(args.app or os.environ.get("YAO_AGENT_APP") or ".")
     return await Runs.open(app_dir, db=args.db)
 
 
-async def _follow(handle: RunHandle, renderer: Renderer) -> int:
-    """Render a run to its end; Ctrl-C cancels it (stored, resumable) instead of killing the process."""
+async def follow(handle: RunHandle, renderer: Renderer) -> int:
+    """Render a run to its end; Ctrl-C cancels it (stored, resumable) instead of killing the process.
+    A run that waits for approvals did not fail: it is 0, like a completed one."""
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, handle.cancel)
     try:
@@ -158,7 +176,41 @@ async def _follow(handle: RunHandle, renderer: Renderer) -> int:
                 renderer.show(event)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
-    return EXIT_OK if renderer.end is not None and renderer.end.status == "completed" else EXIT_FAILED
+    ok = renderer.end is not None and renderer.end.status in ("completed", "waiting")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def escaped(text: str) -> str:
+    """Text the model or another person wrote, fit for the terminal: control and direction-changing
+    characters escaped (they could rewrite the screen), and never cut."""
+    return printable(text, limit=len(text))
+
+
+def call_text(approval: Mapping[str, Any]) -> str:
+    """A pending call as the person deciding reads it, `server__tool({...})`, whole: what is approved is
+    all of it. Escaped, since the model wrote the arguments."""
+    arguments = json.dumps(approval.get("arguments"), ensure_ascii=False)
+    return escaped(f"{approval.get('server')}__{approval.get('tool')}({arguments})")
+
+
+def approve_command(args: argparse.Namespace, chat_id: str) -> str:
+    """The command that decides the chat's pending calls, as the same identity (the chat is theirs)."""
+    words = ["yao-agent", "approve", chat_id]
+    for flag, value in (("--user", args.user), ("--team", args.team)):
+        if value:
+            words += [flag, value]
+    return escaped(shlex.join(words))
+
+
+def hint_waiting(args: argparse.Namespace, chat_id: str, end: StreamEnd | None, out: TextIO, *,
+                 repl: bool = False) -> None:  # fmt: skip
+    """After a run that waits for approvals, how to decide them (on stderr with --json: stdout is events)."""
+    if end is None or end.status != "waiting":
+        return
+    text = f"decide with: {approve_command(args, chat_id)} [--deny ID[:REASON]]..."
+    if repl:
+        text += " (or type a new message: it denies them)"
+    print(text, file=sys.stderr if args.json else out, flush=True)
 
 
 class _OneLine(logging.Formatter):
@@ -196,7 +248,7 @@ async def chat(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _chat(args: argparse.Namespace, out: TextIO) -> int:
     with loading():  # the app and the store
-        runs = await _open(args)
+        runs = await open_runs(args)
     try:
         with loading():  # the engines (and their SDKs) the assistant's connectors need
             await runs.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
@@ -211,10 +263,13 @@ async def _chat(args: argparse.Namespace, out: TextIO) -> int:
 async def _turn(runs: Runs, args: argparse.Namespace, text: str, chat_id: str | None, out: TextIO) -> int:
     request = RunRequest(args.assistant, identity_of(args), [{"role": "user", "content": text}], chat_id=chat_id)
     handle = await runs.start(request)
-    return await _follow(handle, Renderer(out, as_json=args.json, started=_command_start(args)))
+    renderer = Renderer(out, as_json=args.json, started=command_start(args))
+    code = await follow(handle, renderer)
+    hint_waiting(args, handle.chat_id, renderer.end, out)
+    return code
 
 
-def _command_start(args: argparse.Namespace) -> float | None:
+def command_start(args: argparse.Namespace) -> float | None:
     """When `main` began (time.monotonic), if it said so: the user has waited since then."""
     started = getattr(args, "started", None)
     return started if isinstance(started, float) else None
@@ -231,8 +286,66 @@ async def _repl(runs: Runs, args: argparse.Namespace, out: TextIO) -> int:
         request = RunRequest(args.assistant, identity_of(args), [{"role": "user", "content": line}], chat_id=chat_id)
         handle = await runs.start(request)
         chat_id = handle.chat_id
-        code = await _follow(handle, Renderer(out, as_json=args.json, started=entered))
+        renderer = Renderer(out, as_json=args.json, started=entered)
+        code = await follow(handle, renderer)
+        code = await _decide_inline(runs, args, chat_id, renderer.end, out, code)
     return code
+
+
+async def _decide_inline(
+    runs: Runs, args: argparse.Namespace, chat_id: str, end: StreamEnd | None, out: TextIO, code: int
+) -> int:
+    """While the turn waits for approvals, ask the person at the terminal, decide, and stream the
+    continuation (which may wait again). Without a person to ask (--json, or stdin not a terminal),
+    say how to decide instead. Returns the exit code of the last run."""
+    loop = asyncio.get_running_loop()
+    while end is not None and end.status == "waiting":
+        if args.json or not sys.stdin.isatty():
+            hint_waiting(args, chat_id, end, out, repl=True)
+            break
+        try:
+            decisions = await _ask(loop, [as_mapping(item) for item in end.approvals or ()])
+            handle = await runs.decide(identity_of(args), chat_id, decisions)
+        except EOFError:  # Ctrl-D at a question: nothing is decided, the calls still wait
+            print(file=out)
+            hint_waiting(args, chat_id, end, out, repl=True)
+            break
+        except UsageError as exc:  # decided meanwhile (another person, another process), or a bad reason
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            break
+        renderer = Renderer(out, as_json=False)
+        code = await follow(handle, renderer)
+        end = renderer.end
+    return code
+
+
+async def _ask(loop: asyncio.AbstractEventLoop, pending: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One question per pending call: y or yes approves it, anything else (Enter too) denies it, and then
+    asks why; an empty answer gives no reason (the model reads `denied: not approved`)."""
+    decisions: list[dict[str, Any]] = []
+    with _no_line_history():
+        for item in pending:
+            answer = await _read_line(loop, f"Run {call_text(item)}? [y/N] ")
+            decision: dict[str, Any] = {"tool_call_id": item.get("tool_call_id"), "approve": True}
+            if answer.strip().lower() not in ("y", "yes"):
+                reason = (await _read_line(loop, "Why not? (optional, Enter to skip) ")).strip()
+                decision = {**decision, "approve": False} | ({"reason": reason} if reason else {})
+            decisions.append(decision)
+    return decisions
+
+
+@contextlib.contextmanager
+def _no_line_history() -> Generator[None]:
+    """Answers to approval questions stay out of the REPL's line history (Up recalls messages, not "y")."""
+    readline = sys.modules.get("readline")  # loaded by line_editing on a terminal only
+    if readline is None:
+        yield
+        return
+    readline.set_auto_history(False)
+    try:
+        yield
+    finally:
+        readline.set_auto_history(True)
 
 
 async def _lines(loop: asyncio.AbstractEventLoop) -> AsyncIterator[str]:
@@ -298,7 +411,7 @@ def line_editing(history: str = HISTORY_FILE, terminal: TextIO | None = None) ->
 
 
 async def history(args: argparse.Namespace, out: TextIO) -> int:
-    runs = await _open(args)
+    runs = await open_runs(args)
     try:
         messages = await runs.messages(identity_of(args), args.chat_id)
     finally:
@@ -342,16 +455,28 @@ def _show_message(console: Console, message: ChatMessage) -> None:
         console.print(f"{message.role}: [reasoning] {message.reasoning}", style="dim italic", markup=False)
     text = message.content if isinstance(message.content, str) else json.dumps(message.content, ensure_ascii=False)
     if message.content is not None:
-        console.print(f"{message.role}{mark}: {text}", style=style, markup=False)
+        console.print(f"{message.role}{mark}: {text}{_decided(message.approval)}", style=style, markup=False)
     for call in message.tool_calls:
         console.print(f"{message.role}: ⚙ {call.name}({call.arguments})", style="cyan", markup=False)
 
 
+def _decided(approval: Mapping[str, Any] | None) -> str:
+    """What a person decided about the call this result answers, and who: ` · denied by alice: too costly`."""
+    if approval is None:
+        return ""
+    verdict = "approved" if approval.get("approved") else "denied"
+    reason = f": {approval['reason']}" if approval.get("reason") else ""
+    return escaped(f" · {verdict} by {approval.get('by')}{reason}")
+
+
 async def resume(args: argparse.Namespace, out: TextIO) -> int:
     with terminal_logging():
-        runs = await _open(args)
+        runs = await open_runs(args)
         try:
             handle = await runs.resume(identity_of(args), args.chat_id)
-            return await _follow(handle, Renderer(out, as_json=args.json, started=_command_start(args)))
+            renderer = Renderer(out, as_json=args.json, started=command_start(args))
+            code = await follow(handle, renderer)
+            hint_waiting(args, handle.chat_id, renderer.end, out)
+            return code
         finally:
             await runs.aclose()

@@ -383,3 +383,48 @@ def test_specs_carry_every_setting(tmp_path: Path) -> None:
     assert (spec.mcp.tool_loop, spec.mcp.max_turns) == (False, 2)
     assert spec.access.allows("u1", "acme") and not spec.access.allows("u1", None)
     assert spec.options == {"temperature": 0.5}
+
+
+def test_approve_lists_tools_of_the_entry_or_all(tmp_path: Path) -> None:
+    make_app(
+        tmp_path,
+        {
+            "mcps/files.yml": "command: python\n",
+            "mcps/bank.yml": "command: python\n",
+            "assistants/chat/assistant.yml": """\
+                name: Chat
+                mcp:
+                  servers:
+                    - {server: files, tools: [read_file, write_file], approve: [write_file]}
+                    - {server: bank, approve: all}
+            """,
+        },
+    )
+    spec = load_app(tmp_path).assistants["chat"]
+    files, bank = spec.mcp.servers
+    assert files.approve == ("write_file",) and files.needs_approval("write_file")
+    assert not files.needs_approval("read_file")
+    assert bank.needs_approval("pay") and bank.needs_approval("refund")
+
+
+def test_a_tool_to_approve_must_be_offered_and_approve_must_be_a_list_or_all(tmp_path: Path) -> None:
+    make_app(
+        tmp_path,
+        {
+            "mcps/files.yml": "command: python\n",
+            "assistants/chat/assistant.yml": """\
+                name: Chat
+                mcp:
+                  servers:
+                    - {server: files, tools: [read_file], approve: [write_file]}
+            """,
+            "assistants/other/assistant.yml": "name: Other\nmcp: {servers: [{server: files, approve: some}]}\n",
+        },
+    )
+    found = errors(tmp_path)
+    assert found[0] == (
+        "assistants/chat/assistant.yml:4 mcp.servers[0].approve[0]: 'write_file' is not among this entry's tools "
+        "(read_file); a tool to approve must be offered"
+    )
+    assert found[1].startswith("assistants/other/assistant.yml:2 mcp.servers[0]")
+    assert len(found) == 2

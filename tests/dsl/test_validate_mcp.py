@@ -120,3 +120,16 @@ def test_a_server_that_never_answers_times_out_and_is_stopped(tmp_path: Path) ->
                                           "1 error"])  # fmt: skip
     [pid] = started(tmp_path)
     assert not running(pid)
+
+
+def test_a_tool_to_approve_is_checked_like_a_filter(tmp_path: Path) -> None:
+    tooled = "name: Tooled\nmcp:\n  servers:\n    - server: testing\n      approve: [tally, tallly]\n"
+    every = "name: All\nmcp: {servers: [{server: testing, approve: all}]}\n"
+    app = tools_app(tmp_path, {"tooled": tooled, "all": every})
+    code, lines = validate(app, "--mcp")
+    assert code == 2
+    assert lines[0].startswith(
+        "assistants/tooled/assistant.yml:5 mcp.servers[0].approve[1]: server 'testing' has no tool 'tallly' "
+        "(did you mean 'tally'?"
+    )
+    assert lines[1:] == ["1 error"]

@@ -264,3 +264,27 @@ async def test_a_ctx_call_cannot_wait_for_a_person(tmp_path: Path, store: SqlSto
         assert counted(tmp_path / "ledger") == []
     finally:
         await close(runtime)
+
+
+async def test_a_delegated_assistant_waits_and_its_decision_continues_inside_it(
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
+) -> None:
+    hook = "function Create(ctx, messages, options) { return {delegate: {assistant_id: 'tooled'}}; }\n"
+    more = {"hooks/front.js": hook, "assistants/front/assistant.yml": "name: Front\nhook: hooks/front.js\n"}
+    runtime = in_process(tooled(tmp_path / "app", store, fake, assistant=APPROVING, more=more))
+    ledger = tmp_path / "ledger"
+    try:
+        fake.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"),)))
+        events = await turn(runtime, "pay", assistant="front")
+        asked = [e for e in events if isinstance(e, ApprovalRequest)]
+        assert [a.tool_call_id for a in asked] == ["t1"] and asked[0].thread_id is not None
+        assert end_of(events).status == "waiting"
+        fake.enqueue(Reply(text="Paid."))
+        events = await drained(runs_of(runtime), [{"tool_call_id": "t1", "approve": True}])
+        assert (end_of(events).status, counted(ledger)) == ("completed", ["paid"])
+        answer = [m for m in await runtime.store.history(ALICE, "c1") if m.role == "assistant" and m.content]
+        assert answer[-1].content == "Paid." and answer[-1].thread_id == asked[0].thread_id
+        # The front assistant's Create hook did not run again: one hand-over, continued inside it.
+        assert len(fake.requests) == 2
+    finally:
+        await close(runtime)

@@ -345,6 +345,9 @@ async def test_create_metadata_is_merged_into_the_runs(make: Make, fake: Scripte
     await close(rt)
 
 
+WRONG_NAMES = "of the wrong shape (expected a list of tool names)"
+
+
 @pytest.mark.parametrize(
     ("returned", "message"),
     [
@@ -352,9 +355,17 @@ async def test_create_metadata_is_merged_into_the_runs(make: Make, fake: Scripte
             "{temprature: 0.2}",
             "Create returned unknown key 'temprature' (expected one of: messages, connector, "
             "prompt_preset, temperature, max_tokens, max_completion_tokens, top_p, metadata, locale, mcp_servers, "
-            "disable_global_prompts, delegate)",
+            "disable_global_prompts, delegate, require_approval)",
         ),
         ("5", "Create returned int (expected an object or null)"),
+        (
+            "{require_approval: 'all'}",
+            "Create returned require_approval of the wrong shape (expected a list of tool names)",
+        ),
+        (
+            "{require_approval: [1]}",
+            "Create returned require_approval of the wrong shape (expected a list of tool names)",
+        ),
         ("[{temperature: 1}]", "Create returned list (expected an object or null)"),
         ("'terse'", "Create returned str (expected an object or null)"),
         ("{temperature: 'hot'}", "Create returned temperature of type str"),

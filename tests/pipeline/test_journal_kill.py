@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import sys
 from collections import Counter
 from pathlib import Path
 
+import httpx
+import pytest
+
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from tests.pipeline.test_tools import ASSISTANT, call
-from tests.tools.helpers import reached, wait_until
+from tests.tools.helpers import free_port, reached, wait_until
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
-from yao_agent.testing import FakeProvider, Reply, ToolCall
+from yao_agent.testing import FakeProvider, RecordedRequest, Reply, ToolCall
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = Identity("local")
@@ -112,3 +116,97 @@ async def test_sigkill_mid_round_then_resume_runs_each_tool_once(tmp_path: Path,
             assert await rt.store.resume_point(LOCAL, "k1") is None
         finally:
             await runs.aclose()
+
+
+def by_state(record: RecordedRequest) -> Reply:
+    """The model as a function of what it was sent (a resumed run is answered as the first try would have
+    been): the count of tool results so far decides. Replies stream slowly, so a kill often lands mid-reply."""
+    results = sum(1 for m in record.messages if m.get("role") == "tool")
+    ledger = next(str(m["content"]) for m in record.messages if m.get("role") == "user").split("|")[1]
+    if results == 0:
+        calls = (tally_call(Path(ledger), "a", "c1"),)
+    elif results == 1:
+        calls = (tally_call(Path(ledger), "b", "c2"), tally_call(Path(ledger), "c", "c3"))
+    else:
+        return Reply(text="All three are counted, one by one, as asked.", chunk_size=2, delay_s=0.01)
+    return Reply(tool_calls=calls, chunk_size=2, delay_s=0.01)
+
+
+async def serve(app: Path, db: str, port: int, err: Path) -> asyncio.subprocess.Process:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with err.open("a") as sink:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", db, "serve", "--port", str(port),
+            stdout=asyncio.subprocess.PIPE, stderr=sink, env=env,
+        )  # fmt: skip
+
+
+async def token_for(app: Path, db: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    made = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", db, "tokens", "create", "--user", "local",
+        stdout=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    return (await made.communicate())[0].decode().strip()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+async def test_sigkill_of_serve_at_a_random_point_then_resume_runs_each_tool_once(
+    tmp_path: Path, store_raw_url: str, seed: int
+) -> None:
+    tally = tmp_path / "tally"
+    after_s = random.Random(seed).uniform(0.0, 1.4)  # where in the run the kill lands: anywhere, by seed
+    async with FakeProvider(default=by_state) as fake:
+        app = make_app(tmp_path / "app", files_for(fake.base_url), base={})
+        token, port = await token_for(app, store_raw_url), free_port()
+        server = await serve(app, store_raw_url, port, tmp_path / "serve.err")
+        try:
+            assert server.stdout is not None
+            await asyncio.wait_for(server.stdout.readline(), 60)  # it listens
+            body = {"messages": [{"role": "user", "content": f"count|{tally}"}]}
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                headers = {"Authorization": f"Bearer {token}"}
+                async with client.stream("POST", "/api/assistants/tooled/runs", json=body, headers=headers):
+                    await wait_until(lambda: len(fake.requests) > 0, within=60)  # past its start-up
+                    await asyncio.sleep(after_s)
+                    server.send_signal(signal.SIGKILL)
+        except httpx.HTTPError:
+            pass  # the server died under the request: what a client sees of a kill
+        finally:
+            if server.returncode is None:
+                server.kill()
+            await server.wait()
+        await recovered_and_resumed(app, store_raw_url, fake, tally)
+
+
+def labels(tally: Path) -> list[str]:
+    """The tally's lines (one per execution of a tool), sorted."""
+    return sorted(tally.read_text().split()) if tally.exists() else []
+
+
+async def recovered_and_resumed(app: Path, db: str, fake: FakeProvider, tally: Path) -> None:
+    """After the restart: whatever the kill left is completed by a resume, each tool having run once."""
+    runs = await Runs.open(app, db=db)  # a new process: it marks the dead one's run interrupted
+    try:
+        chats = await runs.chats(LOCAL)
+        if not chats:  # killed before the run was written ahead: nothing to resume, nothing ran
+            assert labels(tally) == [] and len(fake.requests) == 0
+            return
+        chat_id = chats[0].id
+        run = await runs.rt.store.latest_run(LOCAL, chat_id)
+        assert run is not None and run.status in ("interrupted", "completed")
+        if run.status == "interrupted":
+            events = [e async for e in (await runs.resume(LOCAL, chat_id)).events()]
+            assert events[-1].type == "stream_end" and events[-1].status == "completed"
+        assert labels(tally) == ["a", "b", "c"]  # every tool ran exactly once
+        history = await runs.rt.store.history(LOCAL, chat_id)
+        assert each_call_answered_once(history)
+        assert [m.content for m in history if m.role == "assistant" and m.content] == [
+            "All three are counted, one by one, as asked."
+        ]
+        # A completed reply is never asked for again: only the one in flight at the kill may be asked twice.
+        asked = Counter(sum(1 for m in r.messages if m.get("role") == "tool") for r in fake.requests)
+        assert sum(asked.values()) <= 4 and all(count <= 2 for count in asked.values())
+        assert await runs.rt.store.resume_point(LOCAL, chat_id) is None
+    finally:
+        await runs.aclose()

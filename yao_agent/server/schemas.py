@@ -98,7 +98,7 @@ class ChatOut(BaseModel):
     assistant_id: str
     title: str
     updated_at: str | None
-    last_status: Literal["running", "completed", "failed", "cancelled", "interrupted"]
+    last_status: Literal["running", "completed", "failed", "cancelled", "interrupted", "waiting"]
 
 
 class ChatsOut(BaseModel):

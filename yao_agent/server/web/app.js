@@ -81,6 +81,7 @@
     chatId: null, // the open chat; null for a new one (the server creates it on the first send)
     title: "", // the open chat's title
     run: null, // the streaming run: {controller, chatId, stopping}
+    approvals: null, // the open chat's ApprovalPanel while its calls wait for a person
   };
 
   // ---------------------------------------------------------------- small helpers
@@ -361,6 +362,7 @@
   function newChat() {
     if (state.run) return;
     state.chatId = null;
+    state.approvals = null;
     stopRenaming();
     ui.transcript.replaceChildren();
     showTitle("");
@@ -373,6 +375,7 @@
 
   async function openChat(chatId) {
     if (state.run) return;
+    state.approvals = null;
     clearError();
     stopRenaming();
     state.chatId = chatId;
@@ -390,7 +393,7 @@
       setStatus("Could not load the chat.", "failed");
     }
     await checkResume();
-    ui.message.focus();
+    if (!(await checkApprovals())) ui.message.focus();
   }
 
   /** Offer "resume" when the open chat's last run did not complete. */
@@ -450,6 +453,7 @@
       this.messages = new Map(); // message_id → {kind, node, body, text, markdown}
       this.cards = new Map(); // tool_call_id → card
       this.fallbacks = { from: [], to: null }; // connectors that could not answer, and the one that did
+      this.approvals = null; // the ApprovalPanel of a run that stops for approvals
     }
 
     place(node, threadId) {
@@ -546,6 +550,12 @@
       const card = this.cards.get(e.tool_call_id) || this.card(e.tool_call_id, e.thread_id);
       if (!card.nameNode.textContent) card.nameNode.textContent = e.tool;
       card.serverNode.textContent = e.server ? `on ${e.server}` : "";
+      if (e.approval) card.querySelector(".card-head").append(approvalBadge(e.approval));
+      if (e.waiting) {
+        // the stored stand-in of a call that waits for a person: it has not run, so there is no result yet
+        card.resultNode.replaceChildren(h("span", "badge status-waiting", "waiting for approval"));
+        return;
+      }
       const result = h("div", "tool-result");
       const label = e.error ? "Error" : "Result";
       result.append(h("div", "card-label", e.attempt > 1 ? `${label} (attempt ${e.attempt})` : label));
@@ -585,6 +595,19 @@
       const label = `Summary of ${covered} earlier message${covered === 1 ? "" : "s"}`;
       details.append(h("summary", null, label), h("div", "summary-text", textOf(m.content)));
       this.place(details);
+    }
+
+    /** A call that waits for a person: its tool card says so, and the turn's panel gets a card to decide it. */
+    approvalRequest(e) {
+      const card = this.cards.get(e.tool_call_id);
+      if (card) card.resultNode.replaceChildren(h("span", "badge status-waiting", "waiting for approval"));
+      if (!this.approvals) this.approvals = new ApprovalPanel(this.node);
+      this.approvals.add(e);
+    }
+
+    /** `stream_end` of a waiting run lists every pending call: any whose request event was missed is added. */
+    approvalsFrom(e) {
+      for (const request of e.approvals || []) this.approvalRequest(request);
     }
 
     apiError(err) {
@@ -642,7 +665,11 @@
 
     stored(m) {
       if (m.role === "tool") {
-        this.toolResult({ tool_call_id: m.tool_call_id, tool: "", server: "", result: textOf(m.content), attempt: 1 });
+        const result = textOf(m.content);
+        // A call still waiting for a person is stored with a stand-in result that starts "waiting:".
+        const waiting = !m.approval && result.startsWith("waiting:");
+        this.toolResult({ tool_call_id: m.tool_call_id, tool: "", server: "", result, attempt: 1,
+                          approval: m.approval, waiting });
         return;
       }
       const incomplete = m.status === "incomplete" ? "incomplete" : "completed";
@@ -674,6 +701,242 @@
     return details;
   }
 
+  /** "approved by alice" / "denied by alice: reason": who decided a call, on its stored result. */
+  function approvalBadge(approval) {
+    const by = approval.by ? ` by ${approval.by}` : "";
+    const text = approval.approved
+      ? `approved${by}`
+      : `denied${by}${approval.reason ? `: ${approval.reason}` : ""}`;
+    const badge = h("span", `badge approval-badge ${approval.approved ? "approved" : "denied"}`, text);
+    if (approval.at) badge.title = `decided ${when(approval.at)}`;
+    return badge;
+  }
+
+  /** The name the model calls a tool by (CONTRACT §3.4): `<server>__<tool>`, dots in the server id as `_`. */
+  function toolName(server, tool) {
+    return server ? `${String(server).replace(/\./g, "_")}__${tool}` : String(tool || "");
+  }
+
+  let panels = 0; // numbers the panels' headings, for aria-labelledby
+
+  /** The calls a waiting run asks a person about: per call a card with the tool, its arguments, Approve,
+   *  and Deny with an optional reason. The API takes the decisions of a run all at once, so they go out
+   *  when every call has a choice; the continuation then streams below like any run. */
+  class ApprovalPanel {
+    constructor(parent) {
+      this.parent = parent; // the turn (or transcript) whose tool cards show these calls
+      this.calls = new Map(); // tool_call_id → {request, card, approve, deny, reason, note, choice}
+      this.chatId = null;
+      this.ready = false; // the run has ended waiting: the chat is free, decisions can go out
+      this.posting = false;
+      this.done = false; // decided (here, or by a new message): nothing more to choose
+      this.node = h("section", "approvals");
+      const heading = h("h3", "approvals-title", "Waiting for your approval");
+      heading.id = `approvals-title-${++panels}`;
+      heading.tabIndex = -1; // focused when the panel opens, so a screen reader says what is asked
+      this.heading = heading;
+      this.node.setAttribute("aria-labelledby", heading.id);
+      this.intro = h("p", "approvals-intro", "The assistant wants to use a tool that needs your approval. " +
+        "Nothing has run yet.");
+      this.list = h("div", "approval-list");
+      this.progress = h("p", "approvals-progress muted");
+      this.progress.setAttribute("role", "status");
+      this.error = h("div", "approvals-error");
+      this.error.setAttribute("role", "alert");
+      this.error.hidden = true;
+      this.node.append(heading, this.intro, this.list, this.progress, this.error);
+      parent.append(this.node);
+      this.sync();
+      scrollDown();
+    }
+
+    add(request) {
+      if (this.calls.has(request.tool_call_id)) return;
+      const name = toolName(request.server, request.tool);
+      const card = h("div", "card approval-card");
+      card.dataset.toolCallId = request.tool_call_id;
+      const head = h("div", "card-head");
+      head.append(h("span", "card-label", "Tool call"), h("code", "tool-name", name));
+      // Arguments come from the model: shown as text (textContent), laid out as JSON.
+      const args = h("pre", "approval-args", pretty(request.arguments));
+      const actions = h("div", "approval-actions");
+      const approve = h("button", "approve", "Approve");
+      approve.type = "button";
+      approve.setAttribute("aria-label", `Approve ${name}`);
+      const deny = h("button", "danger deny", "Deny");
+      deny.type = "button";
+      deny.setAttribute("aria-label", `Deny ${name}`);
+      const reason = h("input", "deny-reason");
+      reason.type = "text";
+      reason.maxLength = 2000; // the API's limit for a reason
+      reason.placeholder = "Reason for denying (optional)";
+      reason.setAttribute("aria-label", `Reason for denying ${name} (optional)`);
+      reason.spellcheck = true;
+      for (const button of [approve, deny]) button.setAttribute("aria-pressed", "false");
+      actions.append(approve, deny, reason);
+      const note = h("p", "approval-note");
+      note.hidden = true;
+      card.append(head, args, actions, note);
+      const call = { request, card, approve, deny, reason, note, choice: null };
+      this.calls.set(request.tool_call_id, call);
+      approve.addEventListener("click", () => this.choose(call, true));
+      deny.addEventListener("click", () => this.choose(call, false));
+      reason.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" && !event.isComposing) {
+          event.preventDefault();
+          this.choose(call, false); // a reason typed and Enter: the denial it explains
+        }
+      });
+      this.list.append(card);
+      this.sync();
+      scrollDown();
+    }
+
+    /** The run has ended waiting for these calls: they can be decided now. */
+    open(chatId, focus) {
+      this.chatId = chatId;
+      this.ready = true;
+      state.approvals = this;
+      this.sync();
+      setStatus(`Waiting for your approval (${this.calls.size === 1 ? "1 tool call" : `${this.calls.size} tool calls`}).`,
+        "waiting");
+      if (focus) this.heading.focus({ preventScroll: true });
+      scrollDown();
+    }
+
+    choose(call, approve) {
+      if (!this.ready || this.posting || this.done) return;
+      call.choice = { approve };
+      call.card.dataset.choice = approve ? "approved" : "denied";
+      call.approve.setAttribute("aria-pressed", String(approve));
+      call.deny.setAttribute("aria-pressed", String(!approve));
+      this.sync();
+      if ([...this.calls.values()].every((c) => c.choice)) this.submit();
+    }
+
+    /** Every call has a choice: send them all; the continuation streams as a run does. */
+    async submit() {
+      if (state.run) {
+        this.fail("Another answer is still streaming in this chat. Wait for it, then decide again.");
+        return;
+      }
+      const decisions = [...this.calls.values()].map(({ request, choice, reason }) => {
+        if (choice.approve) return { tool_call_id: request.tool_call_id, approve: true };
+        const why = reason.value.trim();
+        return why
+          ? { tool_call_id: request.tool_call_id, approve: false, reason: why }
+          : { tool_call_id: request.tool_call_id, approve: false };
+      });
+      this.decisions = decisions;
+      this.posting = true;
+      this.error.hidden = true;
+      this.sync();
+      await stream(`/api/chats/${enc(this.chatId)}/approvals`, { decisions }, { decided: this });
+      this.posting = false;
+      this.sync(); // stopped before the server answered: the buttons come back (a repeat says if it was taken)
+    }
+
+    /** The server took the decisions: each card says what was decided; the run goes on below. */
+    accepted() {
+      this.done = true;
+      if (state.approvals === this) state.approvals = null;
+      for (const decision of this.decisions) {
+        const call = this.calls.get(decision.tool_call_id);
+        const said = decision.approve ? "Approved" : `Denied${decision.reason ? `: ${decision.reason}` : ""}`;
+        this.settle(call, decision.approve ? "approved" : "denied", said);
+      }
+      this.heading.textContent = "Your decisions";
+      this.intro.hidden = true;
+      this.sync();
+    }
+
+    /** The server refused the decisions: its error said where they were made. Refused for being stale
+     *  (decided elsewhere: 404, 409), nothing is left to decide here; otherwise the person may try again. */
+    refused(err) {
+      if (err instanceof ApiError && err.status === 401) return; // the token field says it
+      const gone = err instanceof ApiError && (err.status === 404 || err.status === 409);
+      if (gone) {
+        this.done = true;
+        if (state.approvals === this) state.approvals = null;
+      }
+      this.fail(`Your decisions were not accepted: ${plainError(err)}`, gone);
+    }
+
+    fail(text, offerReload) {
+      this.error.replaceChildren(h("span", null, text));
+      if (offerReload && this.chatId) {
+        const chatId = this.chatId;
+        const reload = h("button", "secondary small", "Reload the chat");
+        reload.type = "button";
+        reload.addEventListener("click", () => openChat(chatId));
+        this.error.append(reload);
+      }
+      this.error.hidden = false;
+      this.sync();
+    }
+
+    /** A new message was sent meanwhile: the server denies what waits (CONTRACT §4.8), and says so here. */
+    superseded() {
+      this.done = true;
+      if (state.approvals === this) state.approvals = null;
+      for (const call of this.calls.values()) this.settle(call, "denied", "Denied: you sent a new message");
+      this.intro.hidden = true;
+      this.sync();
+    }
+
+    settle(call, choice, said) {
+      call.card.dataset.choice = choice;
+      call.note.textContent = said;
+      call.note.hidden = false;
+      call.card.querySelector(".approval-actions").hidden = true;
+      // The call's tool card above said it waits; it no longer does.
+      for (const tool of this.parent.querySelectorAll(".tool-card")) {
+        const badge = tool.dataset.toolCallId === call.request.tool_call_id && tool.querySelector(".badge.status-waiting");
+        if (badge) badge.replaceWith(h("span", `badge approval-badge ${choice}`, choice));
+      }
+    }
+
+    /** Buttons, reason fields and the progress line, from the panel's state. */
+    sync() {
+      const locked = !this.ready || this.posting || this.done;
+      for (const call of this.calls.values()) {
+        call.approve.disabled = locked;
+        call.deny.disabled = locked;
+        call.reason.disabled = locked;
+      }
+      this.node.setAttribute("aria-busy", this.posting ? "true" : "false");
+      const total = this.calls.size;
+      const chosen = [...this.calls.values()].filter((c) => c.choice).length;
+      let text = "";
+      if (this.posting) text = "Sending your decisions…";
+      else if (this.done) text = "";
+      else if (total > 1 && this.ready) text = `${chosen} of ${total} decided. The run goes on once every call is decided.`;
+      this.progress.textContent = text;
+      this.progress.hidden = !text;
+    }
+  }
+
+  /** The open chat's calls waiting for a person, as a panel under its history (404: none wait). */
+  async function checkApprovals() {
+    const chatId = state.chatId;
+    if (!chatId || !state.token || state.run) return false;
+    let pending = null;
+    try {
+      const res = await request("GET", `/api/chats/${enc(chatId)}/approvals`);
+      if (res.ok) pending = await res.json();
+      else if (res.status !== 404) throw await errorOf(res);
+    } catch (err) {
+      report(err);
+    }
+    if (!pending || chatId !== state.chatId || state.run || !(pending.approvals || []).length) return false;
+    const turns = ui.transcript.querySelectorAll(".turn");
+    const parent = turns.length ? turns[turns.length - 1] : ui.transcript;
+    const panel = new ApprovalPanel(parent);
+    for (const request of pending.approvals) panel.add(request);
+    panel.open(chatId, true);
+    return true;
+  }
+
   /** How many stored messages a summary covers: its `summarises` range, other summaries aside. */
   function coveredCount(messages, summary) {
     const [first, last] = summary.summarises || [];
@@ -692,7 +955,10 @@
         turn = null;
         continue;
       }
-      if (!turn || m.run_id !== turnRun) {
+      // A result the continuation of a run stored (a decision, a resume) replaces its call's stand-in in
+      // place: it is shown on the call's card, not as a card of its own under another run.
+      const ownCall = m.role === "tool" && turn && turn.cards.has(m.tool_call_id);
+      if (!turn || (m.run_id !== turnRun && !ownCall)) {
         turn = new Turn();
         turnRun = m.run_id;
       }
@@ -759,26 +1025,41 @@
     return `Failed after ${seconds(e.duration_ms)}.`; // why: in the transcript, said once
   }
 
-  /** POST `path` and render the SSE run it answers with (a send, or a resume). */
-  async function stream(path, body, { userText, resuming } = {}) {
+  /** POST `path` and render the SSE run it answers with (a send, a resume, or a decision's continuation).
+   *  `decided`: the approval panel whose decisions this POST sends; it is told whether the server took them
+   *  (`accepted`) or refused them (`refused(err)`: the error is said on the panel, not as a failed turn). */
+  async function stream(path, body, { userText, resuming, decided } = {}) {
     clearError();
     ui.resumeBar.hidden = true;
     if (userText !== undefined) addUser(userText);
-    const turn = new Turn(resuming ? "Assistant (resumed)" : "Assistant");
+    const label = decided ? "Assistant (continued)" : resuming ? "Assistant (resumed)" : "Assistant";
+    const turn = new Turn(label);
     const run = { controller: new AbortController(), chatId: state.chatId, stopping: false };
     state.run = run;
     setStreaming(true);
-    setStatus(resuming ? "Resuming the run…" : "Waiting for the assistant…", "busy");
+    const waitingText = decided ? "Sending your decisions…" : resuming ? "Resuming the run…" : "Waiting for the assistant…";
+    setStatus(waitingText, "busy");
     let ended = false;
+    let waiting = null; // the stream_end of a run that stopped for approvals
+    const refuse = (err) => {
+      turn.node.remove(); // nothing ran: the panel says why, where the person decided
+      decided.refused(err);
+      setStatus("Decisions not sent.", "failed");
+    };
     try {
       const res = await request("POST", path, body, run.controller.signal);
       if (!res.ok) {
         const err = await errorOf(res);
+        if (decided) {
+          refuse(err);
+          return;
+        }
         if (err.status !== 401) turn.apiError(err);
         setStatus("Not sent.", "failed");
         if (userText !== undefined && !ui.message.value) ui.message.value = userText;
         return;
       }
+      if (decided) decided.accepted();
       const headerChat = res.headers.get("X-Chat-Id");
       if (headerChat) adoptChat(run, headerChat);
       for await (const e of sseEvents(res.body)) {
@@ -805,8 +1086,15 @@
           case "compaction":
             turn.compaction(e);
             break;
+          case "approval_request":
+            turn.approvalRequest(e);
+            break;
           case "stream_end":
             ended = true;
+            if (e.status === "waiting") {
+              waiting = e;
+              turn.approvalsFrom(e);
+            }
             turn.streamEnd(e);
             setStatus(endStatus(e), e.status);
             break;
@@ -825,6 +1113,8 @@
       if (err && err.name === "AbortError") {
         turn.notice("Stopped.");
         setStatus("Stopped.", "cancelled");
+      } else if (err instanceof ApiError && decided && !decided.done) {
+        refuse(err);
       } else if (err instanceof ApiError) {
         turn.apiError(err);
         setStatus("Not sent.", "failed");
@@ -835,6 +1125,8 @@
     } finally {
       state.run = null;
       setStreaming(false);
+      // Decisions can go out once the run has ended (the chat is free), not before.
+      if (waiting && turn.approvals && run.chatId === state.chatId) turn.approvals.open(run.chatId, true);
       await refreshChats();
       await checkResume();
     }
@@ -899,6 +1191,7 @@
     const body = { messages: [{ role: "user", content: text }] };
     if (state.chatId) body.chat_id = state.chatId;
     if (!state.chatId) ui.chatTitle.textContent = text.slice(0, 80);
+    if (state.approvals) state.approvals.superseded();
     stopRenaming();
     stream(`/api/assistants/${enc(assistant)}/runs`, body, { userText: text });
   }
