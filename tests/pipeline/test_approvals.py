@@ -140,6 +140,8 @@ async def test_a_denial_without_a_reason_says_not_approved(rt: Runtime, fake: Sc
         ([{"tool_call_id": "t1", "approve": True}, {"tool_call_id": "t1", "approve": False}], "decided twice"),
         ([{"tool_call_id": "t1", "approve": True, "why": "x"}], "unknown field 'why'"),
         ([{"tool_call_id": "t1", "approve": True, "reason": "x"}], "only a denial has a reason"),
+        ([{"tool_call_id": "t1", "approve": False, "reason": "no\x00"}], "expected printable text"),
+        ([{"tool_call_id": "t1", "approve": False, "reason": "x" * 2001}], "at most 2000 characters"),
     ],
 )
 async def test_malformed_decisions_are_refused_and_nothing_is_decided(
@@ -288,3 +290,15 @@ async def test_a_delegated_assistant_waits_and_its_decision_continues_inside_it(
         assert len(fake.requests) == 2
     finally:
         await close(runtime)
+
+
+async def test_a_decision_is_shown_with_its_own_result_when_a_provider_reuses_call_ids(
+    rt: Runtime, fake: ScriptedModel, tmp_path: Path
+) -> None:
+    fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 1, "b": 1}, "x1"),)), Reply(text="2."))
+    await turn(rt, "add", assistant="tooled")
+    fake.enqueue(Reply(tool_calls=(tally(tmp_path / "ledger", "paid", "x1"),)), Reply(text="Paid."))
+    await turn(rt, "pay", assistant="tooled")
+    await drained(runs_of(rt), [{"tool_call_id": "x1", "approve": True}])
+    shown = [(m.content, m.approval is not None) for m in await rt.store.history(ALICE, "c1") if m.role == "tool"]
+    assert shown == [("2", False), ("counted paid", True)]

@@ -15,6 +15,7 @@ A decision continues the run as a resume of it (runs.py): approved calls run, de
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
@@ -68,6 +69,13 @@ async def wait(state: RunState, calls: Sequence[ToolCall], waiting: Sequence[App
     raise AwaitingApproval([item.request() for item in waiting])
 
 
+def to_store(state: RunState) -> list[Approval]:
+    """The calls the run waits for, each with the id of its stand-in result (written at close), which a
+    decision's continuation replaces in place: the history shows the decision with the result."""
+    results = {m.tool_call_id: m.id for m in [*state.root.history, *state.buffer.messages] if m.role == "tool"}
+    return [replace(a, message_id=results.get(a.tool_call_id)) for a in state.waiting]
+
+
 def decisions(state: RunState) -> Mapping[str, Approval]:
     """The decided approvals the run continues with (a decision's continuation), by call id."""
     point = state.root.request.resume
@@ -115,11 +123,17 @@ def _decision(item: Any, index: int) -> tuple[str, bool, str | None]:
         raise UsageError(f"{where}.tool_call_id: expected the id of a pending call")
     if not isinstance(approve, bool):
         raise UsageError(f"{where}.approve: expected true or false")
-    if reason is not None and (not isinstance(reason, str) or len(reason) > 2000):
-        raise UsageError(f"{where}.reason: expected text of at most 2000 characters")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 2000 or _unprintable(reason)):
+        raise UsageError(f"{where}.reason: expected printable text of at most 2000 characters")
     if approve and reason:
         raise UsageError(f"{where}.reason: only a denial has a reason")
     return call_id, approve, (reason.strip() or None) if reason else None
+
+
+def _unprintable(text: str) -> bool:
+    """Control characters (NUL among them, which PostgreSQL cannot store) and lone surrogates; a line
+    break or a tab is text."""
+    return any(unicodedata.category(c) in ("Cc", "Cs") and c not in "\n\t" for c in text)
 
 
 def _rules(state: RunState) -> tuple[tuple[McpUse, ...], frozenset[str]]:

@@ -16,7 +16,7 @@ import asyncio
 from yao_agent.aio import finish_despite_cancel, uncancel
 from yao_agent.errors import RunError, RunTimeout
 from yao_agent.events import StreamStart
-from yao_agent.pipeline import close, connector, delegate, history, turns
+from yao_agent.pipeline import approvals, close, connector, delegate, history, turns
 from yao_agent.pipeline.admission import Admission, Ticket
 from yao_agent.pipeline.buffer import log
 from yao_agent.pipeline.runtime import Runtime
@@ -73,7 +73,7 @@ async def flush(rt: Runtime, state: RunState) -> None:
         if not state.stored:
             await history.load(rt, state)
         messages, steps = state.buffer.pending()  # what the step journal has not committed yet
-        waiting = state.waiting if state.run.status == "waiting" else ()  # the calls it stopped for
+        waiting = approvals.to_store(state) if state.run.status == "waiting" else ()  # the calls it stopped for
         await rt.store.finish_run(state.identity, state.run, messages, steps, waiting)
     except Exception:
         log.exception("run %s could not be stored", state.run_id)

@@ -17,6 +17,12 @@ A run that does not complete: `max_turns` still answers 200 with what was said a
 OpenAI client understands (FAILURE_STATUS; 500 only for a bug). Only a model error or a timeout is
 worth the client's automatic retry; the others say `x-should-retry: false`, since a retry would run
 the assistant's tools again for the same outcome.
+
+A run that waits for a person to approve a tool call (CONTRACT §4 item 8) is no failure: it answers
+200 with `finish_reason: "stop"` and a short text naming the calls that wait, the chat, and the route
+that decides them, since an OpenAI client has no other place to show it; non-streamed, the header
+`X-Yao-Status: waiting` says so to a program. A stream's headers leave before the run ends, so a
+streamed answer carries the text only (as its last content chunk).
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 
-from yao_agent.events import MessageDelta, StreamEnd
-from yao_agent.jsonvalue import as_mapping
+from yao_agent.events import Event, MessageDelta, StreamEnd
+from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, text_of
 from yao_agent.pipeline import RunHandle, RunRequest, RunResult, output
 from yao_agent.server import schemas as doc
@@ -51,6 +57,20 @@ FAILURE_STATUS = {"model_error": 502, "tool_error": 502, "hook_error": 502, "del
 CUT_SHORT = {"max_turns"}  # a 200 with finish_reason "length"
 RETRYABLE = {"model_error", "timeout"}
 OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI clients look for
+WAITING = "waiting"  # the run status (and X-Yao-Status) of a run that waits for approvals
+
+
+def answered(status: str, reason: str) -> bool:
+    """Whether the run ends with an answer (a 200), not an error."""
+    return status in ("completed", WAITING) or reason in CUT_SHORT
+
+
+def waiting_notice(chat_id: str, approvals: object) -> str:
+    """What an OpenAI client shows for a run that waits: which calls, and where a person decides them."""
+    calls = [as_mapping(a) for a in as_list(approvals)]
+    named = ", ".join(f"{c.get('server')}__{c.get('tool')} (call {c.get('tool_call_id')})" for c in calls)
+    return (f"Waiting for approval: {named}. The run continues once a person decides in chat {chat_id}: "
+            f"POST /api/chats/{chat_id}/approvals.")  # fmt: skip
 
 
 @router.get("/v1/models", tags=["openai"], response_model=None, responses=doc.answers(doc.ModelsOut, 401))
@@ -105,30 +125,53 @@ async def chunks(handle: RunHandle, model: str, include_usage: bool) -> AsyncIte
     whole at the end (see the module's doc)."""
     created = int(time.time())
     yield frames([_chunk(handle, model, created, {"role": "assistant", "content": ""}, None)])
-    end: StreamEnd | None = None
-    structured = output.expected(handle.state) is not None
+    seen = _Seen()
     async with aclosing(handle.batches()) as batches:
         async for batch in batches:
-            out: list[str] = []
-            for event in batch:
-                if isinstance(event, MessageDelta) and event.text and event.kind in ("text", "reasoning"):
-                    if event.kind == "text" and structured:
-                        continue
-                    field = "content" if event.kind == "text" else "reasoning_content"
-                    out.append(_chunk(handle, model, created, {field: event.text}, None))
-                elif isinstance(event, StreamEnd):
-                    end = event
+            out = [_chunk(handle, model, created, delta, None) for delta in seen.deltas(batch, handle)]
             if out:
                 yield frames(out)
-    answered = end is not None and (end.status == "completed" or end.reason in CUT_SHORT)
-    answer = final_text(handle) if structured and answered else ""
+    answer = seen.held(handle)
     held = [_chunk(handle, model, created, {"content": answer}, None)] if answer else []
-    yield frames([*held, *_last(handle, model, created, end, include_usage)])
+    yield frames([*held, *_last(handle, model, created, seen.end, include_usage)])
+
+
+class _Seen:
+    """What a stream has passed on so far: whether it showed text, and the run's end once it came."""
+
+    def __init__(self) -> None:
+        self.end: StreamEnd | None = None
+        self.texted = False
+
+    def deltas(self, batch: list[Event], handle: RunHandle) -> list[dict[str, str]]:
+        """The chunk deltas of a batch of events: text and reasoning (a structured run's text is held)."""
+        structured = output.expected(handle.state) is not None
+        out: list[dict[str, str]] = []
+        for event in batch:
+            if isinstance(event, MessageDelta) and event.text and event.kind in ("text", "reasoning"):
+                if event.kind == "text" and structured:
+                    continue
+                self.texted = self.texted or event.kind == "text"
+                out.append({"content" if event.kind == "text" else "reasoning_content": event.text})
+            elif isinstance(event, StreamEnd):
+                self.end = event
+        return out
+
+    def held(self, handle: RunHandle) -> str:
+        """The content sent last: a structured run's validated answer, or what a waiting run waits for
+        (after a blank line when the model's words came before it, as the non-streamed answer has it)."""
+        end = self.end
+        if end is None or not answered(end.status, end.reason):
+            return ""
+        if end.status == WAITING:
+            notice = waiting_notice(handle.chat_id, end.approvals)
+            return "\n\n" + notice if self.texted else notice
+        return final_text(handle) if output.expected(handle.state) is not None else ""
 
 
 def _last(handle: RunHandle, model: str, created: int, end: StreamEnd | None, include_usage: bool) -> list[str]:
     """The finish chunk (or the error), the usage chunk if asked for, then [DONE]."""
-    if end is not None and end.status != "completed" and end.reason not in CUT_SHORT:
+    if end is not None and not answered(end.status, end.reason):
         out = [json.dumps(failure(end.reason, end.status, end.error))]  # the end: no finish_reason follows
     else:
         finish = "length" if end is not None and end.reason in CUT_SHORT else "stop"
@@ -144,7 +187,9 @@ def _last(handle: RunHandle, model: str, created: int, end: StreamEnd | None, in
 async def whole(request: Request, handle: RunHandle, model: str, headers: dict[str, str]) -> JSONResponse:
     await to_the_end(request, handle)
     result = handle.result()
-    if result.status != "completed" and result.reason not in CUT_SHORT:
+    if result.status == WAITING:  # the answer says what waits; the header tells a program without parsing it
+        return JSONResponse(completion(handle, result, model), headers={**headers, "X-Yao-Status": WAITING})
+    if not answered(result.status, result.reason):
         status = FAILURE_STATUS.get(result.reason, 500)
         if as_mapping(result.error).get("kind") == "bad_request":  # refused for what the caller sent (images
             status = 400  # to a connector that cannot read them, or the provider's 400): not a gateway failure
@@ -155,13 +200,15 @@ async def whole(request: Request, handle: RunHandle, model: str, headers: dict[s
 
 
 def completion(handle: RunHandle, result: RunResult, model: str) -> dict[str, Any]:
-    """A `chat.completion` of the run's last answer (what was said, for a run a limit cut short)."""
+    """A `chat.completion` of the run's last answer (what was said, for a run a limit cut short; what
+    waits, for a run that waits for approvals)."""
     replies = _replies(handle)
-    message: dict[str, Any] = {"role": "assistant", "content": final_text(handle)}
+    content = waiting_text(handle, result.approvals) if result.status == WAITING else final_text(handle)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
     reasoning = "".join(m.reasoning or "" for m in replies[-1:])
     if reasoning:
         message["reasoning_content"] = reasoning
-    finish = "stop" if result.status == "completed" else "length"
+    finish = "length" if result.reason in CUT_SHORT else "stop"
     return {"id": f"chatcmpl-{handle.run_id}", "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage_of(result.usage)}  # fmt: skip
@@ -176,3 +223,12 @@ def final_text(handle: RunHandle) -> str:
     replies = _replies(handle)
     text = text_of(replies[-1].content) if replies else ""
     return unfenced(text) if output.expected(handle.state) is not None else text
+
+
+def waiting_text(handle: RunHandle, approvals: object) -> str:
+    """A waiting run's answer: what the model said with the calls that wait (its words, not a structured
+    run's, which are no answer yet), then the notice."""
+    notice = waiting_notice(handle.chat_id, approvals)
+    asked = [m for m in handle.state.new_messages if m.role == "assistant" and not m.hidden][-1:]
+    said = text_of(asked[0].content) if asked and asked[0].tool_calls else ""
+    return f"{said}\n\n{notice}" if said and output.expected(handle.state) is None else notice

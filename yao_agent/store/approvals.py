@@ -54,7 +54,8 @@ def add(tx: Tx, chat_id: str, waiting: Sequence[Approval], now: float) -> None:
     """The calls a run stopped for, pending."""
     rows = [{"run_id": a.run_id, "tool_call_id": a.tool_call_id, "chat_id": chat_id, "seq": seq,
              "server": a.server, "tool": a.tool, "arguments": a.arguments, "thread_id": a.thread_id,
-             "status": "pending", "reason": None, "decided_by": None, "decided_at": None, "created_at": now}
+             "status": "pending", "reason": None, "decided_by": None, "decided_at": None,
+             "message_id": a.message_id, "created_at": now}
             for seq, a in enumerate(waiting, 1)]  # fmt: skip
     if rows:
         tx.executemany(INSERT, rows)
@@ -65,8 +66,9 @@ def of_run(tx: Tx, run_id: str) -> tuple[Approval, ...]:
 
 
 def decided_in(tx: Tx, chat_id: str) -> dict[str, Approval]:
-    """The chat's decided approvals, by tool call id (the history shows them with the calls' results)."""
-    return {row.tool_call_id: _approval(row) for row in tx.all(OF_CHAT, {"chat_id": chat_id})}
+    """The chat's decided approvals, by the id of the call's result message (the history shows them with
+    it: a provider may use one call id in several turns, a message id is the chat's own)."""
+    return {row.message_id: _approval(row) for row in tx.all(OF_CHAT, {"chat_id": chat_id}) if row.message_id}
 
 
 def decide(tx: Tx, run_id: str, decisions: Sequence[Approval]) -> None:
@@ -107,4 +109,4 @@ def _decided(decision: Approval) -> dict[str, Any]:
 
 def _approval(row: Any) -> Approval:
     return Approval(row.run_id, row.tool_call_id, row.server, row.tool, row.arguments, row.thread_id, row.status,
-                    row.reason, row.decided_by, row.decided_at)  # fmt: skip
+                    row.reason, row.decided_by, row.decided_at, row.message_id)  # fmt: skip

@@ -274,7 +274,7 @@ class ChatStore:
             found = self.read_history(tx, chat_id, limit)
             decided = approvals.decided_in(tx, chat_id)
             for message in found if decided else ():
-                decision = decided.get(message.tool_call_id or "") if message.role == "tool" else None
+                decision = decided.get(message.id) if message.role == "tool" else None
                 message.approval = decision.decision() if decision is not None else None
             return found
 

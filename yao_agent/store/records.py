@@ -97,6 +97,7 @@ class Approval:
     reason: str | None = None
     decided_by: str | None = None
     decided_at: float | None = None
+    message_id: str | None = None  # the call's result in the chat (its stand-in until the call runs)
 
     def request(self) -> dict[str, Any]:
         """How a pending call is shown (`GET …/approvals`, `stream_end.approvals`)."""

@@ -134,6 +134,7 @@ approvals = Table(  # tool calls that waited for a person, and the decisions (CO
     Column("reason", Text, nullable=True),
     Column("decided_by", String(128), nullable=True),
     Column("decided_at", Float, nullable=True),
+    Column("message_id", String(64), nullable=True),  # the call's result message (its id survives a rerun)
     Column("created_at", Float, nullable=False),
     Index("ix_approvals_chat", "chat_id", "status"),
 )

@@ -30,6 +30,7 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("decided_by", sa.String(128), nullable=True),
         sa.Column("decided_at", sa.Float(), nullable=True),
+        sa.Column("message_id", sa.String(64), nullable=True),
         sa.Column("created_at", sa.Float(), nullable=False),
     )
     op.create_index("ix_approvals_chat", "approvals", ["chat_id", "status"])
