@@ -83,6 +83,8 @@ def chat_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", f"/api/chats/{chat_id}/resume?stream=false", {}),
         ("POST", f"/api/chats/{chat_id}/cancel", {}),
         ("POST", f"/api/chats/{chat_id}/append", {"json": {"messages": says("intruder append")}}),
+        ("GET", f"/api/chats/{chat_id}/approvals", {}),
+        ("POST", f"/api/chats/{chat_id}/approvals", {"json": {"decisions": [{"tool_call_id": "t1", "approve": True}]}}),
         ("PATCH", f"/api/chats/{chat_id}", {"json": {"title": "intruder title"}}),
         ("DELETE", f"/api/chats/{chat_id}", {}),
     ]
@@ -355,6 +357,8 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("GET", f"/api/chats/{CHAT}/messages", None),
     ("GET", f"/api/chats/{CHAT}/resume", None),
     ("POST", f"/api/chats/{CHAT}/resume", None),
+    ("GET", f"/api/chats/{CHAT}/approvals", None),
+    ("POST", f"/api/chats/{CHAT}/approvals", {"decisions": [{"tool_call_id": "t1", "approve": True}]}),
     ("GET", f"/api/chats/{CHAT}/runs/run_1", None),
     ("PATCH", f"/api/chats/{CHAT}", {"title": "renamed"}),
     ("DELETE", f"/api/chats/{CHAT}", None),
