@@ -10,6 +10,9 @@
     │   ├── ChatBusy         `on_busy: reject` found the chat busy (HTTP 409)
     │   ├── NoActiveRun      an append found no run to join (HTTP 409)
     │   └── ApprovalConflict approvals decided already, or still to decide before a resume (HTTP 409)
+    ├── Refused              a run may not start now; not the caller's mistake (HTTP 429; CLI exit 1)
+    │   ├── BudgetExceeded   the team's or user's spend reached a budget in its current window
+    │   └── RateLimited      the team or user started too many runs, or used too many tokens, this minute
     ├── CannotListen         `serve` cannot listen on its address
     ├── EnvVarMissing        a `$ENV.NAME` value was used while NAME is unset
     ├── HistoryUnavailable   a chat's history could not be read (the run goes on without it)
@@ -213,6 +216,29 @@ class NoActiveRun(UsageError):
 class ApprovalConflict(UsageError):
     """The chat's approvals were decided already (by someone else, or by a new message), or a resume was
     asked for while some still wait for a decision (HTTP 409)."""
+
+
+class Refused(YaoAgentError):
+    """A run may not start now (stage 1): nothing is created. `retry_after` says when to try again, in
+    seconds, when that is known."""
+
+    code = "refused"
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BudgetExceeded(Refused):
+    code = "budget_exceeded"
+
+
+class RateLimited(Refused):
+    code = "rate_limited"
+
+
+class Forbidden(PermissionDenied):
+    """The caller is known but may not do this: a team-wide change or view by a member (HTTP 403)."""
 
 
 class CannotListen(YaoAgentError):

@@ -119,7 +119,7 @@ class StreamEnd:
     run_id: str
     status: EndStatus
     reason: TerminalReason
-    usage: dict[str, int]
+    usage: dict[str, Any]
     duration_ms: int
     error: Any = None
     next: Any = None

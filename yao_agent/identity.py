@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from yao_agent.errors import PermissionDenied
@@ -17,6 +17,9 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:+-]{0,127}")
 class Identity:
     user_id: str
     team_id: str | None = None
+    # A team admin (a token made with --admin) changes the team's role mappings and budgets and sees its
+    # usage. It is not part of who the caller is: an admin's chats are the same person's chats.
+    admin: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.user_id, str) or not _NAME.fullmatch(self.user_id):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -28,6 +31,12 @@ class Identity:
     def settings_scope(self) -> tuple[Literal["team", "user"], str]:
         """Whose role settings apply: the team's when the caller has one, else the user's (Yao's rule)."""
         return ("team", self.team_id) if self.team_id is not None else ("user", self.user_id)
+
+    @property
+    def administers_team(self) -> bool:
+        """Whether the caller may change what is the whole team's (a caller without a team administers
+        their own scope)."""
+        return self.admin or self.team_id is None
 
     def __str__(self) -> str:
         return f"{self.user_id}@{self.team_id}" if self.team_id else self.user_id

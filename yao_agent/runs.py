@@ -36,7 +36,7 @@ from yao_agent.errors import ChatBusy, NoActiveRun, NotFound, UsageError
 from yao_agent.events import Event
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage, parse_input
-from yao_agent.pipeline import approvals, permission, resume
+from yao_agent.pipeline import approvals, permission, quota, resume
 from yao_agent.pipeline.admission import Admission
 from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.run import execute
@@ -89,6 +89,7 @@ class Runs:
         who, chat_id = request.identity, request.chat_id
         theirs = who is not None and chat_id is not None and self.running(who, chat_id)
         state = await permission.check(self.rt, request, chat_is_theirs=theirs)
+        await quota.check(self.rt, state.identity, state.run_id)  # budgets and rate limits (stage 1 still)
         on_busy = request.on_busy or state.assistant.on_busy
         if on_busy == "reject" and await self.admission.held_elsewhere(state.chat_id):
             raise ChatBusy(f"chat '{state.chat_id}' is busy with a run in another process (on_busy: reject)")

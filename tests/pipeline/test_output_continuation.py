@@ -90,7 +90,13 @@ async def test_a_cut_reply_is_continued_into_one_message(rt: Runtime, fake: Scri
     asked = first.messages
     assert second.messages == [*asked, {"role": "assistant", "content": "Once upon a "}, ASK]
     assert third.messages == [*asked, {"role": "assistant", "content": "Once upon a time there"}, ASK]
-    assert end.usage == {"prompt_tokens": 33, "completion_tokens": 21, "total_tokens": 54}  # every call counted
+    assert end.usage == {
+        "input_tokens": 33,
+        "output_tokens": 21,
+        "total_tokens": 54,
+        "cost_usd": None,
+        "calls": 3,
+    }  # every call counted (the fake model has no published price)
 
 
 async def test_the_next_turn_sends_the_whole_reply_once(rt: Runtime, fake: ScriptedModel) -> None:

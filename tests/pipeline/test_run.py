@@ -34,7 +34,7 @@ async def test_a_plain_run_streams_in_order_and_stores_the_turn(rt: Runtime, fak
     assert (done.content, done.status) == ("Hello, Alice!", "completed")
     end = end_of(events)
     assert (end.status, end.reason) == ("completed", "completed")
-    assert end.usage == {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    assert end.usage == {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18, "cost_usd": None, "calls": 1}
     assert [type(e).__name__ for e in events].count("StreamEnd") == 1
     assert await stored(rt) == [("user", "hi", "completed"), ("assistant", "Hello, Alice!", "completed")]
     [request] = fake.requests

@@ -16,7 +16,7 @@ from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import Live, running, server_files
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore
-from yao_agent.store.schema import chat_leases, metadata, runs
+from yao_agent.store.schema import chat_leases, metadata, runs, usage_ledger
 from yao_agent.store.tx import Tx
 from yao_agent.testing import FakeProvider, Reply
 
@@ -53,6 +53,8 @@ def rows_of(tx: Tx, chat_id: str, run_ids: list[str]) -> dict[str, int]:
     """How many rows each table holds for a chat or its runs: every table of the schema that names either."""
     counts: dict[str, int] = {}
     for table in metadata.sorted_tables:
+        if table.info.get("outlives_chats"):
+            continue  # the usage ledger: spend stays spent (and it holds no content: see below)
         if table.name == "chats":
             counts["chats"] = tx.scalar(select(func.count()).where(table.c.id == chat_id))
         elif "chat_id" in table.c:
@@ -186,6 +188,10 @@ async def test_delete_removes_the_chat_and_everything_stored_for_it(live: Live, 
 
     left = await live.rt.store.db.read_tx(lambda tx: rows_of(tx, chat_id, run_ids))
     assert left == dict.fromkeys(left, 0)  # nothing of it in any table
+    # What the usage ledger keeps of it is what was spent: ids, counts and prices, never a word said.
+    kept_columns = {c.name for c in usage_ledger.c}
+    assert kept_columns == {"step_id", "run_id", "chat_id", "user_id", "team_id", "assistant_id", "connector",
+                            "model", "input_tokens", "output_tokens", "cost_usd", "day", "at"}  # fmt: skip
     assert await live.rt.store.db.read_tx(lambda tx: [rows_of(tx, c, []) for c in (kept, bobs)]) == others
 
 

@@ -66,7 +66,7 @@ async def test_a_run_shows_its_steps_transitions_connectors_and_tokens(live: Liv
     assert [s["seq"] for s in steps] == sorted(s["seq"] for s in steps)
     llm = [s for s in steps if s["type"] == "llm"]
     assert {(s["connector"], s["model"]) for s in llm} == {("fake.model", "text")}
-    assert llm[-1]["usage"] == {"prompt_tokens": 30, "completion_tokens": 4, "total_tokens": 34}
+    assert llm[-1]["usage"] == {"input_tokens": 30, "output_tokens": 4, "cost_usd": None}  # no price for `text`
     assert all(isinstance(s["duration_ms"], int) and s["duration_ms"] >= 0 for s in steps)
     assert "input" not in steps[0] and "output" not in steps[0]  # what a step was given stays in the store
 

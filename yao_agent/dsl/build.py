@@ -20,6 +20,8 @@ from .specs import (
     Access,
     AppConfig,
     AssistantSpec,
+    BudgetLimits,
+    Budgets,
     Capabilities,
     ConnectorSpec,
     ContextSettings,
@@ -29,6 +31,8 @@ from .specs import (
     McpSettings,
     McpUse,
     OutputSpec,
+    PerScope,
+    Pricing,
     PromptSpec,
     ScriptRule,
     ScriptToolCall,
@@ -77,9 +81,16 @@ def build_app_config(doc: Document) -> AppConfig:
             max_tool_retries=limits.get("max_tool_retries", defaults.max_tool_retries),
             max_delegate_depth=limits.get("max_delegate_depth", defaults.max_delegate_depth),
             max_output_continuations=limits.get("max_output_continuations", defaults.max_output_continuations),
+            requests_per_minute=PerScope(**cast(Data, limits.get("requests_per_minute", {}))),
+            tokens_per_minute=PerScope(**cast(Data, limits.get("tokens_per_minute", {}))),
         ),
         server=ServerSettings(**cast(Data, data.get("server", {}))),
+        budgets=_budgets(cast(Data, data.get("budgets", {}))),
     )
+
+
+def _budgets(data: Data) -> Budgets:
+    return Budgets(**{kind: BudgetLimits(**cast(Data, data[kind])) for kind in ("team", "user") if data.get(kind)})
 
 
 def build_connector(connector_id: str, doc: Document) -> ConnectorSpec:
@@ -103,6 +114,7 @@ def build_connector(connector_id: str, doc: Document) -> ConnectorSpec:
         chunk_size=data.get("chunk_size", 4),
         delay_ms=float(data.get("delay_ms", 0)),
         access=_access(cast(Data | None, data.get("access"))),
+        pricing=Pricing(**cast(Data, data["pricing"])) if data.get("pricing") else None,
     )
 
 

@@ -28,12 +28,48 @@ class PromptSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PerScope:
+    """One number per kind of scope (a team, a user); None: no limit of that kind."""
+
+    team: float | None = None
+    user: float | None = None
+
+    def of(self, kind: str) -> float | None:
+        return self.team if kind == "team" else self.user
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     max_turns: int = 10
     timeout_s: float = 300.0
     max_tool_retries: int = 3
     max_delegate_depth: int = 4
     max_output_continuations: int = 3  # a reply cut by the output limit is continued at most this often
+    requests_per_minute: PerScope = PerScope()  # runs started per minute and scope (CONTRACT §8.2)
+    tokens_per_minute: PerScope = PerScope()  # model tokens (in + out) per minute and scope
+
+    @property
+    def rate_limited(self) -> bool:
+        return any(v is not None for r in (self.requests_per_minute, self.tokens_per_minute) for v in (r.team, r.user))
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLimits:
+    """Spend limits in USD for one scope: per calendar day and per calendar month (UTC); None: none."""
+
+    per_day: float | None = None
+    per_month: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """`app.yml`'s `budgets`: the defaults for every team and every user (each may be set apart: §8.2)."""
+
+    team: BudgetLimits = BudgetLimits()
+    user: BudgetLimits = BudgetLimits()
+
+    def of(self, kind: str) -> BudgetLimits:
+        return self.team if kind == "team" else self.user
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +95,15 @@ class AppConfig:
     prompts: tuple[PromptSpec, ...] = ()
     limits: Limits = Limits()
     server: ServerSettings = ServerSettings()
+    budgets: Budgets = Budgets()
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """A connector's price in USD per million tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +188,7 @@ class ConnectorSpec:
     chunk_size: int = 4
     delay_ms: float = 0.0
     access: Access = Access()
+    pricing: Pricing | None = None  # None: litellm's offline price map, where it knows the model
 
     @property
     def scripted(self) -> bool:

@@ -31,6 +31,7 @@ from yao_agent.messages import SUMMARY_HEADING, ChatMessage, canonical, text_of
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.pipeline.window import Window, cut_results, window_of
+from yao_agent.usage import call_usage
 
 SUMMARY_PROMPT = """\
 You write the hand-over notes of a conversation between a user and an AI assistant (with the tools it \
@@ -202,19 +203,13 @@ async def _call(
         cancelled = isinstance(exc, asyncio.CancelledError)
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
         state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)
-        _count(state, got)
+        state.root.usage.add(call_usage(got.usage, answering))
         raise
-    _count(state, got)
     made: dict[str, Any] = {"summary_message_id": summary_id, "finish": got.finish}
+    used = call_usage(got.usage, answering)
     if answering is not None:
-        made |= {"connector": answering.id, "model": answering.model}
-    if got.usage is not None:
-        made["usage"] = got.usage.as_dict()
+        made |= {"connector": answering.id, "model": answering.model, "assistant": state.assistant.id}
+        made |= {"usage": used} if used is not None else {}
+    state.root.usage.add(used)  # a summary's tokens are the run's
     state.buffer.end(step, "completed", output=made)
     return got.content, answering.id if answering is not None else ""
-
-
-def _count(state: RunState, got: Assembled) -> None:
-    if got.usage is not None:
-        root = state.root  # a child's tokens are the run's tokens
-        root.usage = root.usage + got.usage

@@ -25,7 +25,7 @@ class RunResult:
     status: EndStatus
     reason: TerminalReason
     messages: list[dict[str, Any]]
-    usage: dict[str, int]
+    usage: dict[str, Any]
     next: Any = None
     error: Any = None
     output: Any = None  # the final answer's JSON value, when the run has an output schema

@@ -35,6 +35,7 @@ from yao_agent.pipeline import journal
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
+from yao_agent.usage import call_usage
 from yao_agent.vocabulary import Transition
 
 CONTINUE_PROMPT = (
@@ -212,23 +213,30 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
         await _keep_partial(rt, state, reply)
         cancelled = isinstance(exc, asyncio.CancelledError)
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
-        state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)
-        _count(state, reply.piece.usage)
+        used = call_usage(reply.piece.usage, answering)
+        spent = _spent(state, answering, used) if used is not None else None  # tokens a failed call was billed
+        state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent)
+        state.root.usage.add(used)  # a child's calls are the run's calls
         raise
-    _count(state, reply.piece.usage)
-    state.buffer.end(step, "completed", output=_made(reply, answering))
+    made = _made(state, reply, answering)
+    state.root.usage.add(made.get("usage"))
+    state.buffer.end(step, "completed", output=made)
     return step
 
 
-def _made(reply: LiveReply, answering: ConnectorSpec | None) -> dict[str, Any]:
+def _made(state: RunState, reply: LiveReply, answering: ConnectorSpec | None) -> dict[str, Any]:
     """What an `llm` step keeps of its call: the reply's id and this call's finish, and who answered with
-    how many tokens (shown by GET /api/chats/{id}/runs/{run_id})."""
+    how many tokens at what cost (shown by GET /api/chats/{id}/runs/{run_id}; the usage ledger's row)."""
     made: dict[str, Any] = {"message_id": reply.message_id(), "finish": reply.piece.finish}
-    if answering is not None:
-        made |= {"connector": answering.id, "model": answering.model}
-    if reply.piece.usage is not None:
-        made["usage"] = reply.piece.usage.as_dict()
-    return made
+    return made | (_spent(state, answering, call_usage(reply.piece.usage, answering)) or {})
+
+
+def _spent(state: RunState, answering: ConnectorSpec | None, used: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Who answered for which assistant, and what the call used (a failed call's tokens are billed too)."""
+    if answering is None:
+        return None
+    made: dict[str, Any] = {"connector": answering.id, "model": answering.model, "assistant": state.assistant.id}
+    return made | ({"usage": used} if used is not None else {})
 
 
 async def _keep_partial(rt: Runtime, state: RunState, reply: LiveReply) -> None:
@@ -238,9 +246,3 @@ async def _keep_partial(rt: Runtime, state: RunState, reply: LiveReply) -> None:
     message.created_at = rt.clock()
     message.hidden = state.hidden
     state.buffer.add(message)
-
-
-def _count(state: RunState, usage: Usage | None) -> None:
-    if usage is not None:
-        root = state.root  # a child's tokens are the run's tokens
-        root.usage = root.usage + usage

@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from yao_agent.connectors import Usage
 from yao_agent.dsl.specs import AssistantSpec, ConnectorSpec
 from yao_agent.errors import DelegateError
 from yao_agent.events import Event
@@ -19,6 +18,7 @@ from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.store.records import Approval, ResumePoint, RunRecord, StepRecord
 from yao_agent.tools import Offer
+from yao_agent.usage import RunUsage
 from yao_agent.vocabulary import OnBusy
 
 
@@ -90,7 +90,7 @@ class RunState:
     written: list[ChatMessage] = field(default_factory=list[ChatMessage])  # the write-ahead input
     conversation: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # for the model
     summary: ChatMessage | None = None  # the chat's summary the conversation starts with, if any (compact.py)
-    usage: Usage = field(default_factory=Usage)
+    usage: RunUsage = field(default_factory=RunUsage)  # the root's: every model call of the run tree
     stored: bool = False  # the run record and clean input are in the store (write-ahead done)
     begun: bool = False  # its task has started (a cancel before that is only noted)
     cancel_requested: bool = False

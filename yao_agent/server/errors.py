@@ -7,6 +7,7 @@ is a 500, and it says no more than that it is one.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,11 +17,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from yao_agent.errors import (
     ApprovalConflict,
+    BudgetExceeded,
     ChatBusy,
     EnvVarMissing,
+    Forbidden,
     NoActiveRun,
     NotFound,
     PermissionDenied,
+    RateLimited,
+    Refused,
     RunError,
     UsageError,
     YaoAgentError,
@@ -75,6 +80,9 @@ def classify(exc: BaseException) -> tuple[int, str]:
         (ChatBusy, 409, "chat_busy"),
         (NoActiveRun, 409, "no_active_run"),
         (ApprovalConflict, 409, "approval_conflict"),
+        (BudgetExceeded, 429, "budget_exceeded"),
+        (RateLimited, 429, "rate_limited"),
+        (Forbidden, 403, "forbidden"),
         (NotFound, 404, "not_found"),
         (PermissionDenied, 403, "permission_denied"),
         (UsageError, 400, "invalid_request"),
@@ -117,6 +125,8 @@ def install(app: FastAPI) -> None:
         message = (str(exc).splitlines() or [kind])[0]
         if isinstance(exc, InvalidParam):
             return JSONResponse(error_body(kind, message, exc.code, exc.param), status_code=status)
+        if isinstance(exc, Refused) and exc.retry_after is not None:
+            return error_response(status, kind, message, {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
         return error_response(status, kind, message)
 
     @app.exception_handler(RequestValidationError)

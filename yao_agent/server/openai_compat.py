@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -107,9 +107,11 @@ def failure(reason: str, status: str, error: object) -> dict[str, Any]:
     return error_body(reason, str(said), OPENAI_CODES.get(reason))
 
 
-def usage_of(usage: dict[str, int]) -> dict[str, int]:
-    """OpenAI's three counts, present even for a run that never called a model."""
-    return {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+def usage_of(usage: Mapping[str, Any]) -> dict[str, int]:
+    """OpenAI's three counts (its names for a run's input and output tokens), present even for a run
+    that never called a model."""
+    given, taken = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+    return {"prompt_tokens": given, "completion_tokens": taken, "total_tokens": given + taken}
 
 
 def _chunk(handle: RunHandle, model: str, created: int, delta: dict[str, Any], finish: str | None) -> str:

@@ -67,6 +67,22 @@ class MessageOut(BaseModel):
     created_at: str = Field(description="ISO 8601, UTC")
 
 
+class UsageOut(BaseModel):
+    """What a run used, its child runs included (CONTRACT §5)."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cost_usd: float | None = Field(description="USD; null when a call's price is unknown")
+    calls: int = Field(description="model calls")
+
+
+class CallUsageOut(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+
+
 class RunOut(BaseModel):
     """A finished run (`?stream=false`), whatever its end: its status and reason say how it ended."""
 
@@ -79,7 +95,7 @@ class RunOut(BaseModel):
     next: Any = Field(None, description="a Next hook's data")
     error: Any = Field(None, description="why it failed (for hooks: file, line, message)")
     output: Any = Field(None, description="the final answer's JSON value, for an assistant with an output schema")
-    usage: dict[str, int]
+    usage: UsageOut
 
 
 class CancelOut(BaseModel):
@@ -142,7 +158,7 @@ class RunStepOut(BaseModel):
     thread_id: str | None = Field(None, description="the delegated assistant's thread a step ran in")
     connector: str | None = Field(None, description="an llm step's: the connector that answered")
     model: str | None = None
-    usage: dict[str, int] | None = Field(None, description="an llm step's tokens")
+    usage: CallUsageOut | None = Field(None, description="an llm step's tokens and cost")
     error: Any = None
     duration_ms: int | None
 
@@ -156,7 +172,7 @@ class RunViewOut(BaseModel):
     status: Literal["running", "completed", "failed", "cancelled", "interrupted", "waiting"]
     reason: str | None
     error: Any = None
-    usage: dict[str, int]
+    usage: UsageOut | dict[str, Any]
     resumed_from: str | None = Field(description="the run this one resumed")
     started_at: str | None = Field(description="ISO 8601, UTC")
     ended_at: str | None

@@ -101,8 +101,8 @@ MEMORY_INSERT = Sql(memory.insert())
 def _erasing() -> tuple[Sql, ...]:
     """Deleting every row stored for a chat: in each table naming one of its runs, then each naming it,
     then the chat. The tables are found in the schema, so a table added later is not left holding a
-    deleted chat's data."""
-    ordered = [t for t in reversed(metadata.sorted_tables) if t is not chats]  # children before parents
+    deleted chat's data (the usage ledger, which holds no content, says it outlives chats: spend stays spent)."""
+    ordered = [t for t in reversed(metadata.sorted_tables) if t is not chats and not t.info.get("outlives_chats")]
     its_runs = select(runs.c.id).where(runs.c.chat_id == bindparam("chat_id"))
     by_run = [delete(t).where(t.c.run_id.in_(its_runs)) for t in ordered if "run_id" in t.c and "chat_id" not in t.c]
     by_chat = [delete(t).where(t.c.chat_id == bindparam("chat_id")) for t in ordered if "chat_id" in t.c]

@@ -10,12 +10,14 @@ history is decided by the store (`messages.overlap`) on the history read in that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store.engine import Database
+from yao_agent.store.ledger import ScopeKind
+from yao_agent.store.quota import RateRule, Spending
 from yao_agent.store.records import Approval, ChatRecord, Loaded, ResumePoint, RunRecord, StepRecord
 
 
@@ -49,6 +51,12 @@ class Store(Protocol):
     async def memory_get(self, identity: Identity, chat_id: str, key: str) -> Any: ...
 
     async def memory_set(self, identity: Identity, chat_id: str, key: str, value: Any) -> None: ...
+
+    async def budget_state(
+        self, identity: Identity, defaults: Mapping[ScopeKind, Mapping[str, float | None]], since: Mapping[str, float]
+    ) -> Spending: ...
+
+    async def admit(self, identity: Identity, run_id: str, rules: Sequence[RateRule]) -> float | None: ...
 
     async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]: ...
 

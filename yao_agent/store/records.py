@@ -49,7 +49,7 @@ class RunRecord:
     status: RunStatus = "running"
     reason: TerminalReason | None = None
     error: Any = None
-    usage: dict[str, int] = field(default_factory=dict[str, int])
+    usage: dict[str, Any] = field(default_factory=dict[str, Any])
     next: Any = None
     resumed_from: str | None = None
     ended_at: float | None = None

@@ -17,6 +17,7 @@ from sqlalchemy import Integer, bindparam, select, update
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, ToolCall, overlap, provider_messages
+from yao_agent.store import ledger
 from yao_agent.store.records import ChatRecord, RunRecord, StepRecord
 from yao_agent.store.schema import SUMMARY_ROLE, chats, messages, role_settings, runs, steps, tokens
 from yao_agent.store.tx import Sql, Tx
@@ -68,7 +69,9 @@ START_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_sta
 FINISH_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status"))
 COUNT_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count",))
 SELECT_TOKEN = Sql(
-    select(tokens.c.user_id, tokens.c.team_id).where(tokens.c.hash == bindparam("hash"), tokens.c.revoked_at.is_(None))
+    select(tokens.c.user_id, tokens.c.team_id, tokens.c.admin).where(
+        tokens.c.hash == bindparam("hash"), tokens.c.revoked_at.is_(None)
+    )
 )
 SELECT_ROLE = Sql(
     select(role_settings.c.connectors).where(
@@ -88,10 +91,10 @@ def plain_text(value: str | None) -> str | None:
     return value.replace("\x00", "") if value and "\x00" in value else value
 
 
-def token_owner(tx: Tx, hashed: str) -> tuple[str, str] | None:
-    """(user_id, team_id) of a token that is not revoked, by its hash."""
+def token_owner(tx: Tx, hashed: str) -> tuple[str, str, bool] | None:
+    """(user_id, team_id, admin) of a token that is not revoked, by its hash."""
     found = tx.tuples(SELECT_TOKEN, {"hash": hashed})
-    return (found[0][0], found[0][1]) if found else None
+    return (found[0][0], found[0][1], bool(found[0][2])) if found else None
 
 
 def role_connectors(tx: Tx, kind: str, owner: str, role: str) -> tuple[str, ...] | None:
@@ -168,6 +171,7 @@ def finish(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
     count = _append(tx, run.chat_id, chat.message_count, new)
     if done:
         tx.executemany(INSERT_STEP, [_step_row(step) for step in done])
+        ledger.record(tx, run, done)  # the model calls among them, in the usage ledger
     tx.execute(FINISH_RUN, {"status": run.status, "reason": run.reason, "error": run.error, "usage": run.usage,
                             "next": run.next, "ended_at": run.ended_at, "duration_ms": run.duration_ms,
                             "run_id": run.id})  # fmt: skip
@@ -182,6 +186,7 @@ def journal(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage]
     count = _append(tx, run.chat_id, chat.message_count, new)
     if done:
         tx.executemany(INSERT_STEP, [_step_row(step) for step in done])
+        ledger.record(tx, run, done)
     if count != chat.message_count:
         tx.execute(COUNT_CHAT, {"message_count": count, "chat_id": run.chat_id})
 

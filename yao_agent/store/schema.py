@@ -167,4 +167,48 @@ tokens = Table(
     Column("label", Text, nullable=False, server_default=""),
     Column("created_at", Float, nullable=False),
     Column("revoked_at", Float, nullable=True),
+    Column("admin", Boolean, nullable=False, server_default=false()),  # a team admin's (CONTRACT §6 roles of tokens)
+)
+
+# The usage ledger: one row per model call (CONTRACT §8.2). Its rows outlive the chats they were spent in
+# (`outlives_chats`: deleting a chat never gives its spend back to a budget), so it names them without
+# foreign keys.
+usage_ledger = Table(
+    "usage_ledger",
+    metadata,
+    Column("step_id", String(64), primary_key=True),  # the call's `llm` step
+    Column("run_id", String(64), nullable=False),  # the root run: a child's calls are its root's
+    Column("chat_id", String(64), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("team_id", String(128), nullable=False, server_default=""),
+    Column("assistant_id", String(256), nullable=False),  # the assistant whose call it was (a child's own)
+    Column("connector", String(256), nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=True),  # null: the price is unknown
+    Column("day", String(10), nullable=False),  # YYYY-MM-DD (UTC): what reports group and filter by
+    Column("at", Float, nullable=False),
+    Index("ix_usage_team", "team_id", "at"),
+    Index("ix_usage_user", "user_id", "team_id", "at"),
+    info={"outlives_chats": True},
+)
+
+budgets = Table(  # a team's or user's own spend limits, over app.yml's defaults (CONTRACT §8.2)
+    "budgets",
+    metadata,
+    Column("scope_kind", String(8), primary_key=True),  # team | user
+    Column("scope_id", String(260), primary_key=True),  # a team id, or user@team (user alone without a team)
+    Column("limits", JSON, nullable=False),  # {"per_day"?: USD | null, "per_month"?: USD | null}: what is set
+    Column("updated_at", Float, nullable=False),
+)
+
+rate_events = Table(  # runs admitted per scope, for `limits.requests_per_minute` across processes
+    "rate_events",
+    metadata,
+    Column("scope_kind", String(8), primary_key=True),
+    Column("scope_id", String(260), primary_key=True),
+    Column("run_id", String(64), primary_key=True),
+    Column("at", Float, nullable=False),
+    Index("ix_rate_events_scope", "scope_kind", "scope_id", "at"),
 )

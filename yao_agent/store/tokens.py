@@ -35,6 +35,7 @@ class TokenRecord:
     label: str
     created_at: float
     revoked_at: float | None
+    admin: bool = False
 
 
 def token_hash(token: str) -> str:
@@ -57,14 +58,14 @@ class TokenStore:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         values = {"hash": token_hash(token), "prefix": token[:12], "user_id": identity.user_id,
                   "team_id": identity.team_id or "", "label": label, "created_at": self.clock(),
-                  "revoked_at": None}  # fmt: skip
+                  "revoked_at": None, "admin": identity.admin}  # fmt: skip
         await self.db.write_tx(lambda tx: tx.execute(INSERT_TOKEN, values))
         return token
 
     async def identity_for(self, token: str) -> Identity | None:
         """The identity a token stands for; None if unknown or revoked."""
         row = await self.db.read_tx(lambda tx: runlog.token_owner(tx, token_hash(token)))
-        return Identity(row[0], row[1] or None) if row is not None else None
+        return Identity(row[0], row[1] or None, admin=row[2]) if row is not None else None
 
     async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int:
         _operator(operator, "revoking")
@@ -74,5 +75,5 @@ class TokenStore:
     async def list_tokens(self, operator: Operator) -> list[TokenRecord]:
         _operator(operator, "listing")
         rows = await self.db.read_tx(lambda tx: tx.all(LIST_TOKENS))
-        return [TokenRecord(r.prefix, r.user_id, r.team_id or None, r.label, r.created_at, r.revoked_at)
+        return [TokenRecord(r.prefix, r.user_id, r.team_id or None, r.label, r.created_at, r.revoked_at, r.admin)
                 for r in rows]  # fmt: skip

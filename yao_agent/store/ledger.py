@@ -1,0 +1,113 @@
+"""The usage ledger (CONTRACT §8.2): a row per model call, written with the call's `llm` step, and what
+budgets, rate limits and usage reports read of it.
+
+A scope is a team (`("team", team_id)`) or one user of a team (`("user", "user@team")`, or the user id
+alone for a caller without a team): see `scope_of`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from sqlalchemy import ColumnElement, Float, Integer, bindparam, case, func, literal, select
+
+from yao_agent.identity import Identity
+from yao_agent.jsonvalue import as_mapping
+from yao_agent.store.records import RunRecord, StepRecord
+from yao_agent.store.schema import usage_ledger
+from yao_agent.store.tx import Sql, Tx
+
+ScopeKind = Literal["team", "user"]
+GROUPS = ("day", "assistant", "connector", "user")
+Group = Literal["day", "assistant", "connector", "user"]
+
+INSERT = Sql(usage_ledger.insert())
+_C = usage_ledger.c
+_TEAM = _C.team_id == bindparam("team_id")
+_USER = (_C.user_id == bindparam("user_id")) & _TEAM
+_SINCE = _C.at >= bindparam("since", type_=Float)
+SPENT_BY_TEAM = Sql(select(func.coalesce(func.sum(_C.cost_usd), 0.0)).where(_TEAM, _SINCE))
+SPENT_BY_USER = Sql(select(func.coalesce(func.sum(_C.cost_usd), 0.0)).where(_USER, _SINCE))
+_TOKENS = func.coalesce(func.sum(_C.input_tokens + _C.output_tokens), 0)
+TOKENS_BY_TEAM = Sql(select(_TOKENS).where(_TEAM, _SINCE))
+TOKENS_BY_USER = Sql(select(_TOKENS).where(_USER, _SINCE))
+
+
+def scope_of(identity: Identity, kind: ScopeKind) -> tuple[ScopeKind, str]:
+    """The caller's team, or the caller as one user (of their team)."""
+    if kind == "team":
+        if identity.team_id is None:
+            raise ValueError("a caller without a team has no team scope")
+        return "team", identity.team_id
+    return "user", str(identity)
+
+
+def record(tx: Tx, run: RunRecord, done: Sequence[StepRecord]) -> None:
+    """The ledger rows of the model calls among `done` (steps being written with them)."""
+    rows = [row for step in done if (row := _row(run, step)) is not None]
+    if rows:
+        tx.executemany(INSERT, rows)
+
+
+def _row(run: RunRecord, step: StepRecord) -> dict[str, Any] | None:
+    made = as_mapping(step.output)
+    if step.type != "llm" or not made.get("connector"):
+        return None  # not a model call, or one no connector answered
+    used = as_mapping(made.get("usage"))
+    at = step.ended_at or step.started_at
+    return {"step_id": step.id, "run_id": run.id, "chat_id": run.chat_id, "user_id": run.user_id,
+            "team_id": run.team_id or "", "assistant_id": str(made.get("assistant") or run.assistant_id),
+            "connector": str(made["connector"]), "model": str(made.get("model") or ""),
+            "input_tokens": int(used.get("input_tokens") or 0), "output_tokens": int(used.get("output_tokens") or 0),
+            "cost_usd": used.get("cost_usd") if used else None, "day": day_of(at), "at": at}  # fmt: skip
+
+
+def day_of(ts: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+def _who(identity: Identity, kind: ScopeKind) -> dict[str, str]:
+    return {"team_id": identity.team_id or "", "user_id": identity.user_id} if kind == "user" else {
+        "team_id": identity.team_id or ""}  # fmt: skip
+
+
+def spent(tx: Tx, identity: Identity, kind: ScopeKind, since: float) -> float:
+    """USD of known prices the scope spent since `since`."""
+    sql = SPENT_BY_TEAM if kind == "team" else SPENT_BY_USER
+    return float(tx.scalar(sql, {**_who(identity, kind), "since": since}) or 0.0)
+
+
+def tokens_since(tx: Tx, identity: Identity, kind: ScopeKind, since: float) -> int:
+    """Model tokens (in + out) the scope used since `since`."""
+    sql = TOKENS_BY_TEAM if kind == "team" else TOKENS_BY_USER
+    return int(tx.scalar(sql, {**_who(identity, kind), "since": since}) or 0)
+
+
+def _report(by: Group, per_user: bool) -> Sql:
+    key: ColumnElement[Any] = {"day": _C.day, "assistant": _C.assistant_id, "connector": _C.connector,
+                               "user": _C.user_id}[by]  # fmt: skip
+    unpriced = func.sum(case((_C.cost_usd.is_(None), _C.input_tokens + _C.output_tokens), else_=literal(0)))
+    where = [_C.team_id == bindparam("team_id"), _C.day >= bindparam("first"), _C.day <= bindparam("last")]
+    if per_user:
+        where.append(_C.user_id == bindparam("user_id"))
+    return Sql(
+        select(key.label("key"), func.count(func.distinct(_C.run_id)).label("runs"),
+               func.sum(_C.input_tokens).label("input_tokens"), func.sum(_C.output_tokens).label("output_tokens"),
+               func.coalesce(func.sum(_C.cost_usd), 0.0).label("cost_usd"),
+               func.coalesce(unpriced, 0).cast(Integer).label("unpriced_tokens"))
+        .where(*where).group_by(key).order_by(key)
+    )  # fmt: skip
+
+
+REPORTS = {(by, per_user): _report(by, per_user) for by in GROUPS for per_user in (False, True)}
+
+
+def report(tx: Tx, team_id: str, user_id: str | None, first: str, last: str, by: Group) -> list[dict[str, Any]]:
+    """Usage of a team (or of one of its users) from day `first` to `last` (inclusive), grouped `by`."""
+    params = {"team_id": team_id, "first": first, "last": last} | ({"user_id": user_id} if user_id else {})
+    rows = tx.all(REPORTS[(by, user_id is not None)], params)
+    return [{"key": r.key, "runs": int(r.runs), "input_tokens": int(r.input_tokens or 0),
+             "output_tokens": int(r.output_tokens or 0), "cost_usd": round(float(r.cost_usd or 0.0), 6),
+             "unpriced_tokens": int(r.unpriced_tokens or 0)} for r in rows]  # fmt: skip

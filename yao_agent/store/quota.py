@@ -1,0 +1,181 @@
+"""Budgets and rate limits in the store (CONTRACT §8.2): a scope's own budget settings, what it spent,
+and the runs it started this minute.
+
+A run's admission under a rate limit is counted and recorded in one transaction. On PostgreSQL that
+transaction first takes an advisory lock on the scope, so processes sharing the database admit no more
+than the limit between them; SQLite's write lock does the same for the processes of one file.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Float, bindparam, delete, func, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import ClauseElement
+
+from yao_agent.errors import PermissionDenied
+from yao_agent.identity import Identity, Operator
+from yao_agent.store import ledger
+from yao_agent.store.engine import Database
+from yao_agent.store.ledger import ScopeKind
+from yao_agent.store.schema import budgets, rate_events, usage_ledger
+from yao_agent.store.tx import Sql, Tx
+
+WINDOW_S = 60.0  # rate limits count the last minute
+
+_SCOPE = (budgets.c.scope_kind == bindparam("kind")) & (budgets.c.scope_id == bindparam("owner"))
+GET_BUDGET = Sql(select(budgets.c.limits).where(_SCOPE))
+LIST_BUDGETS = Sql(select(budgets).order_by(budgets.c.scope_kind, budgets.c.scope_id))
+
+
+def _upsert() -> Sql:
+    spelled: dict[str, ClauseElement] = {}
+    for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql)):
+        insert = dialect.insert(budgets)
+        spelled[name] = insert.on_conflict_do_update(
+            index_elements=["scope_kind", "scope_id"],
+            set_={"limits": insert.excluded.limits, "updated_at": insert.excluded.updated_at},
+        )
+    return Sql(spelled, columns=[c.key for c in budgets.c])
+
+
+SET_BUDGET = _upsert()
+_EVENTS = (rate_events.c.scope_kind == bindparam("kind")) & (rate_events.c.scope_id == bindparam("owner"))
+_RECENT = rate_events.c.at > bindparam("since", type_=Float)
+COUNT_RECENT = Sql(select(func.count(), func.min(rate_events.c.at)).where(_EVENTS, _RECENT))
+FORGET_OLD = Sql(delete(rate_events).where(_EVENTS, rate_events.c.at <= bindparam("since", type_=Float)))
+ADMIT = Sql(rate_events.insert())
+LOCK_SCOPE = Sql({"postgresql": text("SELECT pg_advisory_xact_lock(:key)")})
+_L = usage_ledger.c
+FIRST_TOKENS_TEAM = Sql(select(func.min(_L.at)).where(_L.team_id == bindparam("team_id"), _L.at >= bindparam("since")))
+FIRST_TOKENS_USER = Sql(
+    select(func.min(_L.at)).where(
+        _L.user_id == bindparam("user_id"), _L.team_id == bindparam("team_id"), _L.at >= bindparam("since")
+    )
+)
+
+
+# Per scope, per window it has a budget in: (the budget, what was spent in the window so far).
+Spending = dict[ScopeKind, dict[str, tuple[float, float]]]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSetting:
+    """A scope's own budget settings: only the windows it sets (a None value: no budget there)."""
+
+    scope_kind: str
+    scope_id: str
+    limits: Mapping[str, float | None]
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RateRule:
+    """One rate limit to apply at a run's start: a scope, what is counted, and how much a minute."""
+
+    kind: ScopeKind
+    counts: str  # "requests" | "tokens"
+    limit: float
+
+
+class QuotaStore:
+    """The quota half of `SqlStore`."""
+
+    db: Database
+    clock: Callable[[], float]
+
+    async def budget_state(
+        self, identity: Identity, defaults: Mapping[ScopeKind, Mapping[str, float | None]], since: Mapping[str, float]
+    ) -> Spending:
+        """Each scope's budget (app.yml's `defaults` per kind, each window as the scope's own settings say
+        where they do), and what it spent since the start of each window it has a budget in (`since`: window
+        → its start); read in one transaction, and no spend is summed for a scope without budgets."""
+
+        def work(tx: Tx) -> Spending:
+            found: Spending = {}
+            for kind, default in defaults.items():
+                budget = effective(default, _own(tx, identity, kind))
+                found[kind] = {w: (limit, ledger.spent(tx, identity, kind, since[w])) for w, limit in budget.items()
+                               if limit is not None}  # fmt: skip
+            return found
+
+        return await self.db.read_tx(work)
+
+    async def own_budgets(self, identity: Identity, kinds: Sequence[ScopeKind]) -> dict[ScopeKind, Mapping[str, Any]]:
+        return await self.db.read_tx(lambda tx: {kind: _own(tx, identity, kind) for kind in kinds})
+
+    async def spent(self, identity: Identity, kind: ScopeKind, since: float) -> float:
+        return await self.db.read_tx(lambda tx: ledger.spent(tx, identity, kind, since))
+
+    async def set_budget(self, scope: tuple[ScopeKind, str], limits: Mapping[str, float | None]) -> None:
+        """Set windows of a scope's budget (a None value: no budget in that window); others stay as set."""
+        kind, owner = scope
+        now = self.clock()
+
+        def work(tx: Tx) -> None:
+            known = dict(tx.scalar(GET_BUDGET, {"kind": kind, "owner": owner}) or {})
+            row = {"scope_kind": kind, "scope_id": owner, "limits": known | dict(limits), "updated_at": now}
+            tx.execute(SET_BUDGET, row)
+
+        await self.db.write_tx(work)
+
+    async def list_budgets(self, operator: Operator) -> list[BudgetSetting]:
+        if not isinstance(operator, Operator):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise PermissionDenied("listing every scope's budgets is an operator action")
+        rows = await self.db.read_tx(lambda tx: tx.all(LIST_BUDGETS))
+        return [BudgetSetting(r.scope_kind, r.scope_id, dict(r.limits), r.updated_at) for r in rows]
+
+    async def admit(self, identity: Identity, run_id: str, rules: Sequence[RateRule]) -> float | None:
+        """Count the run against the scopes' rate limits and record it; None when admitted, else how many
+        seconds until it would be (nothing is recorded then)."""
+        now = self.clock()
+        return await self.db.write_tx(lambda tx: _admit(tx, identity, run_id, rules, now))
+
+
+def effective(defaults: Mapping[str, float | None], own: Mapping[str, Any]) -> dict[str, float | None]:
+    """A scope's budget: its own setting of a window where it has one, else app.yml's."""
+    return {window: own.get(window, limit) for window, limit in defaults.items()}
+
+
+def _own(tx: Tx, identity: Identity, kind: ScopeKind) -> Mapping[str, Any]:
+    if kind == "team" and identity.team_id is None:
+        return {}
+    _, owner = ledger.scope_of(identity, kind)
+    return dict(tx.scalar(GET_BUDGET, {"kind": kind, "owner": owner}) or {})
+
+
+def _admit(tx: Tx, identity: Identity, run_id: str, rules: Sequence[RateRule], now: float) -> float | None:
+    scopes = sorted({ledger.scope_of(identity, rule.kind) for rule in rules})
+    for kind, owner in scopes if tx.dialect == "postgresql" else ():  # SQLite: its write lock is held already
+        tx.execute(LOCK_SCOPE, {"key": _lock_key(kind, owner)})  # in one order: never waiting on each other
+    since = now - WINDOW_S
+    for rule in rules:
+        wait = _over(tx, identity, rule, now, since)
+        if wait is not None:
+            return wait
+    for kind, owner in scopes:
+        tx.execute(FORGET_OLD, {"kind": kind, "owner": owner, "since": since})
+        tx.execute(ADMIT, {"scope_kind": kind, "scope_id": owner, "run_id": run_id, "at": now})
+    return None
+
+
+def _over(tx: Tx, identity: Identity, rule: RateRule, now: float, since: float) -> float | None:
+    """Seconds until the scope is under `rule` again; None when it is under it now."""
+    kind, owner = ledger.scope_of(identity, rule.kind)
+    if rule.counts == "requests":
+        count, first = tx.tuples(COUNT_RECENT, {"kind": kind, "owner": owner, "since": since})[0]
+        return None if count < rule.limit else (first or now) + WINDOW_S - now
+    if ledger.tokens_since(tx, identity, kind, since) < rule.limit:
+        return None
+    who = {"team_id": identity.team_id or ""} | ({"user_id": identity.user_id} if kind == "user" else {})
+    first = tx.scalar(FIRST_TOKENS_TEAM if kind == "team" else FIRST_TOKENS_USER, who | {"since": since})
+    return (first or now) + WINDOW_S - now
+
+
+def _lock_key(kind: str, owner: str) -> int:
+    """A signed 64-bit key for PostgreSQL's advisory lock on one scope."""
+    return zlib.crc32(f"yao-agent:rate:{kind}:{owner}".encode()) - (1 << 31)
