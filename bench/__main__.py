@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import cold_chat, context, flush, hooks, load_app, pipeline, server
+from bench import cold_chat, context, flush, hooks, load_app, pipeline, quota, server
 from bench.common import Row, fake_provider, print_table
 
 
@@ -50,6 +50,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "validate": lambda: load_app.measure(7 // scale + 1, 1000),
         "cold_chat": with_fake_sync(cold_chat.measure, runs=7 // scale + 1),
         "context": lambda: context.measure(200 // scale),
+        "quota": lambda: asyncio.run(quota.measure(2000 // scale, quota.CALLS, flush.PG)),
     }
 
 

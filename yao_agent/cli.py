@@ -14,29 +14,24 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence, Sized
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .cli_common import app_dir, app_of, open_store, printable
 from .errors import EnvVarMissing, NotFound, RunError, SpecError, UsageError, YaoAgentError
 
 if TYPE_CHECKING:
     from .dsl import App
-    from .store import SqlStore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 Command = Callable[[argparse.Namespace, TextIO], int]
 
 
-def _app_dir(args: argparse.Namespace) -> Path:
-    return Path(args.app or os.environ.get("YAO_AGENT_APP") or ".")
-
-
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     from .dsl import check_app
     from .probe import probe
 
-    report = check_app(_app_dir(args), probe=functools.partial(probe, hooks=True, mcp=args.mcp))
+    report = check_app(app_dir(args), probe=functools.partial(probe, hooks=True, mcp=args.mcp))
     for problem in report.errors:
         print(problem, file=out)
     for problem in report.warnings:
@@ -65,7 +60,7 @@ def cmd_assistants(args: argparse.Namespace, out: TextIO) -> int:
 
     from .dsl import load_app
 
-    app = load_app(_app_dir(args))
+    app = load_app(app_dir(args))
     table = Table("id", "name", "connector", "hook", "MCP servers", box=None, header_style="bold")
     for spec in app.assistants.values():
         servers = ", ".join(use.server for use in spec.mcp.servers) or "-"
@@ -79,16 +74,6 @@ def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
 
     print(json.dumps(load_schema(args.kind), indent=2), file=out)
     return EXIT_OK
-
-
-def _db(args: argparse.Namespace, app: App) -> str:
-    return args.db or os.environ.get("YAO_AGENT_DB") or app.config.store
-
-
-async def _open_store(args: argparse.Namespace, app: App) -> SqlStore:
-    from .store import SqlStore, open_engine, store_url
-
-    return SqlStore(await open_engine(store_url(_db(args, app), app.root)))
 
 
 def _scope(args: argparse.Namespace) -> tuple[str, str]:
@@ -105,7 +90,7 @@ def cmd_roles_set(args: argparse.Namespace, out: TextIO) -> int:
     from .dsl import load_app
     from .dsl.refs import unknown
 
-    app = load_app(_app_dir(args))
+    app = load_app(app_dir(args))
     scope = _scope(args)
     for connector in args.connectors:
         if connector not in app.connectors:
@@ -113,7 +98,7 @@ def cmd_roles_set(args: argparse.Namespace, out: TextIO) -> int:
         _reachable(app, connector, scope)
 
     async def work() -> None:
-        store = await _open_store(args, app)
+        store = await open_store(args, app)
         try:
             await store.set_role(scope, args.role, args.connectors)
         finally:
@@ -140,11 +125,11 @@ def _reachable(app: App, connector: str, scope: tuple[str, str]) -> None:
 def cmd_roles_unset(args: argparse.Namespace, out: TextIO) -> int:
     from .dsl import load_app
 
-    app = load_app(_app_dir(args))
+    app = load_app(app_dir(args))
     scope = _scope(args)
 
     async def work() -> bool:
-        store = await _open_store(args, app)
+        store = await open_store(args, app)
         try:
             return await store.delete_role(scope, args.role)
         finally:
@@ -163,10 +148,10 @@ def cmd_roles_list(args: argparse.Namespace, out: TextIO) -> int:
     from .dsl import load_app
     from .store import OPERATOR
 
-    app = load_app(_app_dir(args))
+    app = load_app(app_dir(args))
 
     async def work() -> list[tuple[str, str, str]]:
-        store = await _open_store(args, app)
+        store = await open_store(args, app)
         try:
             settings = await store.list_roles(OPERATOR)
         finally:
@@ -218,21 +203,17 @@ def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
     return asyncio.run(approve(args, out))
 
 
-def printable(text: str) -> str:
-    """Text fit for the operator's terminal: what is not printable (ANSI escapes, carriage returns, NUL,
-    bidirectional overrides) is written as its escape, so a stored string cannot rewrite the screen."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-
-
 def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
     from .identity import OPERATOR, Identity
 
-    who = Identity(args.user, args.team or None)
+    if args.admin and not args.team:  # a caller without a team administers their own scope already
+        raise UsageError("--admin makes a team admin: give the team with --team T")
+    who = Identity(args.user, args.team or None, admin=args.admin)
     if args.label and not args.label.isprintable():
         raise UsageError(f"--label: a label is one line of printable text (got {printable(args.label)})")
 
     async def work() -> str:
-        store = await _open_store(args, _load(args))
+        store = await open_store(args, app_of(args))
         try:
             return await store.create_token(OPERATOR, who, args.label or "")
         finally:
@@ -240,7 +221,9 @@ def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
 
     token = asyncio.run(work())
     print(token, file=out)
-    print(f"token for {who} (shown once; only its hash is stored)", file=sys.stderr)
+    role = "admin of team" if who.admin else "member of team"
+    said = f"{who.user_id}, {role} {who.team_id}" if who.team_id else str(who)
+    print(f"token for {said} (shown once; only its hash is stored)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -248,7 +231,7 @@ def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
     from .identity import OPERATOR
 
     async def work() -> int:
-        store = await _open_store(args, _load(args))
+        store = await open_store(args, app_of(args))
         try:
             return await store.revoke_token(OPERATOR, args.token)
         finally:
@@ -264,12 +247,13 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
     from .identity import OPERATOR
 
     async def work() -> list[str]:
-        store = await _open_store(args, _load(args))
+        store = await open_store(args, app_of(args))
         try:
             found = await store.list_tokens(OPERATOR)
         finally:
             await store.aclose()
-        return [printable(f"{t.prefix}…  {t.user_id}{'@' + t.team_id if t.team_id else ''}  {t.label}")
+        return [printable(f"{t.prefix}…  {t.user_id}{'@' + t.team_id if t.team_id else ''}"
+                          f"{'  admin' if t.admin else ''}  {t.label}")
                 + ("  (revoked)" if t.revoked_at else "") for t in found]  # fmt: skip
 
     for line in asyncio.run(work()):
@@ -283,7 +267,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     from .server.serve import address, listen, server, settle_memory
 
     async def work() -> None:
-        runs = await Runs.open(_app_dir(args), db=args.db)
+        runs = await Runs.open(app_dir(args), db=args.db)
         try:
             settings = runs.app.config.server
             host = args.host or settings.host
@@ -300,12 +284,6 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
 
     asyncio.run(work())
     return EXIT_OK
-
-
-def _load(args: argparse.Namespace) -> App:
-    from .dsl import load_app
-
-    return load_app(_app_dir(args))
 
 
 def _identity_options(p: argparse.ArgumentParser) -> None:
@@ -368,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     _identity_options(p)
     _roles_parser(sub)
     _tokens_parser(sub)
+    from .cli_usage import add_parsers  # (its commands' own imports wait until they run)
+
+    add_parsers(sub, command, lambda p: _global_options(p, suppress=True))
     p = command("serve", cmd_serve, "serve the HTTP API and the web page")
     p.add_argument("--host", metavar="H", help="address to listen on (default: app.yml server.host, 127.0.0.1)")
     p.add_argument("--port", metavar="P", type=int, help="port (default: app.yml server.port, 8765)")
@@ -388,9 +369,11 @@ def _tokens_parser(sub: Any) -> None:
     p.add_argument("--user", metavar="U", required=True)
     p.add_argument("--team", metavar="T")
     p.add_argument("--label", metavar="TEXT", help="a note to tell tokens apart")
+    p.add_argument("--admin", action="store_true",
+                   help="a team admin: changes the team's roles and budgets, sees its usage (with --team)")  # fmt: skip
     p = action("revoke", cmd_tokens_revoke, "revoke a token (give the token or its first 12 characters)")
     p.add_argument("token", metavar="TOKEN")
-    action("list", cmd_tokens_list, "list tokens (prefix, identity, label)")
+    action("list", cmd_tokens_list, "list tokens (prefix, identity, admin, label)")
 
 
 def _roles_parser(sub: Any) -> None:

@@ -135,9 +135,10 @@ class Renderer:
             self._stream_end(event)
 
     def _stream_end(self, event: StreamEnd) -> None:
-        tokens = event.usage.get("total_tokens", 0)
+        tokens, cost = event.usage.get("total_tokens", 0), event.usage.get("cost_usd")
         waited = self.clock() - self.started
-        line = f"── {event.status} · {tokens} tokens · {waited:.1f} s (run {event.duration_ms / 1000:.1f} s)"
+        spent = f" · ${cost:.4f}" if cost else ""  # unknown (None) or free (a script): nothing to say
+        line = f"── {event.status} · {tokens} tokens{spent} · {waited:.1f} s (run {event.duration_ms / 1000:.1f} s)"
         if event.status == "completed":
             self.console.print(line, style="dim")
         elif event.status == "waiting":  # not a failure: the calls announced above wait for a person

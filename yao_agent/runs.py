@@ -30,6 +30,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+from yao_agent import teams
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import App, AssistantSpec
 from yao_agent.errors import ChatBusy, NoActiveRun, NotFound, UsageError
@@ -243,10 +244,12 @@ class Runs:
         return await self.rt.store.list_roles(identity.settings_scope)
 
     async def set_role(self, identity: Identity, role: str, connectors: Sequence[str]) -> None:
-        """Map a role for the caller's team (or the caller), to connectors the caller may use (their
-        `access`): any other is unknown to them, in the words of one that does not exist."""
-        if not ROLE.fullmatch(role):
+        """Map a role for the caller's team (a team admin only: Forbidden for a member) or the caller without
+        a team, to connectors the caller may use (their `access`): any other is unknown to them, in the
+        words of one that does not exist."""
+        if not ROLE.fullmatch(role):  # a malformed request is a 400 whoever sends it
             raise UsageError(f"invalid role name {role!r} (expected 1-128 letters, digits, _.-)")
+        teams.require_admin(identity, "role mappings")  # a member hears nothing of the connectors
         allowed = self.app.connectors_for(identity.user_id, identity.team_id)
         for connector in connectors:
             if connector not in allowed:
@@ -254,10 +257,41 @@ class Runs:
         await self.rt.store.set_role(identity.settings_scope, role, list(connectors))
 
     async def unset_role(self, identity: Identity, role: str) -> None:
-        """Remove the scope's mapping of a role (app.yml's applies again); NotFound when it maps none."""
+        """Remove the scope's mapping of a role (app.yml's applies again); NotFound when it maps none,
+        Forbidden for a member of a team."""
+        teams.require_admin(identity, "role mappings")
         kind, owner = identity.settings_scope
         if not ROLE.fullmatch(role) or not await self.rt.store.delete_role((kind, owner), role):
             raise NotFound(f"role '{role}' is not set for {kind} {owner}")
+
+    # -- usage and budgets (CONTRACT §8.2; who sees and changes what: teams.py) -------------------
+
+    async def usage(
+        self, identity: Identity, *, first: str | None = None, last: str | None = None, by: str = "day",
+        user: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Usage and cost from day `first` to `last` (YYYY-MM-DD, both included; default: this month so far,
+        UTC) grouped `by` day, assistant, connector or user: a member's own, a team admin's whole team (or
+        one member's, `user`). Forbidden for what a member may not see."""
+        grouping = teams.group(by)
+        scope = teams.usage_scope(identity, user, grouping)
+        start, end = teams.span(first, last, self.rt.clock())
+        return await teams.usage_report(self.rt.store, scope, start, end, grouping)
+
+    async def budgets(self, identity: Identity, *, user: str | None = None) -> dict[str, Any]:
+        """The budgets that hold the caller's runs (a team admin: the team's, or one member's with `user`),
+        with what was spent in each window and when it resets."""
+        scope = teams.scope_for(identity, user, "budgets")
+        return await teams.budget_view(self.rt.store, self.app.config.budgets, scope, self.rt.clock())
+
+    async def set_budget(
+        self, identity: Identity, limits: Mapping[str, float | None], *, user: str | None = None
+    ) -> dict[str, Any]:
+        """Set windows of a budget (`per_day`, `per_month`: USD, or None for none there; the others stay):
+        a team admin's team's, or one member's (`user`); a caller without a team's own. Answers `budgets`."""
+        scope = teams.scope_for(identity, user, "budgets", change=True)
+        await self.rt.store.set_budget(scope.budget_scope, teams.check_limits(limits))
+        return await teams.budget_view(self.rt.store, self.app.config.budgets, scope, self.rt.clock())
 
     async def identity_for(self, token: str) -> Identity | None:
         """Whose API token this is; None for a token that is unknown or revoked."""

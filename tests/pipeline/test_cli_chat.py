@@ -177,6 +177,11 @@ def test_the_closing_line_says_how_long_the_user_waited_and_how_long_the_run_too
     renderer = Renderer(out, as_json=False, started=88.0, clock=lambda: now[0])
     renderer.show(StreamEnd("run_1", "completed", "completed", {"total_tokens": 60}, duration_ms=1000))
     assert out.getvalue() == "── completed · 60 tokens · 12.0 s (run 1.0 s)\n"
+    priced = io.StringIO()
+    Renderer(priced, as_json=False, started=88.0, clock=lambda: now[0]).show(
+        StreamEnd("run_1", "completed", "completed", {"total_tokens": 60, "cost_usd": 0.00042}, duration_ms=1000)
+    )
+    assert priced.getvalue() == "── completed · 60 tokens · $0.0004 · 12.0 s (run 1.0 s)\n"  # what the run cost
     as_json = io.StringIO()
     Renderer(as_json, as_json=True, started=88.0, clock=lambda: now[0]).show(
         StreamEnd("run_1", "completed", "completed", {"total_tokens": 60}, duration_ms=1000)

@@ -64,7 +64,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"saved {path}")
 
 
-TENANTS = {"alice": Identity("alice"), "bob": Identity("bob", "acme"), "carol": Identity("carol", "acme")}
+# bob_admin is bob with a team admin token (`tokens create --admin`): the same person, whose chats are bob's,
+# who may also change acme's role mappings and budgets and see its usage.
+TENANTS = {"alice": Identity("alice"), "bob": Identity("bob", "acme"), "carol": Identity("carol", "acme"),
+           "bob_admin": Identity("bob", "acme", admin=True)}  # fmt: skip
 
 
 async def serve(runs: Runs, max_body_bytes: int | None = None) -> tuple[uvicorn.Server, asyncio.Task[None], str]:

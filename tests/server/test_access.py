@@ -22,7 +22,9 @@ from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider
 
-ACME_BOB, GLOBEX_BOB, ACME_CAROL = Identity("bob", "acme"), Identity("bob", "globex"), Identity("carol", "acme")
+# Both bobs hold their team's admin token: they map their team's roles below (a member may not).
+ACME_BOB, GLOBEX_BOB = Identity("bob", "acme", admin=True), Identity("bob", "globex", admin=True)
+ACME_CAROL = Identity("carol", "acme")
 PICKER = """
 function Create(ctx) {
   if (ctx.metadata.to) return {delegate: {assistant_id: ctx.metadata.to}};

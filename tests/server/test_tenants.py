@@ -1,8 +1,9 @@
 """Tenants over real HTTP: no read or write crosses from one identity to another, on any route of CONTRACT §6.
 
-Three tenants (tests/server/conftest.py): alice (no team), bob and carol (both in team acme). A chat
-belongs to one (user, team) pair: anybody else gets the 404 a chat that never existed gets, never a
-403 that would confirm the id. Role settings belong to the caller's team, or to the user without one.
+Three tenants (tests/server/conftest.py): alice (no team), bob and carol (both in team acme; bob also
+has an admin token, bob_admin). A chat belongs to one (user, team) pair: anybody else gets the 404 a chat
+that never existed gets, never a 403 that would confirm the id. Role settings belong to the caller's
+team (changed by its admins only), or to the user without one.
 The identity comes from the bearer token only; a body that names a user or a team never changes it.
 """
 
@@ -245,7 +246,7 @@ async def roles_stored(live: Live) -> dict[str, tuple[str, ...]]:
 
 async def test_role_settings_land_on_the_callers_team_or_user_scope(live: Live, fake: FakeProvider) -> None:
     """`chat` uses role `default` (app.yml: fake.model, which says "Hello world"); demo.echo echoes."""
-    async with live.client("alice") as alice, live.client("bob") as bob, live.client("carol") as carol:
+    async with live.client("alice") as alice, live.client("bob_admin") as bob, live.client("carol") as carol:
         set_by_bob = await bob.put("/api/roles/default", json={"connector": "demo.echo"})
         assert set_by_bob.status_code == 200, set_by_bob.text
         assert set_by_bob.json() == {"role": "default", "scope": "team:acme", "connectors": ["demo.echo"]}
@@ -283,14 +284,19 @@ async def listed(client: httpx.AsyncClient) -> tuple[str, dict[str, list[str]]]:
 
 
 async def test_each_tenant_lists_and_removes_only_its_own_role_settings(live: Live) -> None:
-    async with live.client("alice") as alice, live.client("bob") as bob, live.client("carol") as carol:
+    async with (
+        live.client("alice") as alice,
+        live.client("bob_admin") as bob,
+        live.client("carol") as carol,
+        live.client("bob") as member,
+    ):
         assert await listed(alice) == ("user:alice", {})
         chain = {"connectors": ["demo.echo", "fake.model"]}
         assert (await bob.put("/api/roles/default", json=chain)).status_code == 200
         assert (await bob.put("/api/roles/light", json={"connector": "demo.echo"})).status_code == 200
         assert (await alice.put("/api/roles/light", json={"connector": "fake.model"})).status_code == 200
         team = {"default": ["demo.echo", "fake.model"], "light": ["demo.echo"]}
-        assert await listed(bob) == await listed(carol) == ("team:acme", team)  # the team's, for each member
+        assert await listed(bob) == await listed(carol) == await listed(member) == ("team:acme", team)
         assert await listed(alice) == ("user:alice", {"light": ["fake.model"]})
 
         refused = await alice.delete("/api/roles/default")  # the team's setting: not alice's to see or remove
@@ -301,7 +307,8 @@ async def test_each_tenant_lists_and_removes_only_its_own_role_settings(live: Li
         assert await roles_stored(live) == {"team:acme/default": ("demo.echo", "fake.model"),
                                             "team:acme/light": ("demo.echo",)}  # fmt: skip
 
-        assert (await carol.delete("/api/roles/light")).json()["scope"] == "team:acme"  # a member of the team
+        assert_error(await carol.delete("/api/roles/light"), 403, "forbidden")  # a member: the team's is not hers
+        assert (await bob.delete("/api/roles/light")).json()["scope"] == "team:acme"  # the team's admin
         assert_error(await bob.delete("/api/roles/light"), 404, "not_found")  # gone already
         assert_error(await bob.delete("/api/roles/has%20space"), 404, "not_found")  # no such role can be set
         assert await listed(bob) == ("team:acme", {"default": ["demo.echo", "fake.model"]})
@@ -335,7 +342,7 @@ async def test_each_tenant_lists_and_removes_only_its_own_role_settings(live: Li
 async def test_bad_role_settings_are_a_400_and_store_nothing(
     live: Live, path: str, body: object, mentions: list[str]
 ) -> None:
-    async with live.client("bob") as bob, live.client("alice") as alice:
+    async with live.client("bob_admin") as bob, live.client("alice") as alice:
         for client in (bob, alice):
             error = assert_error(await client.put(path, json=body), 400, "invalid_request")
             for word in mentions:
@@ -366,6 +373,9 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("PUT", "/api/roles/default", {"connector": "demo.echo"}),
     ("GET", "/api/roles", None),
     ("DELETE", "/api/roles/default", None),
+    ("GET", "/api/usage?from=2026-01-01&by=assistant", None),
+    ("GET", "/api/budgets", None),
+    ("PUT", "/api/budgets", {"per_day": 5}),
 ]
 PUBLIC = {("GET", "/healthz"), ("GET", "/")}
 
@@ -414,6 +424,7 @@ async def test_every_route_needs_a_valid_token(
         assert await snapshot(live, ALICE, alice, chat_id) == before
         assert await chat_ids(alice) == [chat_id]
     assert len(fake.requests) == calls and await roles_stored(live) == {}
+    assert await live.rt.store.list_budgets(OPERATOR) == []  # no budget was set either
 
 
 BODIES: dict[str, bytes | list[bytes]] = {

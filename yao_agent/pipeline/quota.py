@@ -10,6 +10,7 @@ every process sharing it counts the same (store/quota.py).
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 from yao_agent.errors import BudgetExceeded, RateLimited
@@ -29,7 +30,7 @@ async def check(rt: Runtime, identity: Identity, run_id: str) -> None:
     if rules:
         wait = await rt.store.admit(identity, run_id, rules)
         if wait is not None:
-            raise RateLimited(_rate_message(identity, rules), retry_after=wait)
+            raise RateLimited(_rate_message(identity, rules, wait), retry_after=wait)
 
 
 def kinds_of(identity: Identity) -> tuple[ScopeKind, ...]:
@@ -86,6 +87,8 @@ def _budget_message(identity: Identity, kind: ScopeKind, window: str, spent: flo
     return f"{who(identity, kind)} spent ${spent:.2f} of its ${limit:.2f} {NAMES[window]} budget; it resets {resets}"
 
 
-def _rate_message(identity: Identity, rules: list[RateRule]) -> str:
+def _rate_message(identity: Identity, rules: list[RateRule], wait: float) -> str:
+    """The refusal in words, with the wait in whole seconds as HTTP's Retry-After gives it: the CLI has no
+    header to read it from."""
     said = "; ".join(f"{who(identity, r.kind)}: {r.limit:g} {r.counts} per minute" for r in rules)
-    return f"too many requests: a rate limit was reached ({said}); try again after the Retry-After seconds"
+    return f"too many requests: a rate limit was reached ({said}); try again in {max(1, math.ceil(wait))} s"

@@ -10,7 +10,7 @@ from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.runs import Runs
-from yao_agent.server import errors, native, openai_compat, schemas
+from yao_agent.server import errors, native, openai_compat, operating, schemas
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.limits import Admission, RequestBody
 
@@ -29,6 +29,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     app.include_router(native.router)
+    app.include_router(operating.router)
     app.include_router(openai_compat.router)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 

@@ -248,9 +248,10 @@ async def assistants(request: Request, who: Caller) -> dict[str, Any]:
 
 
 @router.put("/api/roles/{role}", tags=["roles"], response_model=None,
-            responses=doc.answers(doc.RoleOut, 400, 401, 413))  # fmt: skip
+            responses=doc.answers(doc.RoleOut, 400, 401, 403, 413))  # fmt: skip
 async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> dict[str, Any]:
-    """Map a role for the caller's team (or, for a caller without a team, the caller).
+    """Map a role for the caller's team (a team admin; 403 for a member), or, for a caller without a team,
+    the caller.
 
     Only to connectors the caller may use (their `access`): any other is unknown to them, in the same
     words as one that does not exist, and the answer lists only a few they may use."""
@@ -273,9 +274,10 @@ async def roles(request: Request, who: Caller) -> dict[str, Any]:
 
 
 @router.delete("/api/roles/{role}", tags=["roles"], response_model=None,
-               responses=doc.answers(doc.RoleDeletedOut, 401, 404))  # fmt: skip
+               responses=doc.answers(doc.RoleDeletedOut, 401, 403, 404))  # fmt: skip
 async def unset_role(role: str, request: Request, who: Caller) -> dict[str, Any]:
-    """Remove the caller's scope's mapping of a role (app.yml's applies again); 404 when it maps none."""
+    """Remove the caller's scope's mapping of a role (app.yml's applies again; a team's: team admins only,
+    403 for a member); 404 when it maps none."""
     await runs_of(request).unset_role(who, role)
     return {"role": role, "scope": scope_of(who), "deleted": True}
 

@@ -219,6 +219,53 @@ class RoleDeletedOut(BaseModel):
     deleted: Literal[True]
 
 
+class UsageScopeOut(BaseModel):
+    team_id: str | None = Field(None, description="absent for a caller without a team")
+    user_id: str | None = Field(None, description="absent when the report is the whole team's")
+
+
+class UsageTotalOut(BaseModel):
+    runs: int = Field(description="runs with model calls (a child run's count as its root's)")
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = Field(description="USD, the calls whose price is known")
+    unpriced_tokens: int = Field(description="tokens of the calls whose price is unknown (not in cost_usd)")
+
+
+class UsageRowOut(UsageTotalOut):
+    key: str = Field(description="the day (YYYY-MM-DD, UTC), assistant id, connector id or user id")
+
+
+class UsageReportOut(BaseModel):
+    """Usage and cost over a span of days (CONTRACT §8.2)."""
+
+    scope: UsageScopeOut
+    from_: str = Field(alias="from", description="the first day, YYYY-MM-DD")
+    to: str = Field(description="the last day, included")
+    by: Literal["day", "assistant", "connector", "user"]
+    rows: list[UsageRowOut]
+    total: UsageTotalOut = Field(description="the whole span (a run in several rows counts once)")
+
+
+class BudgetOut(BaseModel):
+    scope: Literal["team", "user"]
+    id: str = Field(description="the team id, or user@team (the user id alone without a team)")
+    window: Literal["per_day", "per_month"]
+    budget_usd: float | None = Field(description="null: no budget in this window")
+    source: Literal["app.yml", "setting"] = Field(description="app.yml's default, or the scope's own setting")
+    spent_usd: float = Field(description="spent in the current window (calls of unknown price are not counted)")
+    remaining_usd: float | None
+    since: str = Field(description="the current window's start, ISO 8601, UTC")
+    resets_at: str = Field(description="the next window's start, ISO 8601, UTC")
+
+
+class BudgetsOut(BaseModel):
+    """The budgets that hold the scope's runs: its team's and its user's, each window."""
+
+    scope: UsageScopeOut
+    budgets: list[BudgetOut]
+
+
 class HealthOut(BaseModel):
     status: Literal["ok"]
 
@@ -259,6 +306,7 @@ class CompletionOut(BaseModel):
 WHY = {
     400: "invalid input: malformed JSON, a wrong type, a value out of range, an unknown field",
     401: "no valid bearer token (checked before the body is read)",
+    403: "forbidden: a team-wide change or view (another member's) with a member's token; team admins only",
     404: "no such chat, assistant, resume point or role setting for this caller (another tenant's is the same 404)",
     408: "the request body did not arrive in time (server.body_timeout_s)",
     409: "the chat is busy (a run is in progress; on_busy: reject), has no active run, or its run was cancelled",

@@ -85,29 +85,49 @@ def tokens_since(tx: Tx, identity: Identity, kind: ScopeKind, since: float) -> i
     return int(tx.scalar(sql, {**_who(identity, kind), "since": since}) or 0)
 
 
-def _report(by: Group, per_user: bool) -> Sql:
-    key: ColumnElement[Any] = {"day": _C.day, "assistant": _C.assistant_id, "connector": _C.connector,
-                               "user": _C.user_id}[by]  # fmt: skip
+def _measures() -> list[ColumnElement[Any]]:
+    """What a report sums per group (and over all of it, for its total)."""
     unpriced = func.sum(case((_C.cost_usd.is_(None), _C.input_tokens + _C.output_tokens), else_=literal(0)))
+    return [func.count(func.distinct(_C.run_id)).label("runs"), func.sum(_C.input_tokens).label("input_tokens"),
+            func.sum(_C.output_tokens).label("output_tokens"),
+            func.coalesce(func.sum(_C.cost_usd), 0.0).label("cost_usd"),
+            func.coalesce(unpriced, 0).cast(Integer).label("unpriced_tokens")]  # fmt: skip
+
+
+def _where(per_user: bool) -> list[ColumnElement[bool]]:
     where = [_C.team_id == bindparam("team_id"), _C.day >= bindparam("first"), _C.day <= bindparam("last")]
     if per_user:
         where.append(_C.user_id == bindparam("user_id"))
-    return Sql(
-        select(key.label("key"), func.count(func.distinct(_C.run_id)).label("runs"),
-               func.sum(_C.input_tokens).label("input_tokens"), func.sum(_C.output_tokens).label("output_tokens"),
-               func.coalesce(func.sum(_C.cost_usd), 0.0).label("cost_usd"),
-               func.coalesce(unpriced, 0).cast(Integer).label("unpriced_tokens"))
-        .where(*where).group_by(key).order_by(key)
-    )  # fmt: skip
+    return where
+
+
+def _report(by: Group, per_user: bool) -> Sql:
+    key: ColumnElement[Any] = {"day": _C.day, "assistant": _C.assistant_id, "connector": _C.connector,
+                               "user": _C.user_id}[by]  # fmt: skip
+    return Sql(select(key.label("key"), *_measures()).where(*_where(per_user)).group_by(key).order_by(key))
 
 
 REPORTS = {(by, per_user): _report(by, per_user) for by in GROUPS for per_user in (False, True)}
+# A report's total is summed apart, not from its rows: a run that used two connectors, or crossed
+# midnight, is one run of the total but a run of each of its rows.
+TOTALS = {per_user: Sql(select(*_measures()).where(*_where(per_user))) for per_user in (False, True)}
 
 
 def report(tx: Tx, team_id: str, user_id: str | None, first: str, last: str, by: Group) -> list[dict[str, Any]]:
     """Usage of a team (or of one of its users) from day `first` to `last` (inclusive), grouped `by`."""
-    params = {"team_id": team_id, "first": first, "last": last} | ({"user_id": user_id} if user_id else {})
-    rows = tx.all(REPORTS[(by, user_id is not None)], params)
-    return [{"key": r.key, "runs": int(r.runs), "input_tokens": int(r.input_tokens or 0),
-             "output_tokens": int(r.output_tokens or 0), "cost_usd": round(float(r.cost_usd or 0.0), 6),
-             "unpriced_tokens": int(r.unpriced_tokens or 0)} for r in rows]  # fmt: skip
+    rows = tx.all(REPORTS[(by, user_id is not None)], _params(team_id, user_id, first, last))
+    return [{"key": r.key, **_sums(r)} for r in rows]
+
+
+def total(tx: Tx, team_id: str, user_id: str | None, first: str, last: str) -> dict[str, Any]:
+    """What `report` counts, over the whole span: its total (each run counted once)."""
+    return _sums(tx.all(TOTALS[user_id is not None], _params(team_id, user_id, first, last))[0])
+
+
+def _params(team_id: str, user_id: str | None, first: str, last: str) -> dict[str, str]:
+    return {"team_id": team_id, "first": first, "last": last} | ({"user_id": user_id} if user_id else {})
+
+
+def _sums(r: Any) -> dict[str, Any]:
+    return {"runs": int(r.runs), "input_tokens": int(r.input_tokens or 0), "output_tokens": int(r.output_tokens or 0),
+            "cost_usd": round(float(r.cost_usd or 0.0), 6), "unpriced_tokens": int(r.unpriced_tokens or 0)}  # fmt: skip

@@ -8,6 +8,7 @@ than the limit between them; SQLite's write lock does the same for the processes
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -111,6 +112,30 @@ class QuotaStore:
     async def spent(self, identity: Identity, kind: ScopeKind, since: float) -> float:
         return await self.db.read_tx(lambda tx: ledger.spent(tx, identity, kind, since))
 
+    async def spending(
+        self, identity: Identity, kinds: Sequence[ScopeKind], since: Mapping[str, float]
+    ) -> dict[ScopeKind, tuple[Mapping[str, Any], dict[str, float]]]:
+        """Per scope: its own budget settings, and what it spent since the start of each window (`since`:
+        window → its start), whether or not it has a budget there; read in one transaction."""
+
+        def work(tx: Tx) -> dict[ScopeKind, tuple[Mapping[str, Any], dict[str, float]]]:
+            return {kind: (_own(tx, identity, kind),
+                           {window: ledger.spent(tx, identity, kind, start) for window, start in since.items()})
+                    for kind in kinds}  # fmt: skip
+
+        return await self.db.read_tx(work)
+
+    async def usage_report(
+        self, team_id: str, user_id: str | None, first: str, last: str, by: ledger.Group
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A team's (or one of its users') usage from day `first` to `last`, grouped `by`, and its total;
+        read in one transaction, so that they agree (`team_id` "": the users without a team)."""
+
+        def work(tx: Tx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            return ledger.report(tx, team_id, user_id, first, last, by), ledger.total(tx, team_id, user_id, first, last)
+
+        return await self.db.read_tx(work)
+
     async def set_budget(self, scope: tuple[ScopeKind, str], limits: Mapping[str, float | None]) -> None:
         """Set windows of a scope's budget (a None value: no budget in that window); others stay as set."""
         kind, owner = scope
@@ -132,8 +157,7 @@ class QuotaStore:
     async def admit(self, identity: Identity, run_id: str, rules: Sequence[RateRule]) -> float | None:
         """Count the run against the scopes' rate limits and record it; None when admitted, else how many
         seconds until it would be (nothing is recorded then)."""
-        now = self.clock()
-        return await self.db.write_tx(lambda tx: _admit(tx, identity, run_id, rules, now))
+        return await self.db.write_tx(lambda tx: _admit(tx, identity, run_id, rules, self.clock))
 
 
 def effective(defaults: Mapping[str, float | None], own: Mapping[str, Any]) -> dict[str, float | None]:
@@ -148,10 +172,15 @@ def _own(tx: Tx, identity: Identity, kind: ScopeKind) -> Mapping[str, Any]:
     return dict(tx.scalar(GET_BUDGET, {"kind": kind, "owner": owner}) or {})
 
 
-def _admit(tx: Tx, identity: Identity, run_id: str, rules: Sequence[RateRule], now: float) -> float | None:
+def _admit(
+    tx: Tx, identity: Identity, run_id: str, rules: Sequence[RateRule], clock: Callable[[], float]
+) -> float | None:
     scopes = sorted({ledger.scope_of(identity, rule.kind) for rule in rules})
     for kind, owner in scopes if tx.dialect == "postgresql" else ():  # SQLite: its write lock is held already
         tx.execute(LOCK_SCOPE, {"key": _lock_key(kind, owner)})  # in one order: never waiting on each other
+    # Read once the lock is held, so that every run counted is at or before `now`: read before the wait,
+    # runs admitted during it were later, and the wait answered could exceed the minute (Retry-After: 61).
+    now = clock()
     since = now - WINDOW_S
     for rule in rules:
         wait = _over(tx, identity, rule, now, since)
@@ -168,12 +197,21 @@ def _over(tx: Tx, identity: Identity, rule: RateRule, now: float, since: float) 
     kind, owner = ledger.scope_of(identity, rule.kind)
     if rule.counts == "requests":
         count, first = tx.tuples(COUNT_RECENT, {"kind": kind, "owner": owner, "since": since})[0]
-        return None if count < rule.limit else (first or now) + WINDOW_S - now
-    if ledger.tokens_since(tx, identity, kind, since) < rule.limit:
+        return None if count < rule.limit else _until(first, now)
+    # The minute is (now - 60 s, now], as for requests: a call made 60 s ago has left it, as the wait
+    # answered below says. The ledger's queries count from a first moment: the float just after `since`.
+    after = math.nextafter(since, math.inf)
+    if ledger.tokens_since(tx, identity, kind, after) < rule.limit:
         return None
     who = {"team_id": identity.team_id or ""} | ({"user_id": identity.user_id} if kind == "user" else {})
-    first = tx.scalar(FIRST_TOKENS_TEAM if kind == "team" else FIRST_TOKENS_USER, who | {"since": since})
-    return (first or now) + WINDOW_S - now
+    first = tx.scalar(FIRST_TOKENS_TEAM if kind == "team" else FIRST_TOKENS_USER, who | {"since": after})
+    return _until(first, now)
+
+
+def _until(first: float | None, now: float) -> float:
+    """Seconds until what was counted first leaves the minute; at most a minute (another host's clock may
+    be ahead of this one's)."""
+    return min(WINDOW_S, (first or now) + WINDOW_S - now)
 
 
 def _lock_key(kind: str, owner: str) -> int:

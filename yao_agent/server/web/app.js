@@ -226,6 +226,8 @@
   function setSignedIn(yes) {
     ui.tokenForm.hidden = yes;
     ui.signedIn.hidden = !yes;
+    // usage.js opens its panel only for a signed-in page, and closes it (and forgets what it showed) here.
+    document.dispatchEvent(new CustomEvent("yao-agent:session", { detail: { signedIn: yes } }));
     ui.newChat.disabled = !yes;
     ui.send.disabled = !yes;
     ui.search.disabled = !yes;
@@ -1299,6 +1301,15 @@
   ui.stop.addEventListener("click", stop);
   ui.resume.addEventListener("click", resume);
   ui.errorClose.addEventListener("click", clearError);
+
+  // What the page's other scripts (usage.js) share of it: the signed-in request, whose 401 signs out here.
+  window.yaoChat = Object.freeze({
+    signedIn: () => Boolean(state.token) && !ui.signedIn.hidden,
+    request,
+    errorOf,
+    plainError,
+    ApiError,
+  });
 
   setSignedIn(false);
   if (state.token) {

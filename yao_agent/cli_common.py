@@ -1,0 +1,39 @@
+"""What every `yao-agent` command module shares: the app and store the global options name, and text fit
+for a terminal. Light to import: a command's own imports wait until it runs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from yao_agent.dsl import App
+    from yao_agent.store import SqlStore
+
+
+def app_dir(args: argparse.Namespace) -> Path:
+    return Path(args.app or os.environ.get("YAO_AGENT_APP") or ".")
+
+
+def app_of(args: argparse.Namespace) -> App:
+    from yao_agent.dsl import load_app
+
+    return load_app(app_dir(args))
+
+
+def db_url(args: argparse.Namespace, app: App) -> str:
+    return args.db or os.environ.get("YAO_AGENT_DB") or app.config.store
+
+
+async def open_store(args: argparse.Namespace, app: App) -> SqlStore:
+    from yao_agent.store import SqlStore, open_engine, store_url
+
+    return SqlStore(await open_engine(store_url(db_url(args, app), app.root)))
+
+
+def printable(text: str) -> str:
+    """Text fit for the operator's terminal: what is not printable (ANSI escapes, carriage returns, NUL,
+    bidirectional overrides) is written as its escape, so a stored string cannot rewrite the screen."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

@@ -1,0 +1,191 @@
+"""`yao-agent usage` and `yao-agent budgets` (CONTRACT §7, §8.2): the operator's view of what each team
+and user used and spent, and their budgets.
+
+The CLI is the trusted operator: it reads and sets any scope. Without `--team` or `--user`, `usage` is
+that of user `local`, the identity `chat` acts as by default. `--team T --user U` is user U of team T:
+a team's member is a user of that team (`chat --team T --user U` runs as them). The report is the same
+object `GET /api/usage` answers (`--json`), or a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
+
+from yao_agent.cli_common import app_of, open_store, printable
+from yao_agent.errors import UsageError
+
+if TYPE_CHECKING:
+    from yao_agent.teams import Scope
+
+Command = Callable[[argparse.Namespace, TextIO], int]
+EXIT_OK = 0
+WINDOW_OPTIONS = {"per_day": "--per-day", "per_month": "--per-month"}
+
+
+def scope_of(args: argparse.Namespace, default_user: str | None) -> Scope:
+    """The scope the options name: a team, a user of a team, or a user without one."""
+    from yao_agent.teams import named
+
+    if not args.team and not args.user:
+        if default_user is None:
+            raise UsageError("give --team T, --user U, or both (user U of team T)")
+        return named(None, default_user)
+    return named(args.team or None, args.user or None)
+
+
+def usage(args: argparse.Namespace, out: TextIO) -> int:
+    from yao_agent import teams
+
+    scope = scope_of(args, "local")
+    by = teams.group(args.by)
+    first, last = teams.span(args.first, args.last, time.time())
+    app = app_of(args)
+
+    async def work() -> dict[str, Any]:
+        store = await open_store(args, app)
+        try:
+            return await teams.usage_report(store, scope, first, last, by)
+        finally:
+            await store.aclose()
+
+    report = asyncio.run(work())
+    if args.json:
+        print(json.dumps(report), file=out)
+    else:
+        print_report(report, out)
+    return EXIT_OK
+
+
+def print_report(report: dict[str, Any], out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    who = report["scope"]
+    parts = [f"user {who['user_id']}" if "user_id" in who else "", f"team {who['team_id']}" if "team_id" in who else ""]
+    named = " of ".join(part for part in parts if part)
+    print(printable(f"usage of {named}, {report['from']} to {report['to']} (UTC), by {report['by']}"), file=out)
+    table = Table(report["by"], "runs", "input tokens", "output tokens", "cost USD", "unpriced tokens", box=None,
+                  header_style="bold")  # fmt: skip
+    for row in [*report["rows"], {"key": "total", **report["total"]}]:
+        table.add_row(printable(str(row["key"])), str(row["runs"]), f"{row['input_tokens']:,}",
+                      f"{row['output_tokens']:,}", f"{row['cost_usd']:.6f}", f"{row['unpriced_tokens']:,}")  # fmt: skip
+    Console(file=out, width=max(100, Console(file=out).width)).print(table)
+    if report["total"]["unpriced_tokens"]:
+        print("(unpriced tokens: calls to models whose price is unknown; not in cost USD)", file=out)
+
+
+def usd(text: str) -> float | None:
+    """An amount of USD ≥ 0 for a budget window, or `none` for no budget there."""
+    if text.strip().lower() in ("none", "null"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected USD as a number ≥ 0, or none (got {text!r})")
+    return value
+
+
+def budgets_set(args: argparse.Namespace, out: TextIO) -> int:
+    from yao_agent.teams import check_limits
+
+    scope = scope_of(args, None)
+    given = {w: getattr(args, w) for w in WINDOW_OPTIONS if hasattr(args, w)}  # (unset: not there at all)
+    if not given:
+        raise UsageError("give --per-day and/or --per-month (USD, or none for no budget)")
+    limits = check_limits(given)
+    app = app_of(args)
+
+    async def work() -> None:
+        store = await open_store(args, app)
+        try:
+            await store.set_budget(scope.budget_scope, limits)
+        finally:
+            await store.aclose()
+
+    asyncio.run(work())
+    kind, owner = scope.budget_scope
+    said = "; ".join(f"{WINDOW_OPTIONS[w][2:]} {money(v)}" for w, v in limits.items())
+    print(printable(f"budget of {kind} {owner}: {said}"), file=out)
+    return EXIT_OK
+
+
+def money(value: float | None) -> str:
+    return "no budget" if value is None else f"${value:,.2f}"
+
+
+def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
+    from yao_agent.identity import OPERATOR
+    from yao_agent.messages import iso_time
+
+    app = app_of(args)
+
+    async def work() -> list[dict[str, Any]]:
+        store = await open_store(args, app)
+        try:
+            found = await store.list_budgets(OPERATOR)
+        finally:
+            await store.aclose()
+        return [{"scope": b.scope_kind, "id": b.scope_id, **dict(b.limits), "updated_at": iso_time(b.updated_at)}
+                for b in found]  # fmt: skip
+
+    settings = asyncio.run(work())
+    budgets = app.config.budgets
+    defaults = {kind: {w: getattr(budgets.of(kind), w) for w in WINDOW_OPTIONS} for kind in ("team", "user")}
+    if args.json:
+        print(json.dumps({"defaults": defaults, "settings": settings}), file=out)
+        return EXIT_OK
+    rows = [(f"app.yml: each {kind}", *(money(v) for v in windows.values()), "") for kind, windows in defaults.items()]
+    # A window a scope does not set is app.yml's; the time it was set is shown to the second.
+    rows += [(f"{s['scope']}:{s['id']}", *(money(s[w]) if w in s else "app.yml's" for w in WINDOW_OPTIONS),
+              s["updated_at"][:19] + "Z") for s in settings]  # fmt: skip
+    print_rows(("scope", "per day", "per month", "set at"), rows, out)
+    return EXIT_OK
+
+
+def print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]], out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*header, box=None, header_style="bold")
+    for row in rows:
+        table.add_row(*(printable(cell) for cell in row))
+    Console(file=out, width=max(100, Console(file=out).width)).print(table)
+
+
+def add_parsers(
+    sub: Any,
+    command: Callable[[str, Command, str], argparse.ArgumentParser],
+    global_options: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """`usage` and `budgets set|list`, with the global options on each (see cli.build_parser)."""
+    p = command("usage", usage, "usage and cost of a team or user, by day, assistant, connector or user")
+    p.add_argument("--team", metavar="T", help="the team (with --user: that user of the team)")
+    p.add_argument("--user", metavar="U", help="the user (default without --team: local)")
+    p.add_argument("--from", dest="first", metavar="DATE", help="first day, YYYY-MM-DD (default: 1st of --to's month)")
+    p.add_argument("--to", dest="last", metavar="DATE", help="last day, included (default: today, UTC)")
+    p.add_argument("--by", choices=["day", "assistant", "connector", "user"], default="day")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object (as GET /api/usage)")
+    budgets = sub.add_parser("budgets", help="spend limits per team and user", description="Spend limits (USD).")
+    actions = budgets.add_subparsers(dest="budgets_command", metavar="ACTION", required=True)
+    p = actions.add_parser("set", help="set a team's or user's budget", description="Set a team's or user's budget.")
+    global_options(p)
+    p.set_defaults(func=budgets_set)
+    p.add_argument("--team", metavar="T", help="the team (with --user: that user of the team)")
+    p.add_argument("--user", metavar="U", help="the user (a user without a team, unless --team is given)")
+    for window, option in WINDOW_OPTIONS.items():
+        span = window.removeprefix("per_")
+        p.add_argument(option, dest=window, type=usd, default=argparse.SUPPRESS, metavar="USD",
+                       help=f"USD per calendar {span} (UTC), or none for no budget")  # fmt: skip
+    p = actions.add_parser("list", help="app.yml's default budgets and every team's and user's own",
+                           description="app.yml's default budgets and every team's and user's own.")  # fmt: skip
+    global_options(p)
+    p.set_defaults(func=budgets_list)
+    p.add_argument("--json", action="store_true", help="print one JSON object")

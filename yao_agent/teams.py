@@ -1,0 +1,178 @@
+"""Operating for many teams: who sees and changes which usage, budgets and role mappings, and how usage
+and budgets are shown (CONTRACT §6 "Roles of tokens", §8.2).
+
+A team admin (a token made with `--admin`) sees the whole team's usage and budgets — or one member's,
+with `user` — and changes the team's budgets, a member's budget and the team's role mappings. A member
+sees their own usage and the budgets their runs are held to, and changes nothing of the team's. A
+caller without a team is their own admin, of their own scope only.
+
+The HTTP API (through `Runs`) and the CLI (the trusted operator, any scope) show the same report and
+the same budget view, built here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from yao_agent.dsl.specs import Budgets
+from yao_agent.errors import Forbidden, PermissionDenied, UsageError
+from yao_agent.identity import Identity
+from yao_agent.messages import iso_time
+from yao_agent.pipeline.quota import WINDOWS, window_end, window_start
+from yao_agent.store import SqlStore
+from yao_agent.store.ledger import GROUPS, Group, ScopeKind, scope_of
+
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+ADMIN_TOKEN = "a team admin token (`yao-agent tokens create --admin`)"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Whose usage or budgets: a whole team (no `user_id`), one user of a team, or a user without a team."""
+
+    team_id: str | None
+    user_id: str | None
+
+    def __post_init__(self) -> None:
+        if self.team_id is None and self.user_id is None:
+            raise ValueError("a scope names a team, a user, or both")
+
+    @property
+    def kinds(self) -> tuple[ScopeKind, ...]:
+        """The budgets that hold the scope's runs: its team's and its user's (a whole team: the team's)."""
+        if self.team_id is None:
+            return ("user",)
+        return ("team",) if self.user_id is None else ("team", "user")
+
+    @property
+    def subject(self) -> Identity:
+        """An identity the scope's spend is read for (a whole team's is the same for any of its users)."""
+        return Identity(self.user_id or "any", self.team_id)
+
+    @property
+    def budget_scope(self) -> tuple[ScopeKind, str]:
+        """The budget a change to this scope sets: its user's, or the whole team's."""
+        return scope_of(self.subject, self.kinds[-1])
+
+    def to_api(self) -> dict[str, str]:
+        return {k: v for k, v in (("team_id", self.team_id), ("user_id", self.user_id)) if v is not None}
+
+
+def named(team_id: str | None, user_id: str | None) -> Scope:
+    """A scope named by ids from outside (a query, the command line): a malformed id is the caller's
+    mistake (HTTP 400, exit 2), where `Identity` would refuse it as a permission."""
+    try:
+        Identity(user_id or "any", team_id)
+    except PermissionDenied as exc:
+        raise UsageError(f"{'user' if 'user id' in str(exc) else 'team'}: {exc}") from None
+    return Scope(team_id, user_id)
+
+
+def scope_for(identity: Identity, user: str | None, what: str, *, change: bool = False) -> Scope:
+    """The scope the caller asks for `what` of: their own, or (a team admin) the team's or one member's.
+    Forbidden for what a member may not see or change; nobody reaches another team's."""
+    if identity.team_id is None:  # their own admin, of nobody else
+        if user is not None and user != identity.user_id:
+            raise Forbidden(f"{what}: a caller without a team has only their own")
+        return Scope(None, identity.user_id)
+    if identity.admin:
+        return Scope(identity.team_id, None) if user is None else named(identity.team_id, user)
+    if change:
+        raise Forbidden(f"only a team admin changes team {identity.team_id}'s {what}: use {ADMIN_TOKEN}")
+    if user is not None and user != identity.user_id:
+        raise Forbidden(f"only a team admin sees another member's {what}: use {ADMIN_TOKEN}")
+    return Scope(identity.team_id, identity.user_id)
+
+
+def require_admin(identity: Identity, what: str) -> None:
+    """Refuse a member's change of what is the whole team's (a caller without a team administers their own)."""
+    if not identity.administers_team:
+        raise Forbidden(f"only a team admin changes team {identity.team_id}'s {what}: use {ADMIN_TOKEN}")
+
+
+# -- usage -------------------------------------------------------------------------------------------
+
+
+def group(by: str) -> Group:
+    if by not in GROUPS:
+        raise UsageError(f"by: expected one of {', '.join(GROUPS)}, got {by!r}")
+    return by
+
+
+def usage_scope(identity: Identity, user: str | None, by: Group) -> Scope:
+    scope = scope_for(identity, user, "usage")
+    if by == "user" and scope.user_id is not None and not identity.administers_team:
+        raise Forbidden(f"usage by user shows every member of team {identity.team_id}: use {ADMIN_TOKEN}")
+    return scope
+
+
+def parse_day(text: str, name: str) -> date:
+    """A day as YYYY-MM-DD (only that spelling: `date.fromisoformat` also takes week dates and more)."""
+    try:
+        if DAY.fullmatch(text):
+            return date.fromisoformat(text)
+    except ValueError:
+        pass
+    raise UsageError(f"{name}: expected a date as YYYY-MM-DD, got {text!r}")
+
+
+def today(now: float) -> date:
+    return datetime.fromtimestamp(now, UTC).date()
+
+
+def span(first: str | None, last: str | None, now: float) -> tuple[date, date]:
+    """The days a report covers, both included: `to` defaults to today (UTC) and `from` to the first day
+    of `to`'s month, so that either alone names a sensible span."""
+    end = parse_day(last, "to") if last is not None else today(now)
+    start = parse_day(first, "from") if first is not None else end.replace(day=1)
+    if start > end:
+        raise UsageError(f"from: {start} is after to ({end})")
+    return start, end
+
+
+async def usage_report(store: SqlStore, scope: Scope, first: date, last: date, by: Group) -> dict[str, Any]:
+    """The report of CONTRACT §8.2: `{scope, from, to, by, rows: [{key, …}], total}`."""
+    rows, total = await store.usage_report(scope.team_id or "", scope.user_id, first.isoformat(), last.isoformat(), by)
+    return {"scope": scope.to_api(), "from": first.isoformat(), "to": last.isoformat(), "by": by, "rows": rows,
+            "total": total}  # fmt: skip
+
+
+# -- budgets -----------------------------------------------------------------------------------------
+
+
+def check_limits(limits: Mapping[str, Any]) -> dict[str, float | None]:
+    """Budget windows as given (`per_day`, `per_month`: USD ≥ 0, or None for no budget there)."""
+    if not limits:
+        raise UsageError("give per_day and/or per_month (USD, or null for no budget)")
+    checked: dict[str, float | None] = {}
+    for window, value in limits.items():
+        if window not in WINDOWS:
+            raise UsageError(f"{window}: unknown budget window (expected per_day or per_month)")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0
+                                  or value == float("inf")):  # fmt: skip
+            raise UsageError(f"{window}: expected USD as a number ≥ 0, or null for no budget (got {value!r})")
+        checked[window] = None if value is None else float(value)
+    return checked
+
+
+async def budget_view(store: SqlStore, defaults: Budgets, scope: Scope, now: float) -> dict[str, Any]:
+    """The budgets that hold the scope's runs, window by window: the budget (the scope's own setting, else
+    app.yml's), where it comes from, what was spent in the current window, and when the window resets."""
+    at = datetime.fromtimestamp(now, UTC)
+    starts = {window: window_start(window, at).timestamp() for window in WINDOWS}
+    found = await store.spending(scope.subject, scope.kinds, starts)
+    budgets: list[dict[str, Any]] = []
+    for kind, (own, spent) in found.items():
+        for window in WINDOWS:
+            limit = own[window] if window in own else getattr(defaults.of(kind), window)
+            budgets.append({
+                "scope": kind, "id": scope_of(scope.subject, kind)[1], "window": window, "budget_usd": limit,
+                "source": "setting" if window in own else "app.yml", "spent_usd": round(spent[window], 6),
+                "remaining_usd": None if limit is None else round(max(0.0, limit - spent[window]), 6),
+                "since": iso_time(starts[window]), "resets_at": iso_time(window_end(window, at).timestamp()),
+            })  # fmt: skip
+    return {"scope": scope.to_api(), "budgets": budgets}
