@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from yao_agent.cli_common import app_of, open_store, printable
 from yao_agent.errors import UsageError
+from yao_agent.store.ledger import shown
 
 if TYPE_CHECKING:
     from yao_agent.teams import Scope
@@ -113,7 +114,7 @@ def budgets_set(args: argparse.Namespace, out: TextIO) -> int:
     asyncio.run(work())
     kind, owner = scope.budget_scope
     said = "; ".join(f"{WINDOW_OPTIONS[w][2:]} {money(v)}" for w, v in limits.items())
-    print(printable(f"budget of {kind} {owner}: {said}"), file=out)
+    print(printable(f"budget of {kind} {shown(owner)}: {said}"), file=out)
     return EXIT_OK
 
 
@@ -133,7 +134,7 @@ def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
             found = await store.list_budgets(OPERATOR)
         finally:
             await store.aclose()
-        return [{"scope": b.scope_kind, "id": b.scope_id, **dict(b.limits), "updated_at": iso_time(b.updated_at)}
+        return [{"scope": b.scope_kind, "id": shown(b.scope_id), **dict(b.limits), "updated_at": iso_time(b.updated_at)}
                 for b in found]  # fmt: skip
 
     settings = asyncio.run(work())

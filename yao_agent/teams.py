@@ -24,7 +24,7 @@ from yao_agent.identity import Identity
 from yao_agent.messages import iso_time
 from yao_agent.pipeline.quota import WINDOWS, window_end, window_start
 from yao_agent.store import SqlStore
-from yao_agent.store.ledger import GROUPS, Group, ScopeKind, scope_of
+from yao_agent.store.ledger import GROUPS, Group, ScopeKind, scope_of, shown
 
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 ADMIN_TOKEN = "a team admin token (`yao-agent tokens create --admin`)"
@@ -170,7 +170,7 @@ async def budget_view(store: SqlStore, defaults: Budgets, scope: Scope, now: flo
         for window in WINDOWS:
             limit = own[window] if window in own else getattr(defaults.of(kind), window)
             budgets.append({
-                "scope": kind, "id": scope_of(scope.subject, kind)[1], "window": window, "budget_usd": limit,
+                "scope": kind, "id": shown(scope_of(scope.subject, kind)[1]), "window": window, "budget_usd": limit,
                 "source": "setting" if window in own else "app.yml", "spent_usd": round(spent[window], 6),
                 "remaining_usd": None if limit is None else round(max(0.0, limit - spent[window]), 6),
                 "since": iso_time(starts[window]), "resets_at": iso_time(window_end(window, at).timestamp()),

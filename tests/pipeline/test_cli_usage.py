@@ -176,14 +176,14 @@ def test_budgets_set_and_list(cli: Cli) -> None:
                                   "user": {"per_day": None, "per_month": None}}  # fmt: skip
     assert [{k: v for k, v in s.items() if k != "updated_at"} for s in listed["settings"]] == [
         {"scope": "team", "id": "acme", "per_day": 2.5, "per_month": 100.0},
+        {"scope": "user", "id": "carol@acme", "per_day": None},  # (stored as acme/carol: listed in that order)
         {"scope": "user", "id": "alice", "per_day": 0.5, "per_month": 10.0},
-        {"scope": "user", "id": "carol@acme", "per_day": None},
     ]
     code, shown = cli("budgets", "list")
     rows = [line.split() for line in shown.splitlines()]
     assert rows[1:3] == [["app.yml:", "each", "team", "no", "budget", "$50.00"],
                          ["app.yml:", "each", "user", "no", "budget", "no", "budget"]]  # fmt: skip
-    assert rows[3][:3] == ["team:acme", "$2.50", "$100.00"] and rows[5][:4] == ["user:carol@acme", "no", "budget",
+    assert rows[3][:3] == ["team:acme", "$2.50", "$100.00"] and rows[4][:4] == ["user:carol@acme", "no", "budget",
                                                                                "app.yml's"]  # fmt: skip
 
 

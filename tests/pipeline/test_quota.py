@@ -225,7 +225,7 @@ async def test_a_scopes_own_budget_wins_over_app_yml_window_by_window(quota: Quo
     clock.set("2026-12-16T00:00:01")
     await runs_now(quota, rt, CAROL, "carol")
     await runs_now(quota, rt, DAVE, "dave", cents=9000)  # beta's month, on app.yml's budget: $90.02 of $100
-    await rt.store.set_budget(("user", "dave@beta"), {"per_day": 50})  # a user's own, where app.yml has none
+    await rt.store.set_budget(("user", "beta/dave"), {"per_day": 50})  # a user's own, where app.yml has none (its key)
     said = "user dave@beta spent $90.00 of its $50.00 daily budget; it resets 2026-12-17T00:00:00Z"
     assert await refused_budget(rt, DAVE) == said
     await runs_now(quota, rt, Identity("frank", "beta"), "frank")

@@ -14,9 +14,11 @@ from sqlalchemy import select
 from tests.pipeline.conftest import app_files, make_runtime
 from tests.pipeline.helpers import ALICE, end_of, turn
 from yao_agent.dsl.specs import ConnectorSpec, Pricing
+from yao_agent.identity import Identity
 from yao_agent.pipeline import Runtime
 from yao_agent.pricing import Price, price_of, published
 from yao_agent.store import SqlStore
+from yao_agent.store.ledger import scope_of, shown
 from yao_agent.store.schema import usage_ledger
 from yao_agent.testing import Reply, ScriptedModel
 
@@ -121,3 +123,13 @@ async def test_a_childs_calls_roll_up_into_the_run(
     finally:
         await rt.engines.aclose()
         await rt.hooks.aclose()
+
+
+async def test_a_user_named_like_a_member_of_a_team_has_a_scope_of_their_own(store: SqlStore) -> None:
+    """Ids may hold `@`: the user `bob@acme` (no team) is not bob of team acme, for budgets and rate limits."""
+    loner, member = Identity("bob@acme"), Identity("bob", "acme")
+    assert scope_of(loner, "user") != scope_of(member, "user")
+    await store.set_budget(scope_of(loner, "user"), {"per_day": 1.0})
+    assert await store.own_budgets(member, ["user"]) == {"user": {}}
+    assert await store.own_budgets(loner, ["user"]) == {"user": {"per_day": 1.0}}
+    assert shown(scope_of(member, "user")[1]) == "bob@acme"  # as people read it

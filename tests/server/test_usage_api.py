@@ -301,7 +301,7 @@ async def test_an_admin_sets_the_teams_budget_and_a_members_and_the_next_run_is_
     error = assert_error(refused, 429, "budget_exceeded")  # acme spent $0.0228 of April's $0.02
     assert error["message"] == "team acme spent $0.02 of its $0.02 monthly budget; it resets 2026-05-01T00:00:00Z"
     settings = {(b.scope_kind, b.scope_id): dict(b.limits) for b in await live.rt.store.list_budgets(OPERATOR)}
-    assert settings == {("team", "acme"): {"per_month": 0.02}, ("user", "carol@acme"): {"per_day": None,
+    assert settings == {("team", "acme"): {"per_month": 0.02}, ("user", "acme/carol"): {"per_day": None,
                                                                                       "per_month": 5.0}}  # fmt: skip
 
 
@@ -354,7 +354,7 @@ async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live
     assert windows(view)[("team", "beta", "per_month")] == (0.0, "setting", 0.0)  # dave's $0.008 was in March
     assert assert_error(refused, 429, "budget_exceeded")["message"].startswith("team beta spent $0.00 of its $0.00")
     settings = {(b.scope_kind, b.scope_id) for b in await live.rt.store.list_budgets(OPERATOR)}
-    assert settings == {("team", "beta"), ("user", "bob@beta")}
+    assert settings == {("team", "beta"), ("user", "beta/bob")}
     await run_as(spread, fake, "bob", "chat", (1, 1))  # acme's bob still runs
 
 

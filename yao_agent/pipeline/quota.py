@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from yao_agent.errors import BudgetExceeded, RateLimited
 from yao_agent.identity import Identity
 from yao_agent.pipeline.runtime import Runtime
-from yao_agent.store.ledger import ScopeKind, scope_of
+from yao_agent.store.ledger import ScopeKind
 from yao_agent.store.quota import RateRule
 
 WINDOWS = ("per_day", "per_month")
@@ -78,7 +78,7 @@ def rate_rules(rt: Runtime, identity: Identity) -> list[RateRule]:
 
 
 def who(identity: Identity, kind: ScopeKind) -> str:
-    return f"team {identity.team_id}" if kind == "team" else f"user {scope_of(identity, kind)[1]}"
+    return f"team {identity.team_id}" if kind == "team" else f"user {identity}"
 
 
 def _budget_message(identity: Identity, kind: ScopeKind, window: str, spent: float, limit: float,

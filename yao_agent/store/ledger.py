@@ -1,8 +1,12 @@
 """The usage ledger (CONTRACT §8.2): a row per model call, written with the call's `llm` step, and what
 budgets, rate limits and usage reports read of it.
 
-A scope is a team (`("team", team_id)`) or one user of a team (`("user", "user@team")`, or the user id
-alone for a caller without a team): see `scope_of`.
+A scope is a team (`("team", team_id)`) or one user of a team (`("user", "team/user")`, or the user id
+alone for a caller without a team): see `scope_of`. Ids never hold a `/`, so no two scopes share a key
+(`user@team` would: `@` is allowed in both ids); people are shown `user@team` (`shown`).
+
+Budgets read spend from `spend_days`, a total per scope and day kept with every ledger write, so a
+run's start reads at most a month of days however many calls the month had.
 """
 
 from __future__ import annotations
@@ -12,11 +16,13 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Float, Integer, bindparam, case, func, literal, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql import ClauseElement
 
 from yao_agent.identity import Identity
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.store.records import RunRecord, StepRecord
-from yao_agent.store.schema import usage_ledger
+from yao_agent.store.schema import spend_days, usage_ledger
 from yao_agent.store.tx import Sql, Tx
 
 ScopeKind = Literal["team", "user"]
@@ -28,8 +34,26 @@ _C = usage_ledger.c
 _TEAM = _C.team_id == bindparam("team_id")
 _USER = (_C.user_id == bindparam("user_id")) & _TEAM
 _SINCE = _C.at >= bindparam("since", type_=Float)
-SPENT_BY_TEAM = Sql(select(func.coalesce(func.sum(_C.cost_usd), 0.0)).where(_TEAM, _SINCE))
-SPENT_BY_USER = Sql(select(func.coalesce(func.sum(_C.cost_usd), 0.0)).where(_USER, _SINCE))
+_D = spend_days.c
+SPENT = Sql(
+    select(func.coalesce(func.sum(_D.cost_usd), 0.0)).where(
+        _D.scope_kind == bindparam("kind"), _D.scope_id == bindparam("owner"), _D.day >= bindparam("first")
+    )
+)
+
+
+def _add_spend() -> Sql:
+    """Add a call's cost to its scope's day (each database spells an upsert its own way)."""
+    spelled: dict[str, ClauseElement] = {}
+    for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql)):
+        insert = dialect.insert(spend_days)
+        spelled[name] = insert.on_conflict_do_update(
+            index_elements=["scope_kind", "scope_id", "day"], set_={"cost_usd": _D.cost_usd + insert.excluded.cost_usd}
+        )
+    return Sql(spelled, columns=[c.key for c in spend_days.c])
+
+
+ADD_SPEND = _add_spend()
 _TOKENS = func.coalesce(func.sum(_C.input_tokens + _C.output_tokens), 0)
 TOKENS_BY_TEAM = Sql(select(_TOKENS).where(_TEAM, _SINCE))
 TOKENS_BY_USER = Sql(select(_TOKENS).where(_USER, _SINCE))
@@ -41,14 +65,31 @@ def scope_of(identity: Identity, kind: ScopeKind) -> tuple[ScopeKind, str]:
         if identity.team_id is None:
             raise ValueError("a caller without a team has no team scope")
         return "team", identity.team_id
-    return "user", str(identity)
+    return "user", f"{identity.team_id}/{identity.user_id}" if identity.team_id else identity.user_id
+
+
+def shown(scope_id: str) -> str:
+    """A scope's key as people read it: `user@team` for a user of a team."""
+    team, _, user = scope_id.rpartition("/")
+    return f"{user}@{team}" if team else scope_id
 
 
 def record(tx: Tx, run: RunRecord, done: Sequence[StepRecord]) -> None:
     """The ledger rows of the model calls among `done` (steps being written with them)."""
     rows = [row for step in done if (row := _row(run, step)) is not None]
-    if rows:
-        tx.executemany(INSERT, rows)
+    if not rows:
+        return
+    tx.executemany(INSERT, rows)
+    who = Identity(run.user_id, run.team_id)
+    kinds: tuple[ScopeKind, ...] = ("team", "user") if run.team_id else ("user",)
+    days: dict[tuple[ScopeKind, str, str], float] = {}
+    for row in rows:
+        for kind in kinds if row["cost_usd"] else ():
+            key = (*scope_of(who, kind), row["day"])
+            days[key] = days.get(key, 0.0) + float(row["cost_usd"])
+    # In one order (team, then user): two runs of a team adding at once never wait on each other's rows.
+    for (kind, owner, day), cost in sorted(days.items()):
+        tx.execute(ADD_SPEND, {"scope_kind": kind, "scope_id": owner, "day": day, "cost_usd": cost})
 
 
 def _row(run: RunRecord, step: StepRecord) -> dict[str, Any] | None:
@@ -74,9 +115,10 @@ def _who(identity: Identity, kind: ScopeKind) -> dict[str, str]:
 
 
 def spent(tx: Tx, identity: Identity, kind: ScopeKind, since: float) -> float:
-    """USD of known prices the scope spent since `since`."""
-    sql = SPENT_BY_TEAM if kind == "team" else SPENT_BY_USER
-    return float(tx.scalar(sql, {**_who(identity, kind), "since": since}) or 0.0)
+    """USD of known prices the scope spent from the day of `since` (a window's start: budgets' windows
+    are whole days)."""
+    _, owner = scope_of(identity, kind)
+    return float(tx.scalar(SPENT, {"kind": kind, "owner": owner, "first": day_of(since)}) or 0.0)
 
 
 def tokens_since(tx: Tx, identity: Identity, kind: ScopeKind, since: float) -> int:

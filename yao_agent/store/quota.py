@@ -30,6 +30,12 @@ WINDOW_S = 60.0  # rate limits count the last minute
 
 _SCOPE = (budgets.c.scope_kind == bindparam("kind")) & (budgets.c.scope_id == bindparam("owner"))
 GET_BUDGET = Sql(select(budgets.c.limits).where(_SCOPE))
+GET_BOTH = Sql(  # a caller's team's and own settings in one round trip: every run start reads them
+    select(budgets.c.scope_kind, budgets.c.limits).where(
+        ((budgets.c.scope_kind == "team") & (budgets.c.scope_id == bindparam("team")))
+        | ((budgets.c.scope_kind == "user") & (budgets.c.scope_id == bindparam("user")))
+    )
+)
 LIST_BUDGETS = Sql(select(budgets).order_by(budgets.c.scope_kind, budgets.c.scope_id))
 
 
@@ -98,8 +104,9 @@ class QuotaStore:
 
         def work(tx: Tx) -> Spending:
             found: Spending = {}
+            own = _owns(tx, identity)
             for kind, default in defaults.items():
-                budget = effective(default, _own(tx, identity, kind))
+                budget = effective(default, own.get(kind, {}))
                 found[kind] = {w: (limit, ledger.spent(tx, identity, kind, since[w])) for w, limit in budget.items()
                                if limit is not None}  # fmt: skip
             return found
@@ -163,6 +170,12 @@ class QuotaStore:
 def effective(defaults: Mapping[str, float | None], own: Mapping[str, Any]) -> dict[str, float | None]:
     """A scope's budget: its own setting of a window where it has one, else app.yml's."""
     return {window: own.get(window, limit) for window, limit in defaults.items()}
+
+
+def _owns(tx: Tx, identity: Identity) -> dict[str, Mapping[str, Any]]:
+    """The caller's team's and their own budget settings, by kind of scope (those that have some)."""
+    params = {"team": identity.team_id or "", "user": ledger.scope_of(identity, "user")[1]}
+    return {kind: dict(limits) for kind, limits in tx.tuples(GET_BOTH, params)}
 
 
 def _own(tx: Tx, identity: Identity, kind: ScopeKind) -> Mapping[str, Any]:

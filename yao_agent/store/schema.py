@@ -194,11 +194,21 @@ usage_ledger = Table(
     info={"outlives_chats": True},
 )
 
+spend_days = Table(  # what each scope spent per day (USD of known prices): what budgets read (ledger.py)
+    "spend_days",
+    metadata,
+    Column("scope_kind", String(8), primary_key=True),  # team | user
+    Column("scope_id", String(260), primary_key=True),  # as `ledger.scope_of` keys it
+    Column("day", String(10), primary_key=True),  # YYYY-MM-DD (UTC)
+    Column("cost_usd", Float, nullable=False),
+    info={"outlives_chats": True},
+)
+
 budgets = Table(  # a team's or user's own spend limits, over app.yml's defaults (CONTRACT §8.2)
     "budgets",
     metadata,
     Column("scope_kind", String(8), primary_key=True),  # team | user
-    Column("scope_id", String(260), primary_key=True),  # a team id, or user@team (user alone without a team)
+    Column("scope_id", String(260), primary_key=True),  # a team id, or team/user (the user alone without a team)
     Column("limits", JSON, nullable=False),  # {"per_day"?: USD | null, "per_month"?: USD | null}: what is set
     Column("updated_at", Float, nullable=False),
 )

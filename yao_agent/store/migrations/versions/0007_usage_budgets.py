@@ -38,6 +38,13 @@ def upgrade() -> None:
     op.create_index("ix_usage_team", "usage_ledger", ["team_id", "at"])
     op.create_index("ix_usage_user", "usage_ledger", ["user_id", "team_id", "at"])
     op.create_table(
+        "spend_days",
+        sa.Column("scope_kind", sa.String(8), primary_key=True),
+        sa.Column("scope_id", sa.String(260), primary_key=True),
+        sa.Column("day", sa.String(10), primary_key=True),
+        sa.Column("cost_usd", sa.Float(), nullable=False),
+    )
+    op.create_table(
         "budgets",
         sa.Column("scope_kind", sa.String(8), primary_key=True),
         sa.Column("scope_id", sa.String(260), primary_key=True),
@@ -58,6 +65,7 @@ def downgrade() -> None:
     op.drop_index("ix_rate_events_scope", table_name="rate_events")
     op.drop_table("rate_events")
     op.drop_table("budgets")
+    op.drop_table("spend_days")
     op.drop_index("ix_usage_user", table_name="usage_ledger")
     op.drop_index("ix_usage_team", table_name="usage_ledger")
     op.drop_table("usage_ledger")
