@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import sys
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +17,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import Live, openai_client, running, server_files
-from tests.server.test_serve import free_port, stopped
+from tests.server.test_serve import serving
 from tests.tools.servers import server as testing_server
 from yao_agent.identity import Identity
 from yao_agent.ids import RandomIds
@@ -371,25 +368,9 @@ async def test_a_decision_after_a_restart_continues_the_run(
     assert run is not None and run.resumed_from == events[-1]["run_id"]
 
 
-@asynccontextmanager
-async def served_elsewhere(app: Path, db: str, tmp_path: Path) -> AsyncGenerator[str]:
+def served_elsewhere(app: Path, db: str, tmp_path: Path) -> AbstractAsyncContextManager[str]:
     """`yao-agent serve` of the app in another OS process on the database `db`; its base URL."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with (tmp_path / "serve.err").open("w") as err:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", db, "serve", "--port", str(port),
-            stdout=asyncio.subprocess.PIPE, stderr=err, env=env, cwd=REPO,
-        )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        banner = await asyncio.wait_for(process.stdout.readline(), 60)  # it prints it once it listens
-        assert f"127.0.0.1:{port}" in banner.decode(), (tmp_path / "serve.err").read_text()
-        yield f"http://127.0.0.1:{port}"
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0, (tmp_path / "serve.err").read_text()
-    finally:
-        await stopped(process)
+    return serving(app, db, tmp_path / "serve.err")
 
 
 async def test_a_decision_in_another_process_continues_the_run(

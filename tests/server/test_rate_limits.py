@@ -8,11 +8,8 @@ the servers' start-up."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import httpx
@@ -21,7 +18,7 @@ from sqlalchemy import Table, func, select
 
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
-from tests.server.test_serve import free_port, stopped
+from tests.server.test_serve import serving
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import chats, rate_events, runs
@@ -37,32 +34,6 @@ ASKED = 30  # runs asked for at once by the members of acme, spread over the ser
 async def fake() -> AsyncIterator[FakeProvider]:
     async with FakeProvider() as provider:
         yield provider
-
-
-def said(err: Path) -> str:
-    """What a server wrote to its stderr (read when it failed to start or to stop)."""
-    return err.read_text()
-
-
-@asynccontextmanager
-async def serving(app: Path, db: str, err: Path) -> AsyncGenerator[str]:
-    """`yao-agent serve` of the app in an OS process of its own on the database `db`; its base URL."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with err.open("w") as errors:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", db, "serve", "--port", str(port),
-            stdout=asyncio.subprocess.PIPE, stderr=errors, env=env, cwd=REPO,
-        )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        banner = await asyncio.wait_for(process.stdout.readline(), 60)  # it prints it once it listens
-        assert f"127.0.0.1:{port}" in banner.decode(), said(err)
-        yield f"http://127.0.0.1:{port}"
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0, said(err)
-    finally:
-        await stopped(process)
 
 
 async def count(store: SqlStore, table: Table) -> int:

@@ -10,6 +10,8 @@ import signal
 import socket
 import sqlite3
 import sys
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,29 @@ def test_an_address_that_cannot_be_had_is_an_error_line_too(tmp_path: Path, caps
     assert capsys.readouterr().err == f"error: cannot listen on 127.0.0.1:{port}: address already in use\n"
     assert cli(app, "serve", "--host", "192.0.2.1", "--port", str(port)) == (1, "")  # TEST-NET: not this host's
     assert capsys.readouterr().err == f"error: cannot listen on 192.0.2.1:{port}: cannot assign requested address\n"
+
+
+def said(err: Path) -> str:
+    """What a server wrote to its stderr (read when it failed to start or to stop)."""
+    return err.read_text()
+
+
+@asynccontextmanager
+async def serving(app: Path, db: str, err: Path) -> AsyncGenerator[str]:
+    """`yao-agent serve` of the app in an OS process of its own on the database `db`; its base URL."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with err.open("w") as errors:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", db, "serve", "--port", str(port),
+            stdout=asyncio.subprocess.PIPE, stderr=errors, env=env, cwd=REPO,
+        )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        banner = await asyncio.wait_for(process.stdout.readline(), 60)  # it prints it once it listens
+        assert f"127.0.0.1:{port}" in banner.decode(), said(err)
+        yield f"http://127.0.0.1:{port}"
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0, said(err)
+    finally:
+        await stopped(process)
