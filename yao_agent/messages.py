@@ -72,6 +72,8 @@ class ChatMessage:
     replaces: bool = False
     summarises: tuple[str, str] | None = None  # a summary's first and last message ids
     approval: dict[str, Any] | None = None  # shown, not stored here: what a person decided about the call
+    connector: str | None = None  # an assistant message's: the connector that answered (of a fallback chain)
+    model: str | None = None  # ... and its model
 
     def to_api(self) -> dict[str, Any]:
         """The stored-message shape of CONTRACT §6."""
@@ -89,6 +91,8 @@ class ChatMessage:
             out["summarises"] = list(self.summarises)
         if self.approval is not None:
             out["approval"] = self.approval
+        if self.connector is not None:
+            out |= {"connector": self.connector, "model": self.model}
         out["created_at"] = iso_time(self.created_at)
         return out
 

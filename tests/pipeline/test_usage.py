@@ -133,3 +133,24 @@ async def test_a_user_named_like_a_member_of_a_team_has_a_scope_of_their_own(sto
     assert await store.own_budgets(member, ["user"]) == {"user": {}}
     assert await store.own_budgets(loner, ["user"]) == {"user": {"per_day": 1.0}}
     assert shown(scope_of(member, "user")[1]) == "bob@acme"  # as people read it
+
+
+async def test_a_message_says_which_link_of_a_fallback_chain_answered(
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
+) -> None:
+    files = app_files(fake.base_url)
+    files["app.yml"] = files["app.yml"].replace("default: fake.model", "default: [fake.down, fake.model]")
+    files["connectors/fake/down.yml"] = files["connectors/fake/model.yml"].replace("model: text", "model: down")
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
+    try:
+        fake.enqueue(Reply(status=503, error_message="overloaded"), model="down")  # the first link fails
+        fake.enqueue(Reply(text="Here."), model="text")
+        end = end_of(await turn(rt, "hello"))
+        assert end.status == "completed"
+        [answer] = [m for m in await rt.store.history(ALICE, "c1") if m.role == "assistant"]
+        assert (answer.connector, answer.model) == ("fake.model", "text")
+        assert answer.to_api()["connector"] == "fake.model" and answer.to_api()["model"] == "text"
+        [user] = [m.to_api() for m in await rt.store.history(ALICE, "c1") if m.role == "user"]
+        assert "connector" not in user
+    finally:
+        await rt.engines.aclose()

@@ -30,6 +30,7 @@ from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
+from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id
 from yao_agent.pipeline import journal
 from yao_agent.pipeline.runtime import Runtime
@@ -160,6 +161,8 @@ async def call(
     message = await reply.close("completed")
     message.created_at = rt.clock()
     message.hidden = state.hidden
+    answered = as_mapping(made[-1].output)  # who answered its last piece: the message's author
+    message.connector, message.model = answered.get("connector"), answered.get("model")
     state.buffer.add(message)
     await journal.commit(rt, state, [message], made)  # the step journal: never requested again
     return message

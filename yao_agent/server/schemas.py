@@ -64,6 +64,8 @@ class MessageOut(BaseModel):
         None, description="a summary's first and last message ids: the earlier messages it stands for"
     )
     approval: DecisionOut | None = Field(None, description="a tool result's: what a person decided about the call")
+    connector: str | None = Field(None, description="an assistant message's: the connector that answered")
+    model: str | None = Field(None, description="an assistant message's: the model that answered")
     created_at: str = Field(description="ISO 8601, UTC")
 
 

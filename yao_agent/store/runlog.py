@@ -34,7 +34,7 @@ _OF_CHAT = messages.c.chat_id == bindparam("chat_id")
 # What `_message` reads, in the order it unpacks them (every message of a run's history is read so).
 _READ = [messages.c[name] for name in ("id", "seq", "run_id", "role", "content", "tool_calls", "tool_call_id",
                                        "reasoning", "status", "thread_id", "created_at", "hidden",
-                                       "summarises")]  # fmt: skip
+                                       "summarises", "connector", "model")]  # fmt: skip
 READ_COLUMNS = _READ
 _LAST = bindparam("limit", type_=Integer)
 SELECT_HISTORY = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq.desc()).limit(_LAST))
@@ -227,18 +227,20 @@ def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
             "tool_call_id": message.tool_call_id, "reasoning": plain_text(message.reasoning),
             "status": message.status, "thread_id": message.thread_id, "created_at": message.created_at,
             "hidden": message.hidden,
-            "summarises": list(message.summarises) if message.summarises else None}  # fmt: skip
+            "summarises": list(message.summarises) if message.summarises else None,
+            "connector": message.connector, "model": message.model}  # fmt: skip
 
 
 def _message(row: Any) -> ChatMessage:
     (message_id, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at, hidden,
-     summarises) = row  # fmt: skip
+     summarises, connector, model) = row  # fmt: skip
     # `written`: a chat stored before invalid arguments were replaced must not carry them to a provider
     tool_calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in calls or ())
     return ChatMessage(
         id=message_id, role=role, content=content, run_id=run_id, tool_calls=tool_calls, tool_call_id=tool_call_id,
         reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at, seq=seq, hidden=hidden,
-        summarises=(str(summarises[0]), str(summarises[1])) if summarises else None,
+        summarises=(str(summarises[0]), str(summarises[1])) if summarises else None, connector=connector,
+        model=model,
     )  # fmt: skip
 
 

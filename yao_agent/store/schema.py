@@ -67,6 +67,8 @@ messages = Table(
     Column("created_at", Float, nullable=False),
     Column("hidden", Boolean, nullable=False, server_default=false()),  # never sent to a model again
     Column("summarises", JSON, nullable=True),  # a summary's [first, last] message ids
+    Column("connector", String(256), nullable=True),  # an assistant message's: who answered (CONTRACT §6)
+    Column("model", String(256), nullable=True),
     Index("ux_messages_chat_seq", "chat_id", "seq", unique=True),
 )
 # A run loads its chat from the latest summary on: this finds it without reading the chat's other
