@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import cold_chat, context, flush, hooks, load_app, pipeline, quota, server
+from bench import cold_chat, context, flush, hooks, load_app, metrics, pipeline, quota, server, traces
 from bench.common import Row, fake_provider, print_table
 
 
@@ -42,6 +42,8 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     scale = 4 if quick else 1
     return {
         "pipeline": with_fake(pipeline.measure, runs=100 // scale),
+        "metrics": with_fake(metrics.measure, runs=200 // scale),
+        "traces": with_fake(traces.measure, runs=200 // scale),
         "hooks": lambda: asyncio.run(hooks.measure(5000 // scale)),
         "server": with_fake(
             server.measure, chats=1000, chunks=40 // scale, every_ms=500, ramp_s=20 / scale, idle=2000 // scale

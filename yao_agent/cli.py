@@ -188,6 +188,12 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     return asyncio.run(resume(args, out))
 
 
+def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
+    from .cli_runs import runs_of_chat
+
+    return asyncio.run(runs_of_chat(args, out))
+
+
 def cmd_approvals(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_approvals import approvals
 
@@ -263,8 +269,11 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     """Serve until SIGTERM/Ctrl-C. An address it cannot listen on is one line and exit 1 (CannotListen)."""
+    from . import logs
     from .runs import Runs
     from .server.serve import address, listen, server, settle_memory
+
+    fmt = logs.chosen(args.log_format)
 
     async def work() -> None:
         runs = await Runs.open(app_dir(args), db=args.db)
@@ -282,7 +291,8 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await runs.aclose()
 
-    asyncio.run(work())
+    with logs.configured(fmt):  # before the app loads: its warnings are log lines too
+        asyncio.run(work())
     return EXIT_OK
 
 
@@ -344,6 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deny", metavar="TOOL_CALL_ID[:REASON]", action="append",
                    help="deny this call (the model reads the reason); repeat for more")  # fmt: skip
     _identity_options(p)
+    p = command("runs", cmd_runs, "a chat's runs, or one run's steps: transitions, who answered, tokens, timing")
+    p.add_argument("chat_id", metavar="CHAT_ID")
+    p.add_argument("run_id", metavar="RUN_ID", nargs="?")
+    _identity_options(p)
     _roles_parser(sub)
     _tokens_parser(sub)
     from .cli_usage import add_parsers  # (its commands' own imports wait until they run)
@@ -352,6 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("serve", cmd_serve, "serve the HTTP API and the web page")
     p.add_argument("--host", metavar="H", help="address to listen on (default: app.yml server.host, 127.0.0.1)")
     p.add_argument("--port", metavar="P", type=int, help="port (default: app.yml server.port, 8765)")
+    p.add_argument("--log-format", choices=("text", "json"),
+                   help="text, or one JSON object a line (env YAO_AGENT_LOG_FORMAT; default: text)")  # fmt: skip
     return parser
 
 

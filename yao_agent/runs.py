@@ -30,10 +30,10 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-from yao_agent import teams
+from yao_agent import metrics, teams
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import App, AssistantSpec
-from yao_agent.errors import ChatBusy, NoActiveRun, NotFound, UsageError
+from yao_agent.errors import ChatBusy, NoActiveRun, NotFound, Refused, UsageError
 from yao_agent.events import Event
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage, parse_input
@@ -90,17 +90,35 @@ class Runs:
         who, chat_id = request.identity, request.chat_id
         theirs = who is not None and chat_id is not None and self.running(who, chat_id)
         state = await permission.check(self.rt, request, chat_is_theirs=theirs)
-        await quota.check(self.rt, state.identity, state.run_id)  # budgets and rate limits (stage 1 still)
         on_busy = request.on_busy or state.assistant.on_busy
-        if on_busy == "reject" and await self.admission.held_elsewhere(state.chat_id):
-            raise ChatBusy(f"chat '{state.chat_id}' is busy with a run in another process (on_busy: reject)")
-        ticket = self.admission.accept(state, on_busy)
+        try:
+            await quota.check(self.rt, state.identity, state.run_id)  # budgets and rate limits (stage 1 still)
+            if on_busy == "reject" and await self.admission.held_elsewhere(state.chat_id):
+                raise ChatBusy(f"chat '{state.chat_id}' is busy with a run in another process (on_busy: reject)")
+            ticket = self.admission.accept(state, on_busy)
+        except Refused as exc:
+            metrics.refused(exc.code)
+            raise
+        except ChatBusy:
+            metrics.refused("chat_busy")
+            raise
         task = asyncio.create_task(execute(self.rt, state, self.admission, ticket), name=f"run {state.run_id}")
         handle = RunHandle(state, task)
         ticket.cancel = handle.cancel  # registered before anything else can run: no cancel is ever missed
         self.active[state.run_id] = handle
-        task.add_done_callback(lambda _: self.active.pop(state.run_id, None))
+        task.add_done_callback(lambda _: self._ended(state.run_id))
+        self._count()
         return handle
+
+    def _ended(self, run_id: str) -> None:
+        self.active.pop(run_id, None)
+        self._count()
+
+    def _count(self) -> None:
+        """Tell the metrics how many runs run and wait here: each chat's first request runs, the rest queue.
+        (Counted when a run starts and ends: the moments a queued one moves up are among them.)"""
+        queued = sum(len(gate.tickets) - 1 for gate in self.admission.gates.values() if gate.tickets)
+        metrics.load(len(self.active) - queued, queued)
 
     async def stream(self, request: RunRequest) -> AsyncGenerator[Event]:
         """Start a run and yield its events. Leaving early cancels the run (which is still stored)."""

@@ -41,7 +41,8 @@ def hook_context(rt: Runtime, state: RunState) -> HookContext:
 
     async def log(level: str, message: str) -> None:
         level_no = LEVELS.get(level.lower(), logging.INFO)
-        hook_log.log(level_no, "%s (%s): %s", hook, state.assistant.id, printable(message))
+        hook_log.log(level_no, "%s (%s): %s", hook, state.assistant.id, printable(message),
+                     extra={"source": "hook", "hook": hook})  # fmt: skip
 
     async def send(message: Any) -> str:
         return await send_message(rt, state, message)

@@ -204,13 +204,18 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
     step.transition = why
     state.turns += 1
     answering = state.chain[0] if state.chain else None
+    asked, first_token = rt.monotonic(), None
+    hops: list[dict[str, str]] = []  # the fallbacks this call took: the step keeps them (metrics count them)
     try:
         async for event in stream_call(state.chain, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
                                        environ=rt.environ, cooldowns=rt.cooldowns):  # fmt: skip
             if isinstance(event, Fallback):
                 answering = next((c for c in state.chain if c.id == event.to_connector), answering)
+                hops.append({"from": event.from_connector, "to": event.to_connector})
                 await state.emit(FallbackEvent(state.run_id, event.from_connector, event.to_connector, event.reason))
             else:
+                if first_token is None:
+                    first_token = rt.monotonic()  # time to first token: what a person waits before text moves
                 await reply.add(event)
     except BaseException as exc:  # whatever stopped it, what the client saw is kept (as incomplete)
         await _keep_partial(rt, state, reply)
@@ -218,10 +223,15 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
         used = call_usage(reply.piece.usage, answering)
         spent = _spent(state, answering, used) if used is not None else None  # tokens a failed call was billed
+        spent = (spent or {}) | {"fallbacks": hops} if hops else spent
         state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent)
         state.root.usage.add(used)  # a child's calls are the run's calls
         raise
     made = _made(state, reply, answering)
+    if first_token is not None:
+        made["first_token_ms"] = round((first_token - asked) * 1000, 1)
+    if hops:
+        made["fallbacks"] = hops
     state.root.usage.add(made.get("usage"))
     state.buffer.end(step, "completed", output=made)
     return step

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from yao_agent import tracing
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import App, AssistantSpec
 from yao_agent.errors import NotFound, PermissionDenied, UsageError
@@ -27,6 +28,7 @@ CHAT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = False) -> RunState:
     """The run's state, or the error that refuses it. `chat_is_theirs`: a run of the caller's on the
     request's chat is accepted already (its first run may not have stored the chat yet)."""
+    request = tracing.with_incoming(request)
     identity = request.identity
     if not isinstance(identity, Identity):
         raise PermissionDenied("a run needs the caller's identity (a user id)")
@@ -39,8 +41,8 @@ async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = Fals
     run_id = rt.ids.new("run")
     run = RunRecord(
         id=run_id, chat_id=chat_id or rt.ids.new("chat"), user_id=identity.user_id, team_id=identity.team_id,
-        assistant_id=assistant.id, trace_id=rt.ids.new("trace"), owner=rt.owner, started_at=rt.clock(),
-        resumed_from=request.resume.run.id if request.resume else None,
+        assistant_id=assistant.id, trace_id=tracing.run_trace_id(request, rt.ids), owner=rt.owner,
+        started_at=rt.clock(), resumed_from=request.resume.run.id if request.resume else None,
     )  # fmt: skip
     ctx = RunContext(request=request, identity=identity, assistant=assistant, run=run, out=EventChannel(),
                      buffer=Buffer(run_id, rt.ids.new, rt.clock), started_mono=rt.monotonic())  # fmt: skip

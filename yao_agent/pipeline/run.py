@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 
+from yao_agent import logs
 from yao_agent.aio import finish_despite_cancel, uncancel
 from yao_agent.errors import RunError, RunTimeout
 from yao_agent.events import StreamStart
-from yao_agent.pipeline import approvals, close, connector, delegate, history, turns
+from yao_agent.pipeline import approvals, close, connector, delegate, history, observe, turns
 from yao_agent.pipeline.admission import Admission, Ticket
 from yao_agent.pipeline.buffer import log
 from yao_agent.pipeline.runtime import Runtime
@@ -27,6 +28,9 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
     """The run's own task: wait for the chat, the stages in order, the flush, then `stream_end`."""
     state.begun = True
     run = state.run
+    # this task's context (a copy of its creator's): every line the run logs, its hooks' and tools' too, has its ids
+    logs.bind(run_id=run.id, chat_id=run.chat_id, trace_id=run.trace_id, team_id=state.identity.team_id,
+              user_id=state.identity.user_id, assistant_id=run.assistant_id)  # fmt: skip
     await state.emit(StreamStart(run.id, run.chat_id, run.assistant_id, run.trace_id))
     outcome: BaseException | None = None
     try:
@@ -53,6 +57,7 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
                 except asyncio.CancelledError:
                     uncancel()  # a cancel during the flush: the outcome was already settled and is now stored
     finally:
+        observe.run_ended(state)  # stored by now: metrics and traces see what the store has
         await state.emit(close.stream_end(state))  # 10. close
         state.out.close()
     if outcome is not None and not isinstance(outcome, RunError | asyncio.CancelledError):

@@ -36,6 +36,7 @@ class RunRequest:
     # True: `chat_id` must name one of the caller's chats (over HTTP the server names new ones); False:
     # a chat of that id is started if there is none (the CLI's `--chat ID`).
     chat_must_exist: bool = False
+    traceparent: str | None = None  # the caller's W3C trace context: the run joins its trace (yao_agent/tracing.py)
 
 
 class ChildRuns(Protocol):

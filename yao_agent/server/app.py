@@ -10,7 +10,8 @@ from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.runs import Runs
-from yao_agent.server import errors, native, openai_compat, operating, schemas
+from yao_agent.server import errors, metrics_route, native, openai_compat, operating, schemas
+from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.limits import Admission, RequestBody
 
@@ -31,6 +32,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(native.router)
     app.include_router(operating.router)
     app.include_router(openai_compat.router)
+    metrics_route.install(app)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -38,8 +40,10 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
         return FileResponse(WEB / "index.html")
 
     schemas.install(app)
-    # Each one added wraps the ones before: a request meets Admission, then Authenticate, then RequestBody.
+    # Each one added wraps the ones before: a request meets AccessLog (which sees every answer, refusals
+    # included), then Admission, then Authenticate, then RequestBody.
     app.add_middleware(RequestBody, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(Authenticate, runs=runs)
     app.add_middleware(Admission, limit=settings.max_requests)
+    app.add_middleware(AccessLog)
     return app

@@ -53,9 +53,10 @@ async def caller(
 Caller = Annotated[Identity, Depends(caller)]
 
 
-# What may be fetched without a token: liveness, the page and its files, the API's documentation. Anything
-# else needs one, even a path no route serves: a route added later is closed until it is listed here.
-PUBLIC = frozenset({"/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+# What may be fetched without a user token: liveness, metrics (their own token: metrics_route.py), the page
+# and its files, the API's documentation. Anything else needs one, even a path no route serves: a route
+# added later is closed until it is listed here.
+PUBLIC = frozenset({"/", "/healthz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 PUBLIC_UNDER = ("/static/",)
 
 

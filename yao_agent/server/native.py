@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
+from yao_agent import tracing
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import UsageError
 from yao_agent.events import to_json
@@ -130,7 +131,8 @@ async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, s
     """
     check_messages(server_settings(request), body.messages)
     ask = RunRequest(assistant_id, who, body.messages, chat_id=body.chat_id, metadata=body.metadata or {},
-                     on_busy=body.on_busy, chat_must_exist=True)  # fmt: skip
+                     on_busy=body.on_busy, chat_must_exist=True,
+                     traceparent=request.headers.get("traceparent"))  # fmt: skip
     handle = await runs_of(request).start(ask)
     return streamed(handle) if stream else await drained(request, handle)
 
@@ -176,7 +178,8 @@ async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str,
              responses=doc.answers(doc.RunOut, 400, 401, 404, 409, stream=doc.EVENTS))  # fmt: skip
 async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
-    handle = await runs_of(request).resume(who, chat_id)
+    with tracing.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
+        handle = await runs_of(request).resume(who, chat_id)
     return streamed(handle) if stream else await drained(request, handle)
 
 
@@ -200,7 +203,8 @@ async def approvals(chat_id: str, request: Request, who: Caller) -> dict[str, An
 async def decide(chat_id: str, body: DecisionsBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Decide every pending call and continue the run: approved calls run, denied ones are answered
     `denied: <reason>` (SSE, or JSON with `?stream=false`); 409 when they were decided already."""
-    handle = await runs_of(request).decide(who, chat_id, body.decisions)
+    with tracing.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
+        handle = await runs_of(request).decide(who, chat_id, body.decisions)
     return streamed(handle) if stream else await drained(request, handle)
 
 

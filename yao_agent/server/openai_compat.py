@@ -92,7 +92,8 @@ async def completions(body: CompletionBody, request: Request, who: Caller) -> An
     check_messages(server_settings(request), body.messages)
     given = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
     ask = RunRequest(body.model, who, body.messages, chat_id=str(given) if given is not None else None,
-                     metadata=body.run_metadata(), options=body.call_options(), chat_must_exist=True)  # fmt: skip
+                     metadata=body.run_metadata(), options=body.call_options(), chat_must_exist=True,
+                     traceparent=request.headers.get("traceparent"))  # fmt: skip
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
     if body.stream:

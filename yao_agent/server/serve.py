@@ -26,6 +26,7 @@ from types import FrameType
 import uvicorn
 from sse_starlette.sse import AppStatus
 
+from yao_agent import logs, tracing
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import CannotListen
 from yao_agent.runs import Runs
@@ -96,6 +97,7 @@ def config(runs: Runs, host: str, port: int, settings: ServerSettings | None = N
     """uvicorn's configuration: the app, and each connection's protocol, holding the `server:` settings."""
     settings = settings or runs.app.config.server
     return uvicorn.Config(create_app(runs, settings), host=host, port=port, log_level="warning",
+                          log_config=logs.uvicorn_log_config(),
                           timeout_graceful_shutdown=15, lifespan="off", http=protocol(settings),
                           ws="none", backlog=BACKLOG)  # fmt: skip
 
@@ -103,6 +105,7 @@ def config(runs: Runs, host: str, port: int, settings: ServerSettings | None = N
 def server(runs: Runs, host: str, port: int, on_started: Callable[[], None] | None = None) -> Server:
     """The app under uvicorn; serve it on a socket from `listen` (`.serve(sockets=[...])`)."""
     settings = runs.app.config.server
+    tracing.setup()  # each serving process traces its own runs, when OTEL_* asks for it
     fitted = replace(settings, max_connections=room_for(settings.max_connections))
     return Server(config(runs, host, port, fitted), runs, on_started)
 

@@ -1,0 +1,42 @@
+"""`yao-agent runs CHAT_ID [RUN_ID]`: what each run of a chat did — why each model call was made, who
+answered, the tokens and the time — as a person reads it, and as JSON."""
+
+from __future__ import annotations
+
+import json
+
+from tests.pipeline.test_cli_approvals import Cli, app, cli, fake, ledger
+from yao_agent.testing import FakeProvider, Reply
+
+__all__ = ["app", "cli", "fake", "ledger"]  # the fixtures this file shares with the approvals' CLI tests
+
+
+def test_runs_lists_a_chats_runs_and_shows_one_runs_steps(cli: Cli, fake: FakeProvider) -> None:
+    usage = {"prompt_tokens": 120, "completion_tokens": 35, "total_tokens": 155}
+    fake.enqueue(Reply(text="Hello.", usage=usage))
+    assert cli("chat", "tooled", "hi", "--chat", "r1")[0] == 0
+    code, listed = cli("runs", "r1")
+    assert code == 0
+    lines = listed.splitlines()
+    assert len(lines) == 1 and "tooled  completed (completed)  155 tokens" in lines[0]
+    run_id = lines[0].split()[0]
+    code, shown = cli("runs", "r1", run_id)
+    assert code == 0
+    step = shown.splitlines()[1]
+    assert step.split()[:4] == ["1", "llm", "first", "fake.model/text"] and "120→35 tokens" in step
+    assert step.endswith("completed")
+    code, as_json = cli("runs", "r1", run_id, "--json")
+    view = json.loads(as_json)
+    assert (view["run_id"], view["steps"][0]["connector"], view["steps"][0]["usage"]["input_tokens"]) == (
+        run_id,
+        "fake.model",
+        120,
+    )
+
+
+def test_runs_of_a_chat_that_is_not_yours_is_exit_2(cli: Cli, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(text="Hello."))
+    assert cli("chat", "tooled", "hi", "--chat", "r2")[0] == 0
+    assert cli("runs", "r2", "--user", "mallory")[0] == 2
+    assert cli("runs", "nope")[0] == 2
+    assert cli("runs", "r2", "run_nope")[0] == 2
