@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import cold_chat, context, flush, hooks, load_app, metrics, pipeline, quota, server, traces
+from bench import cold_chat, context, flush, hooks, load_app, logs, metrics, pipeline, quota, server, traces
 from bench.common import Row, fake_provider, print_table
 
 
@@ -44,6 +44,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "pipeline": with_fake(pipeline.measure, runs=100 // scale),
         "metrics": with_fake(metrics.measure, runs=200 // scale),
         "traces": with_fake(traces.measure, runs=200 // scale),
+        "logs": with_fake(logs.measure, runs=200 // scale),
         "hooks": lambda: asyncio.run(hooks.measure(5000 // scale)),
         "server": with_fake(
             server.measure, chats=1000, chunks=40 // scale, every_ms=500, ramp_s=20 / scale, idle=2000 // scale

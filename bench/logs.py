@@ -1,0 +1,69 @@
+"""What JSON logs add to a plain run's CPU, as the server logs one: the run, and its request's access
+line, with the log in JSON and in text, alternated.
+
+    .venv/bin/python bench/logs.py [--runs 200]
+
+A plain run (one model call streaming 20 chunks, stored; openai engine) through `Runs`, plus the one
+`yao_agent.access` line the server writes for its request (with the same fields the access middleware
+gives it), through the handler `serve --log-format json|text` installs, writing to /dev/null. A
+successful run logs nothing else at INFO. Medians of this process's CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TextIO
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench  # noqa: F401  (before litellm: it puts litellm offline)
+
+# isort: split
+from bench.common import MODEL, PLAIN, Row, alternate, fake_provider, median_ms, print_table, write_app
+from bench.pipeline import APP, ours
+from yao_agent import logs
+from yao_agent.runs import Runs
+
+LIMIT = 1.05  # issue 19: JSON logs add at most 5 % to a plain run's CPU
+access = logging.getLogger("yao_agent.access")
+FIELDS = {"method": "POST", "route": "/api/assistants/{assistant_id}/runs", "status": 200, "duration_ms": 4.2,
+          "bytes": 2048, "user_id": "alice", "team_id": "acme"}  # fmt: skip
+
+
+def logged(fmt: logs.Format, call: Callable[[], Awaitable[None]], sink: TextIO) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        with logs.configured(fmt, sink):
+            await call()
+            access.info("%s %s %d %.1fms %dB", "POST", FIELDS["route"], 200, 4.2, 2048, extra=FIELDS)
+
+    return run
+
+
+async def measure(url: str, runs: int) -> list[Row]:
+    with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as sink:  # noqa: ASYNC230
+        service = await Runs.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
+        plain = ours(service, "plain_openai", PLAIN)
+        got = await alternate({"json": logged("json", plain, sink), "text": logged("text", plain, sink)}, runs,
+                              warmup=20)  # fmt: skip
+        await service.aclose()
+    on, off = median_ms(got["json"]), median_ms(got["text"])
+    note = f"JSON {on:.3f} ms vs text {off:.3f} ms, each with its request's access line"
+    return [Row("plain run with JSON logs (CPU), vs text logs", on, "ms", "ratio", LIMIT, off, note=note)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args()
+    with fake_provider() as url:
+        print_table(asyncio.run(measure(url, args.runs)))
+
+
+if __name__ == "__main__":
+    main()
