@@ -6,6 +6,7 @@ of a shared machine falls on both alike; a verdict compares it with the target o
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import subprocess
@@ -146,3 +147,12 @@ def write_app(root: Path, files: dict[str, str], **values: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text.format(**values))
     return root
+
+
+def runs_main(doc: str | None, measure: Callable[[str, int], Awaitable[Sequence[Row]]]) -> None:
+    """`python bench/NAME.py [--runs N]`: one benchmark against a fake provider of its own."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args()
+    with fake_provider() as url:
+        print_table(asyncio.run(measure(url, args.runs)))

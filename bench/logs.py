@@ -11,12 +11,9 @@ successful run logs nothing else at INFO. Medians of this process's CPU time.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
@@ -25,10 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: F401  (before litellm: it puts litellm offline)
 
 # isort: split
-from bench.common import MODEL, PLAIN, Row, alternate, fake_provider, median_ms, print_table, write_app
-from bench.pipeline import APP, ours
+from bench.common import Row, median_ms, runs_main
+from bench.pipeline import plain_two_ways
 from yao_agent import logs
-from yao_agent.runs import Runs
 
 LIMIT = 1.05  # issue 19: JSON logs add at most 5 % to a plain run's CPU
 access = logging.getLogger("yao_agent.access")
@@ -46,23 +42,15 @@ def logged(fmt: logs.Format, call: Callable[[], Awaitable[None]], sink: TextIO) 
 
 
 async def measure(url: str, runs: int) -> list[Row]:
-    with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as sink:  # noqa: ASYNC230
-        service = await Runs.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
-        plain = ours(service, "plain_openai", PLAIN)
-        got = await alternate({"json": logged("json", plain, sink), "text": logged("text", plain, sink)}, runs,
-                              warmup=20)  # fmt: skip
-        await service.aclose()
+    with open(os.devnull, "w") as sink:  # noqa: ASYNC230
+        got = await plain_two_ways(url, runs, lambda plain: {fmt: logged(fmt, plain, sink) for fmt in ("json", "text")})
     on, off = median_ms(got["json"]), median_ms(got["text"])
     note = f"JSON {on:.3f} ms vs text {off:.3f} ms, each with its request's access line"
     return [Row("plain run with JSON logs (CPU), vs text logs", on, "ms", "ratio", LIMIT, off, note=note)]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=200)
-    args = parser.parse_args()
-    with fake_provider() as url:
-        print_table(asyncio.run(measure(url, args.runs)))
+    runs_main(__doc__, measure)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,7 @@ runs in its own process; a SQLite file holds the store. Medians of this process'
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -21,10 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: F401  (before litellm: it puts litellm offline)
 
 # isort: split
-from bench.common import MODEL, PLAIN, Row, alternate, fake_provider, median_ms, print_table, write_app
-from bench.pipeline import APP, ours
+from bench.common import Row, median_ms, runs_main
+from bench.pipeline import plain_two_ways
 from yao_agent import metrics
-from yao_agent.runs import Runs
 
 LIMIT = 1.05  # issue 19: metrics add at most 5 % to a plain run's CPU
 
@@ -39,11 +35,7 @@ def without(call: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]
 
 async def measure(url: str, runs: int) -> list[Row]:
     metrics.enable()  # as `create_app` does: this process counts from now on
-    with tempfile.TemporaryDirectory() as tmp:
-        service = await Runs.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
-        plain = ours(service, "plain_openai", PLAIN)
-        got = await alternate({"on": plain, "off": without(plain)}, runs, warmup=20)
-        await service.aclose()
+    got = await plain_two_ways(url, runs, lambda plain: {"on": plain, "off": without(plain)})
     on, off = median_ms(got["on"]), median_ms(got["off"])
     wall = f"wall {median_ms(got['on'], 1):.2f} vs {median_ms(got['off'], 1):.2f} ms"
     note = f"metrics on {on:.3f} ms vs off {off:.3f} ms; {wall}"
@@ -51,11 +43,7 @@ async def measure(url: str, runs: int) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=200)
-    args = parser.parse_args()
-    with fake_provider() as url:
-        print_table(asyncio.run(measure(url, args.runs)))
+    runs_main(__doc__, measure)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import openai
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from bench.common import MODEL, PLAIN, Row, alternate, fake_provider, median_ms, print_table, write_app
+from bench.common import MODEL, PLAIN, Row, Sample, alternate, fake_provider, median_ms, print_table, write_app
 from yao_agent.connectors import ModelRequest, stream_call
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime
@@ -102,6 +102,20 @@ class Direct:
         called = {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": function}]}
         answered = {"role": "tool", "tool_call_id": "call_1", "content": str(result.content[0].text)}  # type: ignore[union-attr]
         await self.stream([*ASK, called, answered])
+
+
+Way = Callable[[], Awaitable[None]]
+
+
+async def plain_two_ways(url: str, runs: int, ways: Callable[[Way], dict[str, Way]]) -> dict[str, list[Sample]]:
+    """A plain run (openai engine, SQLite) measured in each of the `ways` made from it, alternated: what
+    switching one thing on (metrics, traces, JSON logs) costs a run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        service = await Runs.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
+        try:
+            return await alternate(ways(ours(service, "plain_openai", PLAIN)), runs, warmup=20)
+        finally:
+            await service.aclose()
 
 
 def ours(runs: Runs, assistant: str, messages: list[dict[str, Any]]) -> Callable[[], Awaitable[None]]:

@@ -12,11 +12,8 @@ Medians of this process's CPU time.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import subprocess
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,10 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: F401  (before litellm: it puts litellm offline)
 
 # isort: split
-from bench.common import MODEL, PLAIN, Row, alternate, fake_provider, median_ms, print_table, write_app
-from bench.pipeline import APP, ours
+from bench.common import Row, median_ms, runs_main
+from bench.pipeline import plain_two_ways
 from yao_agent import tracing
-from yao_agent.runs import Runs
 
 LIMIT = 1.15  # issue 19: tracing on adds at most 15 % to a plain run's CPU
 RECEIVER = """
@@ -66,12 +62,9 @@ def untraced(call: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None
 
 
 async def measure(url: str, runs: int) -> list[Row]:
-    with receiver() as endpoint, tempfile.TemporaryDirectory() as tmp:
+    with receiver() as endpoint:
         assert tracing.setup({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}), "tracing needs yao-agent[otel]"
-        service = await Runs.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
-        plain = ours(service, "plain_openai", PLAIN)
-        got = await alternate({"on": plain, "off": untraced(plain)}, runs, warmup=20)
-        await service.aclose()
+        got = await plain_two_ways(url, runs, lambda plain: {"on": plain, "off": untraced(plain)})
         tracing.shutdown()  # what is queued is sent (its CPU is not in the medians)
     on, off = median_ms(got["on"]), median_ms(got["off"])
     wall = f"wall {median_ms(got['on'], 1):.2f} vs {median_ms(got['off'], 1):.2f} ms"
@@ -80,11 +73,7 @@ async def measure(url: str, runs: int) -> list[Row]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=200)
-    args = parser.parse_args()
-    with fake_provider() as url:
-        print_table(asyncio.run(measure(url, args.runs)))
+    runs_main(__doc__, measure)
 
 
 if __name__ == "__main__":
