@@ -12,16 +12,14 @@ from typing import Any
 import pytest
 from playwright.async_api import Page, Request, Route, expect
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, artifact, running, server_files
+from tests.server.conftest import Live, artifact, running
+from tests.server.test_approvals_api import ledger, payer_runtime, tally
 from tests.server.test_web import browser, page, send, sign_in
-from tests.tools.servers import server as testing_server
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, Reply, ToolCall
-from yao_agent.tools import ToolManager
+from yao_agent.testing import FakeProvider, Reply
 
 # The page's browser fixtures come from test_web (one harness); named here so pytest finds them.
-__all__ = ["browser", "page"]
+__all__ = ["browser", "ledger", "page"]
 
 pytestmark = [
     pytest.mark.browser,
@@ -29,30 +27,12 @@ pytestmark = [
     pytest.mark.parametrize("store_raw_url", ["sqlite"], indirect=True),
 ]
 
-# Every tally needs a person; add needs nobody.
-PAYER = "name: Payer\nmcp:\n  servers: [{server: testing, approve: [tally]}]\n  max_turns: 3\n"
-
 
 @pytest.fixture
 async def approving(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
     """A live server with an assistant whose `tally` calls wait for approval (the in-process MCP server)."""
-    files = server_files(fake.base_url)
-    files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.tools.servers]\n"
-    files["assistants/payer/assistant.yml"] = PAYER
-    rt = make_runtime(tmp_path / "app", store, files)
-    rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
-    async with running(rt) as served:
+    async with running(payer_runtime(tmp_path / "app", store, fake)) as served:
         yield served
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    """The file `tally` appends a line to each time it really runs."""
-    return tmp_path / "ledger"
-
-
-def tally(ledger: Path, label: str, call_id: str) -> ToolCall:
-    return ToolCall("testing__tally", json.dumps({"path": str(ledger), "label": label}), id=call_id)
 
 
 def counted(ledger: Path) -> list[str]:
