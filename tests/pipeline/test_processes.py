@@ -6,7 +6,9 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,11 @@ import pytest
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from tests.pipeline.helpers import stored
-from yao_agent.events import StreamEnd
+from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest
-from yao_agent.runs import Runs
-from yao_agent.store.leases import ANSWER_S
+from yao_agent.runs import Runs, Runtime
+from yao_agent.store.leases import ANSWER_S, PgLease
 from yao_agent.testing import FakeProvider, Reply
 
 pytestmark = pytest.mark.postgres
@@ -205,4 +207,59 @@ async def test_a_process_killed_holding_a_chat_frees_it_when_its_lease_expires(
         rows = await stored(runs.rt, "k1", LOCAL)
         assert [r[1] for r in rows] == ["doomed", "anyone?", "taken over"]
     finally:
+        await runs.aclose()
+
+
+async def skewed_runs(app: Path, pg_url: str, skew_s: float) -> Runs:
+    """A second server process whose host's clock is `skew_s` off (both share this test's process)."""
+    rt = await Runtime.open(app, db=pg_url)
+    runs = Runs(replace(rt, clock=lambda: time.time() + skew_s, owner=f"{rt.owner}-skewed"))
+    await runs.share_chats()
+    return runs
+
+
+@pytest.mark.parametrize("skew_s", [30.0, -30.0])
+async def test_a_cancel_reaches_a_run_on_a_host_whose_clock_is_off(
+    tmp_path: Path, pg_url: str, fake: FakeProvider, skew_s: float
+) -> None:
+    """Accepted before the cancel by the database's clock: cancelled, however far the hosts' clocks disagree."""
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
+    runs, skewed = await our_runs(app, pg_url), await skewed_runs(app, pg_url, skew_s)
+    try:
+        handle = await skewed.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "long"}], chat_id="k1"))
+        events = aiter(handle.events())
+        while not isinstance(await anext(events), MessageDelta):
+            pass
+        assert await runs.cancel(LOCAL, "k1") == 1
+        assert (await ending(events)).status == "cancelled"
+    finally:
+        await skewed.aclose()
+        await runs.aclose()
+
+
+@pytest.mark.parametrize("skew_s", [30.0, -30.0])
+async def test_a_request_accepted_after_an_interrupt_survives_it_whatever_the_clocks(
+    tmp_path: Path, pg_url: str, fake: FakeProvider, skew_s: float
+) -> None:
+    """An interrupt (cancel what came before me) sent from a host whose clock is off spares what another
+    process accepted after it, and still cancels what that process was running."""
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="after"))
+    runs, skewed = await our_runs(app, pg_url), await skewed_runs(app, pg_url, skew_s)
+    try:
+        first = await runs.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "long"}], chat_id="k1"))
+        events = aiter(first.events())
+        while not isinstance(await anext(events), MessageDelta):
+            pass
+        lease = skewed.admission.lease
+        assert isinstance(lease, PgLease)
+        interrupt_at = lease.now()  # the interrupting request is accepted over there now…
+        await asyncio.sleep(0.05)
+        later = await runs.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "later"}], chat_id="k1"))
+        await lease.cancel_everywhere("k1", interrupt_at)  # …and its interrupt arrives after `later` came here
+        assert (await ending(events)).status == "cancelled"
+        assert (await ending(later.events())).status == "completed"
+    finally:
+        await skewed.aclose()
         await runs.aclose()

@@ -8,7 +8,9 @@ its own `stream_end`); a request accepted after the cancel is untouched. The mar
 no accepted request remains.
 
 Across processes (PostgreSQL), a lease row in the database keeps one active run per chat, and a
-cancel (or an `interrupt`) is broadcast to the other processes (see `store/leases.py`). A run whose
+cancel (or an `interrupt`) is broadcast to the other processes (see `store/leases.py`), stamped with
+the database's clock; requests are stamped with it too when accepted, so which requests a cancel
+reaches does not depend on how far apart the hosts' clocks are. A run whose
 lease was lost (taken by another process after renewals failed) is cancelled here.
 """
 
@@ -43,6 +45,7 @@ class Lease(Protocol):
     async def held_elsewhere(self, chat_id: str) -> bool: ...
     def busy_elsewhere(self, chat_id: str) -> bool: ...
     async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None: ...
+    def now(self) -> float: ...  # the clock every process compares by (the database's)
 
 
 @dataclass(eq=False)
@@ -85,11 +88,15 @@ class Admission:
             self.cancel(state.chat_id)
         gate = self.gates.setdefault(state.chat_id, ChatGate())  # (a gate exists while it has tickets)
         gate.seq += 1
-        ticket = Ticket(state.chat_id, gate.seq, self.clock(), state, interrupts=on_busy == "interrupt")
+        ticket = Ticket(state.chat_id, gate.seq, self.now(), state, interrupts=on_busy == "interrupt")
         gate.tickets.append(ticket)
         if len(gate.tickets) == 1:
             ticket.turn.set()
         return ticket
+
+    def now(self) -> float:
+        """When a request is accepted: by the clock a cancel from another process is compared with."""
+        return self.lease.now() if self.lease is not None else self.clock()
 
     def cancel(self, chat_id: str, before: float | None = None) -> int:
         """Cancel the active run and every request accepted so far (or accepted before `before`)."""

@@ -8,6 +8,10 @@ each other about cancels and released chats with PostgreSQL's LISTEN/NOTIFY on o
 that wants to know what it cancelled (`cancel_counted`) is answered by each process with its count.
 SQLite deployments are single-process and use no lease.
 
+Every time the processes compare — a lease's expiry, which requests a cancel reaches — is the
+database's clock, not the host's: each process measures how far its own clock is from the database's
+(`now`), so hosts whose clocks disagree still agree on the order of accepts and cancels.
+
 Leases, heartbeats and notices are written like every statement of the store (`Database.write_tx`).
 Listening is another transport: one psycopg connection of the lease's own, in autocommit, that waits
 for notices as long as the process lives — no transaction, so nothing a pool should hold.
@@ -39,6 +43,7 @@ TTL_S = 15.0  # a dead process blocks a chat at most this long
 RENEW_S = 4.0
 POLL_S = 1.0  # re-check a held chat this often even if no release notice arrives
 ANSWER_S = 2.0  # how long a counted cancel waits for the process holding the chat to answer
+SYNC_S = 30.0  # how often the distance to the database's clock is measured again
 
 _CHAT = chat_leases.c.chat_id == bindparam("chat_id")
 HOLDER = Sql(select(chat_leases.c.owner).where(_CHAT, chat_leases.c.expires_at > bindparam("now")))
@@ -47,6 +52,7 @@ RELEASE = Sql(delete(chat_leases).where(_CHAT, chat_leases.c.run_id == bindparam
 EXTEND = Sql(update(chat_leases).where(_CHAT, chat_leases.c.run_id == bindparam("run_id")), columns=("expires_at",))
 HEARTBEAT = Sql(update(runs).where(runs.c.id == bindparam("run_id")), columns=("heartbeat_at",))
 NOTIFY = Sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))
+DB_NOW = Sql(select(func.extract("epoch", func.clock_timestamp())))
 
 
 def _claiming() -> Sql:
@@ -97,15 +103,39 @@ class PgLease:
         self._held_elsewhere: set[str] = set()
         self._tallies: dict[str, _Tally] = {}  # the counted cancels sent from here, waiting for answers
         self._answers: set[asyncio.Task[None]] = set()
+        self.offset = 0.0  # the database's clock minus ours
+        self._syncing: asyncio.Task[None] | None = None
+
+    def now(self) -> float:
+        """The database's clock, read off ours: what every process compares times by."""
+        return self.clock() + self.offset
 
     async def start(self) -> None:
-        """Listen for the other processes' notices (cancels, released chats)."""
+        """Listen for the other processes' notices (cancels, released chats), on the database's clock."""
+        await self.sync_clock()
+        self._syncing = asyncio.create_task(self._keep_in_sync(), name="database clock")
         ready = asyncio.Event()
         self._listener = asyncio.create_task(self._listen(ready), name="chat lease listener")
         await asyncio.wait_for(ready.wait(), 10)
 
+    async def sync_clock(self) -> None:
+        """Measure how far our clock is from the database's (to within half a round trip)."""
+        before = self.clock()
+        theirs = float(await self.db.read_tx(lambda tx: tx.scalar(DB_NOW, {})))
+        after = self.clock()
+        self.offset = theirs - (before + after) / 2
+
+    async def _keep_in_sync(self) -> None:
+        while True:  # clocks drift, and hosts' clocks get stepped
+            await asyncio.sleep(SYNC_S)
+            try:
+                await self.sync_clock()
+            except Exception:
+                log.exception("could not read the database's clock; keeping the last distance measured")
+
     async def aclose(self) -> None:
-        tasks = [*self._renewals.values(), *self._answers, *([self._listener] if self._listener else [])]
+        extra = [t for t in (self._listener, self._syncing) if t is not None]
+        tasks = [*self._renewals.values(), *self._answers, *extra]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -166,7 +196,7 @@ class PgLease:
 
     async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None:
         """Tell the other processes to cancel what they accepted for the chat up to now (or `at`)."""
-        message = {"op": "cancel", "chat_id": chat_id, "at": self.clock() if at is None else at, "from": self.owner}
+        message = {"op": "cancel", "chat_id": chat_id, "at": self.now() if at is None else at, "from": self.owner}
         await self.db.write_tx(lambda tx: _notify(tx, message))
 
     async def cancel_counted(self, chat_id: str) -> int:
@@ -182,7 +212,7 @@ class PgLease:
         key = secrets.token_hex(8)
         tally = self._tallies[key] = _Tally(holder or "")
         try:
-            message = {"op": "cancel", "chat_id": chat_id, "at": self.clock(), "from": self.owner, "tally": key}
+            message = {"op": "cancel", "chat_id": chat_id, "at": self.now(), "from": self.owner, "tally": key}
             await self.db.write_tx(lambda tx: _notify(tx, message))
             if holder is None or holder == self.owner:
                 return tally.count
@@ -194,11 +224,11 @@ class PgLease:
 
     async def _holder(self, chat_id: str) -> str | None:
         """The process holding the chat now, if any."""
-        params = {"chat_id": chat_id, "now": self.clock()}
+        params = {"chat_id": chat_id, "now": self.now()}
         return await self.db.read_tx(lambda tx: tx.scalar(HOLDER, params))
 
     async def _claim(self, chat_id: str, run_id: str) -> bool:
-        now = self.clock()
+        now = self.now()
         claim = {"chat_id": chat_id, "owner": self.owner, "run_id": run_id, "expires_at": now + self.ttl_s, "now": now}
 
         def work(tx: Tx) -> bool:
@@ -212,10 +242,10 @@ class PgLease:
 
     async def _renew(self, chat_id: str, run_id: str) -> None:
         """Extend the lease while the run lasts; once it is gone, stop the run (one run per chat)."""
-        renewed_at = self.clock()  # just claimed
+        renewed_at = self.now()  # just claimed
         while True:
             await asyncio.sleep(self.renew_s)
-            now = self.clock()
+            now = self.now()
             try:
                 held = await self.db.write_tx(lambda tx, now=now: self._extend(tx, chat_id, run_id, now))
             except Exception:
@@ -264,7 +294,7 @@ class PgLease:
             if released is not None:
                 released.set()
         elif message.get("op") == "cancel" and message.get("from") != self.owner:  # ours was done here
-            count = self.on_cancel(chat_id, float(message.get("at", self.clock())))
+            count = self.on_cancel(chat_id, float(message.get("at", self.now())))
             if message.get("tally"):  # a counted cancel: every process answers, the holder even with 0
                 self._answer(message, count)
         elif message.get("op") == "cancelled" and message.get("to") == self.owner:
