@@ -268,32 +268,11 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
-    """Serve until SIGTERM/Ctrl-C. An address it cannot listen on is one line and exit 1 (CannotListen)."""
-    from . import logs
-    from .runs import Runs
-    from .server.serve import address, listen, server, settle_memory
+    """Serve until SIGTERM/Ctrl-C (`--workers N`: N processes). An address it cannot listen on is one line
+    and exit 1 (CannotListen); several workers on SQLite, exit 2."""
+    from .server.launch import serve
 
-    fmt = logs.chosen(args.log_format)
-
-    async def work() -> None:
-        runs = await Runs.open(app_dir(args), db=args.db)
-        try:
-            settings = runs.app.config.server
-            host = args.host or settings.host
-            sock = listen(host, args.port or settings.port)
-            where = f"http://{address(host, sock.getsockname()[1])}/"  # (the port the system chose for port 0)
-
-            def started() -> None:  # said only once the server listens, never before a failure
-                print(f"yao-agent serving {runs.app.root.resolve()} on {where}", file=out, flush=True)
-
-            settle_memory()
-            await server(runs, host, sock.getsockname()[1], started).serve(sockets=[sock])
-        finally:
-            await runs.aclose()
-
-    with logs.configured(fmt):  # before the app loads: its warnings are log lines too
-        asyncio.run(work())
-    return EXIT_OK
+    return serve(app_dir(args), args, out)
 
 
 def _identity_options(p: argparse.ArgumentParser) -> None:
@@ -368,7 +347,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", metavar="P", type=int, help="port (default: app.yml server.port, 8765)")
     p.add_argument("--log-format", choices=("text", "json"),
                    help="text, or one JSON object a line (env YAO_AGENT_LOG_FORMAT; default: text)")  # fmt: skip
+    p.add_argument("--workers", metavar="N", type=_positive, default=1,
+                   help="server processes on the one port (PostgreSQL only for N > 1; default: 1)")  # fmt: skip
+    p.add_argument("--drain-s", metavar="S", type=_seconds, default=30.0,
+                   help="on SIGTERM, how long runs in flight may take to finish before they are cancelled "
+                        "(default: 30)")  # fmt: skip
+    p.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker of `--workers`: its socket
     return parser
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 86400:  # (nan fails too)
+        raise argparse.ArgumentTypeError(f"expected seconds from 0 to 86399, got {text!r}")
+    return value
 
 
 def _tokens_parser(sub: Any) -> None:

@@ -237,6 +237,12 @@ class RateLimited(Refused):
     code = "rate_limited"
 
 
+class Draining(Refused):
+    """The server is shutting down: it finishes its runs but starts none (HTTP 503; another server may)."""
+
+    code = "draining"
+
+
 class Forbidden(PermissionDenied):
     """The caller is known but may not do this: a team-wide change or view by a member (HTTP 403)."""
 

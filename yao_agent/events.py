@@ -22,6 +22,7 @@ class StreamStart:
     chat_id: str
     assistant_id: str
     trace_id: str
+    app_version: str = ""  # the app's files the run started with (CONTRACT §8.4)
     type: Literal["stream_start"] = "stream_start"
 
 

@@ -9,6 +9,10 @@ Every check is made once, where it belongs: who may run which assistant on which
 input is well formed, by the pipeline's permission stage; whether the chat is busy, by admission; who
 owns a chat, by the store. Callers hand requests over as they come, and render the answers or errors.
 
+The app can change while it serves (`adopt`, from `reload.py`): a run takes the `Runtime` current when
+it starts and keeps it to its end, so runs in flight finish on the app version they started with. A
+server that is stopping (`drain`) starts no more runs and gives those in flight time to end.
+
 Continuing a run from stored state goes one way: `resume` turns the chat's resume point into a
 `RunRequest` and starts it like any other run; deciding pending approvals (`decide`) stores the
 decisions, then resumes the same way, so a decision continues the run in whichever process takes it.
@@ -23,17 +27,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
+import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from yao_agent import metrics, teams
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import App, AssistantSpec
-from yao_agent.errors import ChatBusy, NoActiveRun, NotFound, Refused, UsageError
+from yao_agent.errors import ChatBusy, Draining, NoActiveRun, NotFound, Refused, UsageError
 from yao_agent.events import Event
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage, parse_input
@@ -42,11 +49,14 @@ from yao_agent.pipeline.admission import Admission
 from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.run import execute
 from yao_agent.pipeline.runtime import Runtime, owner_is_dead
-from yao_agent.pipeline.state import RunRequest
+from yao_agent.pipeline.state import RunRequest, RunState
 from yao_agent.store import RoleSetting
 from yao_agent.store.leases import TTL_S, PgLease
 from yao_agent.store.records import ChatRecord, ResumePoint, RunView
+from yao_agent.tools import ToolManager
 
+SWEEP_S = 5.0  # how often a process looks for runs left `running` by processes that died (PostgreSQL)
+log = logging.getLogger("yao_agent.runs")
 ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # app.yml's role names, within the store's 128
 
 
@@ -57,6 +67,10 @@ class Runs:
         self.rt = rt
         self.admission = Admission(rt.clock)
         self.active: dict[str, RunHandle] = {}  # by run id: accepted, and not ended yet (queued ones too)
+        self.draining = False  # stopping: no run starts any more
+        self.loaded_at = time.time()  # when the app now served was loaded
+        self._retiring: set[asyncio.Task[None]] = set()  # MCP servers of an earlier app version, stopping
+        self._sweeping: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, app_dir: str | Path, *, db: str | None = None, recover: bool = True) -> Runs:
@@ -87,12 +101,16 @@ class Runs:
     async def start(self, request: RunRequest) -> RunHandle:
         """Check the request (stage 1: errors are raised here, before anything exists), give it its place
         on the chat (stage 2: a busy chat may refuse it), and start it in its own task."""
+        if self.draining:
+            metrics.refused(Draining.code)
+            raise Draining("this server is shutting down and starts no new runs; send the request again", retry_after=1)
+        rt = self.rt  # the app version current now: the run keeps it to its end
         who, chat_id = request.identity, request.chat_id
         theirs = who is not None and chat_id is not None and self.running(who, chat_id)
-        state = await permission.check(self.rt, request, chat_is_theirs=theirs)
+        state = await permission.check(rt, request, chat_is_theirs=theirs)
         on_busy = request.on_busy or state.assistant.on_busy
         try:
-            await quota.check(self.rt, state.identity, state.run_id)  # budgets and rate limits (stage 1 still)
+            await quota.check(rt, state.identity, state.run_id)  # budgets and rate limits (stage 1 still)
             if on_busy == "reject" and await self.admission.held_elsewhere(state.chat_id):
                 raise ChatBusy(f"chat '{state.chat_id}' is busy with a run in another process (on_busy: reject)")
             ticket = self.admission.accept(state, on_busy)
@@ -102,7 +120,7 @@ class Runs:
         except ChatBusy:
             metrics.refused("chat_busy")
             raise
-        task = asyncio.create_task(execute(self.rt, state, self.admission, ticket), name=f"run {state.run_id}")
+        task = asyncio.create_task(execute(rt, state, self.admission, ticket), name=f"run {state.run_id}")
         handle = RunHandle(state, task)
         ticket.cancel = handle.cancel  # registered before anything else can run: no cancel is ever missed
         self.active[state.run_id] = handle
@@ -177,19 +195,32 @@ class Runs:
         return cancelled
 
     async def append(self, identity: Identity, chat_id: str, messages: Sequence[Mapping[str, Any]]) -> str:
-        """Add user messages to the chat's active run: its next model call sees them. Returns its run id.
+        """Add user messages to the chat's active run, here or (PostgreSQL) in the process running it: its
+        next model call sees them. Returns its run id.
 
         A run that is cancelled, or already past its last model call (ending, storing), takes no more
         messages: they would never be answered, so the caller is told (and sends a new request).
         """
         chat_id = permission.chat_id_shape(chat_id)
+        given = _user_messages(messages)
+        state = self.admission.active_state(chat_id)
+        if state is not None and state.identity == identity:
+            return self._append_here(state, chat_id, given)
+        await self._chat(identity, chat_id)  # (NotFound: not the caller's)
+        lease = self.admission.lease
+        run_id = await lease.append_elsewhere(chat_id, identity, given) if isinstance(lease, PgLease) else None
+        if run_id is None:
+            raise NoActiveRun(f"chat '{chat_id}' has no active run to append to")
+        return run_id
+
+    def appended_elsewhere(self, chat_id: str, identity: Identity, messages: Any) -> str:
+        """Another process hands over messages for the caller's run of this chat, which runs here."""
         state = self.admission.active_state(chat_id)
         if state is None or state.identity != identity:
-            await self._chat(identity, chat_id)
-            raise NoActiveRun(f"chat '{chat_id}' has no active run in this process to append to")
-        given = parse_input(messages, where="messages")
-        if any(m["role"] != "user" for m in given):
-            raise UsageError("messages: only user messages can be appended to a run")
+            raise NoActiveRun(f"chat '{chat_id}' has no active run to append to")
+        return self._append_here(state, chat_id, _user_messages(messages))
+
+    def _append_here(self, state: RunState, chat_id: str, given: list[dict[str, Any]]) -> str:
         if state.run.status != "running" or state.cancel_requested or self.admission.active_cancelled(chat_id):
             raise NoActiveRun(
                 f"chat '{chat_id}': its run {state.run_id} is ending and takes no more messages; "
@@ -210,6 +241,43 @@ class Runs:
         """Cancel every run in flight here; each still flushes and sends its `stream_end` (a shutdown)."""
         for handle in list(self.active.values()):
             handle.cancel()
+
+    async def drain(self, grace_s: float) -> tuple[int, int]:
+        """Start no more runs; give those in flight (and queued) `grace_s` seconds to end, then cancel the
+        rest, each stored as cancelled. Returns (how many ended by themselves, how many were cancelled)."""
+        self.draining = True
+        handles = list(self.active.values())
+        if handles:
+            await asyncio.wait([h.task for h in handles], timeout=grace_s)
+        late = [h for h in handles if not h.task.done()]
+        for handle in late:
+            handle.cancel()
+        for handle in late:
+            with contextlib.suppress(Exception):
+                await handle.wait()
+        return len(handles) - len(late), len(late)
+
+    def adopt(self, app: App) -> None:
+        """Serve `app` from now on: runs that start from now take it; runs in flight keep theirs. Its MCP
+        servers are the old ones when they are configured alike (no restart); else new ones start on
+        demand, and the old ones stop once the runs that may use them have ended."""
+        old = self.rt
+        tools = old.tools
+        if app.mcps != old.app.mcps:
+            tools = ToolManager(app.mcps, root=app.root, environ=old.environ)
+            self._retire(old.tools, [h.task for h in self.active.values()])
+        self.rt = replace(old, app=app, tools=tools)
+        self.loaded_at = time.time()
+
+    def _retire(self, tools: ToolManager, users: list[asyncio.Task[None]]) -> None:
+        async def close_when_unused() -> None:
+            if users:
+                await asyncio.wait(users)
+            await tools.aclose()
+
+        task = asyncio.create_task(close_when_unused(), name="retire MCP servers")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     # -- what callers ask ------------------------------------------------------------------------
 
@@ -331,9 +399,20 @@ class Runs:
             return
         ttl = float(os.environ.get("YAO_AGENT_LEASE_TTL_S") or TTL_S)  # how long a dead process holds a chat
         lease = PgLease(self.rt.store.db, self.rt.owner, self.admission.cancel_before, clock=self.rt.clock,
-                        ttl_s=ttl, on_lost=self.admission.lost)  # fmt: skip
+                        ttl_s=ttl, on_lost=self.admission.lost, on_append=self.appended_elsewhere)  # fmt: skip
         await lease.start()
         self.admission.lease = lease
+        self._sweeping = asyncio.create_task(self._sweep(lease), name="interrupted runs")
+
+    async def _sweep(self, lease: PgLease) -> None:
+        """Now and then, mark the runs of processes that died `interrupted` (resumable): a server killed
+        while others go on would otherwise leave its runs `running` until a new run takes their chat."""
+        while True:
+            await asyncio.sleep(min(SWEEP_S, lease.ttl_s))
+            try:
+                await self.rt.store.recover_interrupted(OPERATOR, lambda o, beat: owner_is_dead(o, beat, lease.now()))
+            except Exception:
+                log.exception("could not look for the runs of processes that died")
 
     async def recover(self) -> list[str]:
         """Mark the runs left `running` by processes that are gone `interrupted` (resumable); their ids."""
@@ -347,9 +426,23 @@ class Runs:
         for handle in handles:
             with contextlib.suppress(Exception):
                 await handle.wait()
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeping
         if isinstance(self.admission.lease, PgLease):
             await self.admission.lease.aclose()
+        for retiring in list(self._retiring):
+            with contextlib.suppress(Exception):
+                await retiring
         await self.rt.aclose()
+
+
+def _user_messages(messages: object) -> list[dict[str, Any]]:
+    given = parse_input(messages, where="messages")
+    if any(m["role"] != "user" for m in given):
+        raise UsageError("messages: only user messages can be appended to a run")
+    return given
 
 
 __all__ = ["RunHandle", "RunRequest", "RunResult", "Runs", "Runtime"]

@@ -61,3 +61,27 @@ async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_
             assert chat is not None and chat.last_status == "completed"
         finally:
             await runs.aclose()
+
+
+def test_a_killed_process_its_parent_has_not_collected_yet_counts_as_dead() -> None:
+    """Killed, a server is dead for the others at once, even while it lingers as a zombie (its parent, a
+    process manager or a test, has not waited for it yet): its runs become resumable."""
+    import socket
+    import subprocess
+    import time
+
+    from yao_agent.pipeline.runtime import owner_is_dead
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        owner = f"{socket.gethostname()}|{child.pid}|boot"
+        assert not owner_is_dead(owner, 0)
+        child.send_signal(signal.SIGKILL)
+        for _ in range(100):
+            if owner_is_dead(owner, 0):
+                break
+            time.sleep(0.02)
+        assert owner_is_dead(owner, 0) and child.returncode is None  # not collected, yet dead
+    finally:
+        child.kill()
+        child.wait()

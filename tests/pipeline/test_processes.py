@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -16,6 +17,7 @@ import pytest
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from tests.pipeline.helpers import stored
+from yao_agent.errors import NoActiveRun, NotFound, UsageError
 from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest
@@ -213,7 +215,8 @@ async def test_a_process_killed_holding_a_chat_frees_it_when_its_lease_expires(
 async def skewed_runs(app: Path, pg_url: str, skew_s: float) -> Runs:
     """A second server process whose host's clock is `skew_s` off (both share this test's process)."""
     rt = await Runtime.open(app, db=pg_url)
-    runs = Runs(replace(rt, clock=lambda: time.time() + skew_s, owner=f"{rt.owner}-skewed"))
+    host, _, _ = rt.owner.split("|")  # (another live process, as `owner_is_dead` reads it: our parent)
+    runs = Runs(replace(rt, clock=lambda: time.time() + skew_s, owner=f"{host}|{os.getppid()}|skewed"))
     await runs.share_chats()
     return runs
 
@@ -262,4 +265,51 @@ async def test_a_request_accepted_after_an_interrupt_survives_it_whatever_the_cl
         assert (await ending(later.events())).status == "completed"
     finally:
         await skewed.aclose()
+        await runs.aclose()
+
+
+async def test_a_run_of_a_killed_process_becomes_resumable_without_anyone_taking_its_chat(
+    tmp_path: Path, pg_url: str, fake: FakeProvider
+) -> None:
+    """Its chat is not needed by any new run: the processes still alive notice by themselves that it died."""
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="finished here"))
+    runs = await our_runs(app, pg_url)
+    try:
+        process = await other_process(app, pg_url, "doomed")
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        point = None
+        for _ in range(100):
+            with contextlib.suppress(NotFound):
+                point = await runs.resume_point(LOCAL, "k1")
+                break
+            await asyncio.sleep(0.1)
+        assert point is not None and point.run.status == "interrupted"
+        end = await ending((await runs.resume(LOCAL, "k1")).events())
+        assert end.status == "completed"
+    finally:
+        await runs.aclose()
+
+
+async def test_an_append_reaches_the_run_in_another_process(tmp_path: Path, pg_url: str, fake: FakeProvider) -> None:
+    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    fake.enqueue(Reply(text="z" * 100, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
+    process = await other_process(app, pg_url, "tell me")
+    runs = await our_runs(app, pg_url)
+    try:
+        with pytest.raises(NotFound):  # another tenant hears of no such chat
+            await runs.append(Identity("mallory"), "k1", [{"role": "user", "content": "me too"}])
+        with pytest.raises(UsageError, match="too long to hand to the run of chat 'k1'"):
+            await runs.append(LOCAL, "k1", [{"role": "user", "content": "x" * 9000}])
+        run_id = await runs.append(LOCAL, "k1", [{"role": "user", "content": "and one more thing"}])
+        out, _ = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == 0 and b"About that, too." in out
+        assert fake.requests[-1].messages[-1] == {"role": "user", "content": "and one more thing"}
+        latest = await runs.rt.store.latest_run(LOCAL, "k1")
+        assert latest is not None and latest.id == run_id
+        with pytest.raises(NoActiveRun, match="has no active run to append to"):  # it ended: nobody holds the chat
+            await runs.append(LOCAL, "k1", [{"role": "user", "content": "late"}])
+    finally:
+        await ended(process)
         await runs.aclose()

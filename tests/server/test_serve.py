@@ -20,9 +20,11 @@ import pytest
 
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
+from tests.server.conftest import Live
 from yao_agent.cli import main
 from yao_agent.identity import Identity
 from yao_agent.pipeline import Runtime
+from yao_agent.server.serve import listen, server
 from yao_agent.testing import FakeProvider, Reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,10 +54,10 @@ def test_tokens_are_printed_once_listed_by_prefix_and_revocable(tmp_path: Path) 
     assert cli(app, "tokens", "revoke", token[:12])[0] == 2
 
 
-async def serve_process(app: Path, port: int) -> asyncio.subprocess.Process:
+async def serve_process(app: Path, port: int, *options: str) -> asyncio.subprocess.Process:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port),
+        sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port), *options,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
 
@@ -68,9 +70,11 @@ async def stopped(process: asyncio.subprocess.Process) -> None:
 
 
 @pytest.mark.parametrize("slow_store", [False, True], ids=["at-once", "store-busy-for-a-while"])
-async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: Path, slow_store: bool) -> None:
-    """Also when storing the cancelled run takes a while (the database busy): its stream still ends with
-    its `stream_end`, never cut short by the shutdown."""
+async def test_serve_shuts_down_gracefully_storing_the_run_in_flight_past_the_drain(
+    tmp_path: Path, slow_store: bool
+) -> None:
+    """A run still going when the drain's time is up is cancelled and stored. Also when storing it takes a
+    while (the database busy): its stream still ends with its `stream_end`, never cut short by the shutdown."""
     async with FakeProvider() as fake:
         app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
         env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -80,7 +84,7 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight(tmp_path: P
         )  # fmt: skip
         token = (await made.communicate())[0].decode().strip()
         port = free_port()
-        server = await serve_process(app, port)
+        server = await serve_process(app, port, "--drain-s", "0.5")
         try:
             assert server.stdout is not None
             banner = await asyncio.wait_for(server.stdout.readline(), 60)
@@ -180,3 +184,26 @@ async def serving(app: Path, db: str, err: Path) -> AsyncGenerator[str]:
         assert await asyncio.wait_for(process.wait(), 30) == 0, said(err)
     finally:
         await stopped(process)
+
+
+async def test_the_server_sends_each_reply_at_once_not_after_the_clients_ack(live: Live) -> None:
+    """Nagle's algorithm is off on every connection `serve` accepts: with it on, a reply's last write on a
+    kept-alive connection waits for the client's delayed ACK, some 40 ms a response."""
+    sock = listen("127.0.0.1", 0)
+    served = server(live.runs, "127.0.0.1", sock.getsockname()[1])
+    task = asyncio.create_task(served.serve(sockets=[sock]))
+    try:
+        while not served.started:  # noqa: ASYNC110 (uvicorn says so by a flag alone)
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        try:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            [connection] = served.server_state.connections
+            accepted = connection.transport.get_extra_info("socket")  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType]
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0  # pyright: ignore[reportUnknownMemberType]
+        finally:
+            writer.close()
+    finally:
+        served.should_exit = True
+        await task

@@ -376,8 +376,9 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/api/usage?from=2026-01-01&by=assistant", None),
     ("GET", "/api/budgets", None),
     ("PUT", "/api/budgets", {"per_day": 5}),
+    ("GET", "/api/app", None),
 ]
-PUBLIC = {("GET", "/healthz"), ("GET", "/")}
+PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/")}
 
 
 def bad_authorizations(valid: str, revoked: str) -> dict[str, str | None]:

@@ -6,12 +6,13 @@ them in one round. Only `SpecError` leaves this module for anything wrong with t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from yao_agent.errors import Problem, SpecError, UsageError
-from yao_agent.files import NotRegular, TooLarge, read_regular
+from yao_agent.files import MAX_HOOK_BYTES, NotRegular, TooLarge, read_regular
 
 from . import build, checks, refs
 from .discover import Found, discover
@@ -57,8 +58,9 @@ def check_app(root: str | Path, *, probe: Probe | None = None) -> Report:
     found = discover(folder)
     problems = list(found.problems)
     docs: dict[Found, Document] = {}
+    read: dict[str, bytes] = {}
     for item in found.files:
-        doc = _read(item)
+        doc = _read(item, read)
         _validate(item, doc)
         problems += doc.problems
         docs[item] = doc
@@ -69,17 +71,40 @@ def check_app(root: str | Path, *, probe: Probe | None = None) -> Report:
     warnings = sorted((p for p in problems if p.warning), key=_order)
     if errors:
         return Report(None, errors, warnings)
-    return Report(_build(folder, docs, warnings), errors, warnings)
+    app = _build(folder, docs, warnings)
+    return Report(replace(app, version=version(read, app)), errors, warnings)
+
+
+def version(read: Mapping[str, bytes], app: App) -> str:
+    """A short hash of the app's YAML files and hooks as read: two loads of the same files agree on it,
+    whichever process made them, and any change to a file changes it."""
+    digest = hashlib.sha256()
+    hooks = {str(a.hook_path.relative_to(app.root)): a.hook_path for a in app.assistants.values() if a.hook_path}
+    for name, data in sorted([*read.items(), *_hook_bytes(hooks.items())]):
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()[:12]
+
+
+def _hook_bytes(hooks: Iterable[tuple[str, Path]]) -> list[tuple[str, bytes]]:
+    found: list[tuple[str, bytes]] = []
+    for name, path in hooks:
+        try:
+            found.append((name, read_regular(path, MAX_HOOK_BYTES)))
+        except OSError:  # (too large, not a file, unreadable) its calls will say what is wrong with it
+            found.append((name, b""))
+    return found
 
 
 def _order(problem: Problem) -> tuple[str, int, str]:
     return (problem.file, problem.line, problem.path)
 
 
-def _read(item: Found) -> Document:
+def _read(item: Found, read: dict[str, bytes]) -> Document:
     doc = Document(item.rel)
     try:
         data = read_regular(item.path, MAX_FILE_BYTES)
+        read[item.rel] = data
     except TooLarge as exc:
         doc.problems.append(Problem(item.rel, 0, "", f"file is {exc.size} bytes (expected at most {MAX_FILE_BYTES})"))
         return doc

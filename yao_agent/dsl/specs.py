@@ -301,6 +301,7 @@ class App:
     connectors: Mapping[str, ConnectorSpec]
     mcps: Mapping[str, McpServerSpec]
     warnings: tuple[Problem, ...] = ()
+    version: str = ""  # a short hash of the files it was loaded from (YAML and hooks): what a run ran with
 
     def assistant(self, assistant_id: str) -> AssistantSpec:
         try:

@@ -43,6 +43,7 @@ async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = Fals
         id=run_id, chat_id=chat_id or rt.ids.new("chat"), user_id=identity.user_id, team_id=identity.team_id,
         assistant_id=assistant.id, trace_id=tracing.run_trace_id(request, rt.ids), owner=rt.owner,
         started_at=rt.clock(), resumed_from=request.resume.run.id if request.resume else None,
+        app_version=rt.app.version or None,
     )  # fmt: skip
     ctx = RunContext(request=request, identity=identity, assistant=assistant, run=run, out=EventChannel(),
                      buffer=Buffer(run_id, rt.ids.new, rt.clock), started_mono=rt.monotonic())  # fmt: skip

@@ -26,7 +26,7 @@ async def request(rt: Runtime, identity: Identity, chat_id: str) -> RunRequest:
     """The request that continues the chat's resume point, as the assistant that made it."""
     point = await resume_point(rt, identity, chat_id)
     if point is None:
-        raise NotFound(f"chat '{chat_id}' has no resume point (its last run completed)")
+        raise NotFound(f"chat '{chat_id}' has no resume point (its last run completed, or is still running)")
     if point.pending:  # a resume would run calls nobody approved
         names = ", ".join(f"{a.server}__{a.tool}" for a in point.pending)
         raise ApprovalConflict(

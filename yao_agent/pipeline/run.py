@@ -31,7 +31,7 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
     # this task's context (a copy of its creator's): every line the run logs, its hooks' and tools' too, has its ids
     logs.bind(run_id=run.id, chat_id=run.chat_id, trace_id=run.trace_id, team_id=state.identity.team_id,
               user_id=state.identity.user_id, assistant_id=run.assistant_id)  # fmt: skip
-    await state.emit(StreamStart(run.id, run.chat_id, run.assistant_id, run.trace_id))
+    await state.emit(StreamStart(run.id, run.chat_id, run.assistant_id, run.trace_id, run.app_version or ""))
     outcome: BaseException | None = None
     try:
         async with admission.enter(ticket) as cancelled_before_its_turn:  # 2. admission

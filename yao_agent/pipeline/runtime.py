@@ -44,7 +44,16 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but whose parent has not yet collected it still answers `kill(pid, 0)`."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # not Linux, or gone meanwhile
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def owner_is_dead(owner: str, heartbeat_at: float, now: float | None = None) -> bool:

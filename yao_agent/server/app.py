@@ -10,10 +10,11 @@ from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.runs import Runs
-from yao_agent.server import errors, metrics_route, native, openai_compat, operating, schemas
+from yao_agent.server import errors, lifecycle, metrics_route, native, openai_compat, operating, schemas
 from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.limits import Admission, RequestBody
+from yao_agent.server.reload import Reloader
 
 WEB = Path(__file__).parent / "web"
 
@@ -28,9 +29,11 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     )
     app.state.runs = runs
     app.state.settings = settings
+    app.state.reloader = Reloader(runs)  # (it watches the files only once `serve` starts it)
     errors.install(app)
     app.include_router(native.router)
     app.include_router(operating.router)
+    app.include_router(lifecycle.router)
     app.include_router(openai_compat.router)
     metrics_route.install(app)
     app.mount("/static", StaticFiles(directory=WEB), name="static")

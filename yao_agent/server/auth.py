@@ -56,7 +56,9 @@ Caller = Annotated[Identity, Depends(caller)]
 # What may be fetched without a user token: liveness, metrics (their own token: metrics_route.py), the page
 # and its files, the API's documentation. Anything else needs one, even a path no route serves: a route
 # added later is closed until it is listed here.
-PUBLIC = frozenset({"/", "/healthz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+PUBLIC = frozenset(
+    {"/", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
 PUBLIC_UNDER = ("/static/",)
 
 

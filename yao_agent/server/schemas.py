@@ -272,6 +272,26 @@ class HealthOut(BaseModel):
     status: Literal["ok"]
 
 
+class ReadyOut(BaseModel):
+    status: Literal["ready"]
+    app_version: str
+
+
+class AppProblemOut(BaseModel):
+    file: str
+    line: int = Field(description="0 when the problem is about the file as a whole")
+    field: str | None = Field(None, description="the field's path inside the file, when there is one")
+    message: str
+    text: str = Field(description="the problem as `validate` prints it: file:line field: message")
+
+
+class AppStateOut(BaseModel):
+    app_version: str = Field(description="short hash of the YAML and hook files being served")
+    loaded_at: str = Field(description="when that version was loaded (UTC)")
+    checked_at: str = Field(description="when the files were last read (UTC)")
+    errors: list[AppProblemOut] = Field(description="why the files as they are now are not served; empty when they are")
+
+
 class ModelOut(BaseModel):
     id: str
     object: Literal["model"]

@@ -4,8 +4,11 @@ The listening socket is opened here, before uvicorn starts, so that an address t
 (a port already taken) is one clear error rather than uvicorn's log line and exit; and the server says
 it is serving only once it listens.
 
-On SIGTERM or Ctrl-C the runs still streaming are cancelled first — each is flushed and sends its
-`stream_end`, so its connection can close — and only then does the server stop.
+SIGTERM drains (CONTRACT §8.3): `/readyz` turns 503 and new runs are refused with 503 while the runs in
+flight get `drain_s` seconds to finish; those still going then are cancelled — each is flushed and
+sends its `stream_end`, so its connection can close — and only then does the server stop. Ctrl-C (and a
+second SIGTERM) cancels at once. SIGHUP loads the app's files again (`reload.py`), as a change to
+them does by itself.
 
 What a client may take of the server (`server:` in app.yml) is held by each connection's protocol
 (`protocol`: deadlines for a head, an idle connection, a body left unread; connections at once) and
@@ -14,6 +17,7 @@ by the app (`limits`: requests at once, a body's time and size, messages per req
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import signal
@@ -24,6 +28,7 @@ from dataclasses import replace
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 from sse_starlette.sse import AppStatus
 
 from yao_agent import logs, tracing
@@ -32,17 +37,21 @@ from yao_agent.errors import CannotListen
 from yao_agent.runs import Runs
 from yao_agent.server.app import create_app
 from yao_agent.server.protocol import protocol
+from yao_agent.server.reload import Reloader
 
 log = logging.getLogger("yao_agent.server")
 GC_THRESHOLD = 20_000  # allocations between two young collections (Python's default: 700)
 BACKLOG = 2048  # uvicorn's default
 FD_RESERVE = 256  # file descriptors kept for the process's own use: the database, MCP servers, logs
+DRAIN_S = 30.0  # how long runs in flight may take to finish after SIGTERM (`--drain-s`)
 
 
 def listen(host: str, port: int) -> socket.socket:
     """A socket listening on host:port, or CannotListen saying why in one line."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # Named TCP (not 0, "the default"): asyncio turns Nagle's algorithm off only on sockets that say
+    # so, and with it on a reply's last write waits for the client's delayed ACK (~40 ms a response).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart need not wait
         sock.bind((host, port))
@@ -59,25 +68,64 @@ def address(host: str, port: int) -> str:
 
 
 class Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, runs: Runs, on_started: Callable[[], None] | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, runs: Runs, reloader: Reloader,
+                 on_started: Callable[[], None] | None = None, drain_s: float = DRAIN_S) -> None:  # fmt: skip
         super().__init__(config)
         self.runs = runs
         self.on_started = on_started
+        self.drain_s = drain_s
+        self.reloader = reloader
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining: asyncio.Task[None] | None = None
         # sse-starlette would cut every stream within 0.5 s of a shutdown, before a run cancelled by
         # `handle_exit` has stored itself and sent its `stream_end`; each stream ends with its run instead.
         AppStatus.disable_automatic_graceful_drain()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
-        if self.started and self.on_started is not None:
-            self.on_started()  # the app is served from now on
+        if self.started:
+            self.reloader.start()
+            self._loop.add_signal_handler(signal.SIGHUP, self._reload)
+            if self.on_started is not None:
+                self.on_started()  # the app is served from now on
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._loop is not None:
+            self._loop.remove_signal_handler(signal.SIGHUP)
+        await self.reloader.aclose()
+        await super().shutdown(sockets)
+
+    def _reload(self) -> None:
+        task = asyncio.ensure_future(self.reloader.reload("SIGHUP"))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # (its errors are logged by it)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """Stop on SIGTERM/SIGINT after a graceful shutdown, and exit 0 (a second Ctrl-C forces it)."""
+        """SIGTERM: drain, then stop. SIGINT, or SIGTERM again while draining: cancel the runs and stop
+        (a second Ctrl-C forces it). Either way the exit is 0."""
+        if sig == signal.SIGTERM and self._loop is not None and self.drain_s > 0 and not self.should_exit:
+            # (a signal handler may interrupt the loop anywhere: the drain starts from the loop itself)
+            self._loop.call_soon_threadsafe(self._drain_or_hurry)
+            return
         self.runs.cancel_all()  # each run flushes, sends stream_end, and its response ends
         if self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
         self.should_exit = True  # (uvicorn would re-raise the signal after shutting down; the exit is clean)
+
+    def _drain_or_hurry(self) -> None:
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain())
+        else:
+            self.runs.cancel_all()  # asked twice: the drain's wait ends now
+
+    async def _drain(self) -> None:
+        log.warning("draining: %d runs in flight get up to %g s to finish; new runs are refused",
+                    len(self.runs.active), self.drain_s)  # fmt: skip
+        try:
+            finished, cancelled = await self.runs.drain(self.drain_s)
+            log.warning("drained: %d runs finished, %d cancelled; stopping", finished, cancelled)
+        finally:
+            self.should_exit = True
 
 
 def settle_memory() -> None:
@@ -102,12 +150,16 @@ def config(runs: Runs, host: str, port: int, settings: ServerSettings | None = N
                           ws="none", backlog=BACKLOG)  # fmt: skip
 
 
-def server(runs: Runs, host: str, port: int, on_started: Callable[[], None] | None = None) -> Server:
+def server(runs: Runs, host: str, port: int, on_started: Callable[[], None] | None = None,
+           drain_s: float = DRAIN_S) -> Server:  # fmt: skip
     """The app under uvicorn; serve it on a socket from `listen` (`.serve(sockets=[...])`)."""
     settings = runs.app.config.server
     tracing.setup()  # each serving process traces its own runs, when OTEL_* asks for it
     fitted = replace(settings, max_connections=room_for(settings.max_connections))
-    return Server(config(runs, host, port, fitted), runs, on_started)
+    served = config(runs, host, port, fitted)
+    app = served.app
+    assert isinstance(app, FastAPI)
+    return Server(served, runs, app.state.reloader, on_started, drain_s)
 
 
 def room_for(connections: int) -> int:

@@ -128,6 +128,7 @@ def _run(row: Any) -> RunRecord:
         assistant_id=row.assistant_id, trace_id=row.trace_id, owner=row.owner, started_at=row.started_at,
         status=row.status, reason=row.reason, error=row.error, usage=row.usage or {}, next=row.next,
         resumed_from=row.resumed_from, ended_at=row.ended_at, duration_ms=row.duration_ms,
+        app_version=row.app_version,
     )  # fmt: skip
 
 

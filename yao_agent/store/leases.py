@@ -5,7 +5,9 @@ a process that dies stops renewing, and once the lease expires any process may t
 it left is marked interrupted). A renewal that finds the lease gone (or that kept failing for longer
 than the lease lives, so another process may have taken it) stops the run holding it. Processes tell
 each other about cancels and released chats with PostgreSQL's LISTEN/NOTIFY on one channel; a cancel
-that wants to know what it cancelled (`cancel_counted`) is answered by each process with its count.
+that wants to know what it cancelled (`cancel_counted`) is answered by each process with its count. An
+append for a run held by another process goes to that process the same way, which answers with the
+run it reached or why none took the messages (`append_elsewhere`).
 SQLite deployments are single-process and use no lease.
 
 Every time the processes compare — a lease's expiry, which requests a cancel reaches — is the
@@ -32,6 +34,8 @@ from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql
 
 from yao_agent.aio import finish_despite_cancel
+from yao_agent.errors import NoActiveRun, UsageError, YaoAgentError
+from yao_agent.identity import Identity
 from yao_agent.store.chats import mark_interrupted
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import chat_leases, runs
@@ -42,7 +46,8 @@ CHANNEL = "yao_agent_chats"
 TTL_S = 15.0  # a dead process blocks a chat at most this long
 RENEW_S = 4.0
 POLL_S = 1.0  # re-check a held chat this often even if no release notice arrives
-ANSWER_S = 2.0  # how long a counted cancel waits for the process holding the chat to answer
+ANSWER_S = 2.0  # how long a counted cancel (or an append) waits for the process holding the chat to answer
+NOTICE_BYTES = 7900  # PostgreSQL refuses a notice of 8000 bytes or more
 SYNC_S = 30.0  # how often the distance to the database's clock is measured again
 
 _CHAT = chat_leases.c.chat_id == bindparam("chat_id")
@@ -89,11 +94,14 @@ class PgLease:
         clock: Callable[[], float],
         ttl_s: float = TTL_S,
         on_lost: Callable[[str, str], None] = lambda _chat_id, _run_id: None,
+        on_append: Callable[[str, Identity, Any], str] | None = None,
     ) -> None:
         self.db = db
         self.owner = owner
         self.on_cancel = on_cancel  # (chat id, time of the cancel) -> how many it cancelled here
         self.on_lost = on_lost  # (chat id, run id) of a run whose lease is gone
+        self.on_append = on_append  # (chat id, caller, messages) -> the run id they went to; raises if none
+        self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}  # appends sent from here, by key
         self.clock = clock
         self.ttl_s = ttl_s
         self.renew_s = min(RENEW_S, ttl_s / 3)
@@ -222,6 +230,46 @@ class PgLease:
         finally:
             del self._tallies[key]
 
+    async def append_elsewhere(self, chat_id: str, identity: Identity, messages: list[dict[str, Any]]) -> str | None:
+        """Hand user messages to the run another process holds the chat for: the id of the run that took
+        them; None when no other process holds the chat; NoActiveRun when its run takes no more (or the
+        process did not answer in time); UsageError when the messages are too long to hand over."""
+        holder = await self._holder(chat_id)
+        if holder is None or holder == self.owner:
+            return None
+        key = secrets.token_hex(8)
+        message = {"op": "append", "chat_id": chat_id, "user_id": identity.user_id, "team_id": identity.team_id,
+                   "messages": messages, "from": self.owner, "to": holder, "reply": key}  # fmt: skip
+        if len(json.dumps(message).encode()) > NOTICE_BYTES:
+            raise UsageError(
+                f"messages: too long to hand to the run of chat '{chat_id}', which runs in another process "
+                f"(at most about {NOTICE_BYTES // 1000} KB); send them as a new request (it runs next)"
+            )
+        reply = self._replies[key] = asyncio.get_running_loop().create_future()
+        try:
+            await self.db.write_tx(lambda tx: _notify(tx, message))
+            answer = await asyncio.wait_for(reply, ANSWER_S)
+        except TimeoutError:
+            raise NoActiveRun(f"chat '{chat_id}': the process running it did not answer; send the messages as a "
+                              "new request (it runs next)") from None  # fmt: skip
+        finally:
+            del self._replies[key]
+        if answer.get("run_id"):
+            return str(answer["run_id"])
+        raise NoActiveRun(str(answer.get("error") or f"chat '{chat_id}' has no active run to append to"))
+
+    def _take_append(self, message: dict[str, Any]) -> None:
+        """Another process hands us messages for the run we hold: give them to it, and say what became of them."""
+        answer: dict[str, Any] = {"op": "appended", "to": message.get("from"), "reply": message.get("reply")}
+        try:
+            if self.on_append is None:
+                raise NoActiveRun("this process takes no appends")
+            who = Identity(str(message.get("user_id")), _text_or_none(message.get("team_id")))
+            answer["run_id"] = self.on_append(str(message.get("chat_id")), who, message.get("messages"))
+        except YaoAgentError as exc:
+            answer["error"] = str(exc)
+        self._send(answer, f"could not answer an append to chat {message.get('chat_id')}")
+
     async def _holder(self, chat_id: str) -> str | None:
         """The process holding the chat now, if any."""
         params = {"chat_id": chat_id, "now": self.now()}
@@ -297,6 +345,12 @@ class PgLease:
             count = self.on_cancel(chat_id, float(message.get("at", self.now())))
             if message.get("tally"):  # a counted cancel: every process answers, the holder even with 0
                 self._answer(message, count)
+        elif message.get("op") == "append" and message.get("to") == self.owner:
+            self._take_append(message)
+        elif message.get("op") == "appended" and message.get("to") == self.owner:
+            reply = self._replies.get(str(message.get("reply")))
+            if reply is not None and not reply.done():
+                reply.set_result(message)
         elif message.get("op") == "cancelled" and message.get("to") == self.owner:
             tally = self._tallies.get(str(message.get("tally")))
             if tally is not None:
@@ -305,19 +359,28 @@ class PgLease:
                     tally.holder_answered.set()
 
     def _answer(self, cancel: dict[str, Any], count: int) -> None:
-        """Tell the sender of a counted cancel what it cancelled here (in a task: the listener must not wait)."""
+        """Tell the sender of a counted cancel what it cancelled here (if this fails, the canceller counts
+        the holder's run alone)."""
         answer = {"op": "cancelled", "tally": cancel["tally"], "to": cancel.get("from"), "from": self.owner,
                   "count": count}  # fmt: skip
+        self._send(answer, f"could not answer a cancel of chat {cancel.get('chat_id')}")
+
+    def _send(self, answer: dict[str, Any], failed: str) -> None:
+        """Send a notice from a task: the listener that calls this must not wait."""
 
         async def send() -> None:
             try:
                 await self.db.write_tx(lambda tx: _notify(tx, answer))
-            except Exception:  # the canceller then counts the holder's run alone
-                log.exception("could not answer a cancel of chat %s", cancel.get("chat_id"))
+            except Exception:
+                log.exception(failed)
 
-        task = asyncio.create_task(send(), name="cancel answer")
+        task = asyncio.create_task(send(), name="lease answer")
         self._answers.add(task)
         task.add_done_callback(self._answers.discard)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 def _notify(tx: Tx, message: dict[str, Any]) -> None:

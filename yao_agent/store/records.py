@@ -54,6 +54,7 @@ class RunRecord:
     resumed_from: str | None = None
     ended_at: float | None = None
     duration_ms: int | None = None
+    app_version: str | None = None  # the app's files it started with (`App.version`)
 
 
 @dataclass(slots=True)
@@ -146,7 +147,8 @@ class RunView:
         if run.error is not None:
             out["error"] = run.error
         out |= {"usage": run.usage, "resumed_from": run.resumed_from, "started_at": iso(run.started_at),
-                "ended_at": iso(run.ended_at), "duration_ms": run.duration_ms}  # fmt: skip
+                "ended_at": iso(run.ended_at), "duration_ms": run.duration_ms,
+                "app_version": run.app_version}  # fmt: skip
         out["steps"] = [_step_view(step) for step in self.steps]
         return out
 

@@ -59,7 +59,7 @@ REPLACE_MESSAGE = Sql(
     columns=("run_id", "content", "status", "created_at", "hidden"),
 )
 _STARTED = ("id", "chat_id", "user_id", "team_id", "assistant_id", "trace_id", "status", "owner", "resumed_from",
-            "started_at", "heartbeat_at")  # fmt: skip
+            "started_at", "heartbeat_at", "app_version")  # fmt: skip
 INSERT_RUN = Sql(runs.insert(), columns=_STARTED)  # its outcome's columns are the flush's
 INSERT_STEP = Sql(steps.insert())
 _RUN = update(runs).where(runs.c.id == bindparam("run_id"))
@@ -217,7 +217,8 @@ def _append(tx: Tx, chat_id: str, start: int, given: Sequence[ChatMessage]) -> i
 def _run_row(identity: Identity, run: RunRecord, now: float) -> dict[str, Any]:
     return {"id": run.id, "chat_id": run.chat_id, "user_id": identity.user_id, "team_id": team_of(identity),
             "assistant_id": run.assistant_id, "trace_id": run.trace_id, "status": "running", "owner": run.owner,
-            "resumed_from": run.resumed_from, "started_at": run.started_at, "heartbeat_at": now}  # fmt: skip
+            "resumed_from": run.resumed_from, "started_at": run.started_at, "heartbeat_at": now,
+            "app_version": run.app_version}  # fmt: skip
 
 
 def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:

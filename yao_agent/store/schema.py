@@ -99,6 +99,7 @@ runs = Table(
     Column("heartbeat_at", Float, nullable=False),
     Column("ended_at", Float, nullable=True),
     Column("duration_ms", Integer, nullable=True),
+    Column("app_version", String(32), nullable=True),  # the hash of the app's files it ran with
     Index("ix_runs_chat", "chat_id", "started_at"),
     Index("ix_runs_status", "status"),
 )

@@ -1,0 +1,165 @@
+"""The app changed while it serves (CONTRACT §8.4): a valid change applies to the runs that start after it,
+a run in flight finishes on its own version, a broken change keeps the last good version serving and says
+why at `GET /api/app`, and only the app's own files are watched."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.helpers import ALICE, end_of
+from tests.pipeline.test_tools import call, close, in_process, tooled
+from tests.server.conftest import Live
+from tests.tools.helpers import reached, wait_until
+from yao_agent.events import Event, StreamStart
+from yao_agent.pipeline import RunRequest
+from yao_agent.runs import Runs
+from yao_agent.server.reload import Reloader
+from yao_agent.store import SqlStore
+from yao_agent.testing import Reply, ScriptedModel
+
+TOOLED = "name: Tooled\nmcp:\n  servers: [testing]\nprompts:\n  - role: system\n    content: You are version {n}.\n"
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    return ScriptedModel()
+
+
+@pytest.fixture
+async def served(tmp_path: Path, store: SqlStore, model: ScriptedModel) -> AsyncIterator[tuple[Runs, Reloader]]:
+    rt = in_process(tooled(tmp_path / "app", store, model, assistant=TOOLED.format(n=1)))
+    runs = Runs(rt)
+    reloader = Reloader(runs)
+    try:
+        yield runs, reloader
+    finally:
+        await reloader.aclose()
+        await close(runs.rt)  # (the store is the fixture's to close)
+
+
+def edit(runs: Runs, n: int) -> None:
+    (runs.app.root / "assistants/tooled/assistant.yml").write_text(TOOLED.format(n=n))
+
+
+def system_prompts(model: ScriptedModel) -> list[str]:
+    return [request.messages[0]["content"] for request in model.requests]
+
+
+async def start(runs: Runs, text: str, chat_id: str) -> tuple[str, asyncio.Task[list[Event]]]:
+    """A run of the tooled assistant: its app version (from `stream_start`) and the task reading the rest."""
+    handle = await runs.start(RunRequest("tooled", ALICE, [{"role": "user", "content": text}], chat_id=chat_id))
+    events = aiter(handle.events())
+    first = await anext(events)
+    assert isinstance(first, StreamStart)
+
+    async def rest() -> list[Event]:
+        return [first, *[event async for event in events]]
+
+    return first.app_version, asyncio.create_task(rest())
+
+
+async def test_a_valid_change_applies_to_the_next_run_and_the_run_in_flight_keeps_its_version(
+    served: tuple[Runs, Reloader], model: ScriptedModel, tmp_path: Path
+) -> None:
+    runs, reloader = served
+    marker = tmp_path / "nap"
+    nap = call("testing__nap_marked", {"seconds": 1, "marker": str(marker)}, "n1")
+    model.enqueue(Reply(tool_calls=(nap,)), Reply(text="done napping"), Reply(text="fresh"))
+    before, in_flight = await start(runs, "nap first", "c1")
+    await wait_until(lambda: reached(marker, "started"))  # its first model call is made, its tool runs
+    edit(runs, 2)
+    assert await reloader.reload("test")
+    after, next_run = await start(runs, "hello", "c2")
+    assert before and after and before != after
+    assert end_of(await in_flight).status == "completed" and end_of(await next_run).status == "completed"
+    # The run in flight made its second model call after the change, on its own version still.
+    asked = sorted((r.messages[1]["content"], r.messages[0]["content"]) for r in model.requests)
+    assert asked == [
+        ("hello", "You are version 2."),
+        ("nap first", "You are version 1."),
+        ("nap first", "You are version 1."),
+    ]
+    stored = [await runs.rt.store.latest_run(ALICE, chat) for chat in ("c1", "c2")]
+    assert [run.app_version for run in stored if run is not None] == [before, after]
+    view = await runs.run_view(ALICE, "c1", stored[0].id if stored[0] else "")
+    assert view.to_api()["app_version"] == before
+
+
+async def test_a_broken_change_keeps_the_last_good_version_and_says_where(
+    served: tuple[Runs, Reloader], model: ScriptedModel
+) -> None:
+    runs, reloader = served
+    good = runs.app.version
+    path = runs.app.root / "assistants/tooled/assistant.yml"
+    path.write_text("name: Tooled\nmcp:\n  servers: [nowhere]\n")
+    assert not await reloader.reload("test")
+    assert runs.app.version == good
+    [problem] = reloader.view()["errors"]  # type: ignore[misc]
+    assert problem["file"] == "assistants/tooled/assistant.yml" and problem["line"] == 3  # type: ignore[index]
+    assert "nowhere" in problem["text"]  # type: ignore[index]
+    model.enqueue(Reply(text="still here"))
+    _, run = await start(runs, "hi", "c1")
+    assert end_of(await run).status == "completed"
+    assert system_prompts(model) == ["You are version 1."]
+    edit(runs, 3)  # fixed: served, and the errors are gone
+    assert await reloader.reload("test") and reloader.view()["errors"] == [] and runs.app.version != good
+
+
+async def test_the_watcher_reloads_on_a_change_of_the_apps_files_and_ignores_other_files(
+    served: tuple[Runs, Reloader], model: ScriptedModel
+) -> None:
+    runs, reloader = served
+    reloader.start()
+    await asyncio.sleep(0.3)  # (the watches are in place)
+    first, checked = runs.app.version, reloader.checked_at
+    (runs.app.root / "agent.db-wal").write_bytes(b"a store's churn")
+    (runs.app.root / "notes.txt").write_text("not the app")
+    await asyncio.sleep(1)
+    assert reloader.checked_at == checked  # nothing of the app changed: nothing was read
+    edit(runs, 2)
+    await until(lambda: runs.app.version != first)
+    model.enqueue(Reply(text="new"))
+    _, run = await start(runs, "hi", "c1")
+    assert end_of(await run).status == "completed" and system_prompts(model) == ["You are version 2."]
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    async def poll() -> None:
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), timeout_s)
+
+
+async def test_app_state_is_for_team_admins(live: Live) -> None:
+    async with live.client("bob_admin") as admin, live.client("carol") as member, live.client("alice") as solo:
+        state = await admin.get("/api/app")
+        assert state.status_code == 200
+        assert state.json()["app_version"] == live.runs.app.version and state.json()["errors"] == []
+        assert (await solo.get("/api/app")).status_code == 200  # a caller without a team administers itself
+        refused = await member.get("/api/app")
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "forbidden"
+    async with live.client("") as anyone:
+        ready = await anyone.get("/readyz")
+        assert ready.json() == {"status": "ready", "app_version": live.runs.app.version}
+        live.runs.draining = True
+        refused = await anyone.get("/readyz")
+        assert (refused.status_code, refused.json()["error"]["type"]) == (503, "unavailable")
+        assert (await anyone.get("/healthz")).status_code == 200  # alive still, while it drains
+
+
+def test_the_version_is_the_same_for_the_same_files_and_changes_with_a_hook(tmp_path: Path) -> None:
+    from tests.apps import make_app
+    from yao_agent.dsl import load_app
+
+    files = {"assistants/hooked/assistant.yml": "name: Hooked\nhook: hooks/h.js\n",
+             "hooks/h.js": "function Create() { return null }\n"}  # fmt: skip
+    root = make_app(tmp_path / "app", files)
+    first = load_app(root).version
+    assert load_app(root).version == first and len(first) == 12
+    (root / "hooks/h.js").write_text("function Create() { return {} }\n")
+    assert load_app(root).version != first

@@ -1,0 +1,101 @@
+"""`yao-agent serve`: one server process, or a supervisor of several (`--workers N`), or one of its workers.
+
+One process loads the app, opens the store and serves on a socket it opens itself (so that an address
+it cannot have is one clear line). With `--workers N` this process serves nothing itself: it checks
+that the store can be shared (PostgreSQL; SQLite allows one writing process, so N > 1 is refused),
+migrates it once, opens the socket and keeps N workers serving on it (`workers.py`). A worker is this
+command with `--listen-fd`: it serves on the socket it inherited and says `ready` on its stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+from pathlib import Path
+from typing import TextIO
+
+from yao_agent import logs
+from yao_agent.errors import UsageError
+
+EXIT_OK = 0
+
+
+def serve(root: Path, args: argparse.Namespace, out: TextIO) -> int:
+    fmt = logs.chosen(args.log_format)
+    with logs.configured(fmt):  # before the app loads: its warnings are log lines too
+        if args.listen_fd is not None:
+            return asyncio.run(_worker(root, args, out))
+        if args.workers > 1:
+            return asyncio.run(_supervise(root, args, fmt, out))
+        return asyncio.run(_single(root, args, out))
+
+
+async def _single(root: Path, args: argparse.Namespace, out: TextIO) -> int:
+    from yao_agent.runs import Runs
+    from yao_agent.server.serve import address, listen, server, settle_memory
+
+    runs = await Runs.open(root, db=args.db)
+    try:
+        settings = runs.app.config.server
+        host = args.host or settings.host
+        sock = listen(host, args.port or settings.port)
+        where = f"http://{address(host, sock.getsockname()[1])}/"  # (the port the system chose for port 0)
+
+        def started() -> None:  # said only once the server listens, never before a failure
+            print(f"yao-agent serving {runs.app.root.resolve()} on {where}", file=out, flush=True)
+
+        settle_memory()
+        await server(runs, host, sock.getsockname()[1], started, args.drain_s).serve(sockets=[sock])
+    finally:
+        await runs.aclose()
+    return EXIT_OK
+
+
+async def _worker(root: Path, args: argparse.Namespace, out: TextIO) -> int:
+    from yao_agent.runs import Runs
+    from yao_agent.server.serve import server, settle_memory
+    from yao_agent.server.workers import READY, die_with_parent
+
+    die_with_parent()
+    sock = socket.socket(fileno=args.listen_fd)
+    runs = await Runs.open(root, db=args.db)
+    try:
+        settle_memory()
+        host, port = sock.getsockname()[:2]
+        await server(runs, host, port, lambda: print(READY, file=out, flush=True), args.drain_s).serve(sockets=[sock])
+    finally:
+        await runs.aclose()
+    return EXIT_OK
+
+
+async def _supervise(root: Path, args: argparse.Namespace, fmt: logs.Format, out: TextIO) -> int:
+    from yao_agent.dsl import load_app
+    from yao_agent.server.serve import address, listen
+    from yao_agent.server.workers import Supervisor, metrics_folder, worker_command
+    from yao_agent.store import open_engine, store_url
+
+    app = load_app(root)  # (each worker loads it again; a mistake is reported once, here)
+    raw = args.db or os.environ.get("YAO_AGENT_DB") or app.config.store
+    url = store_url(raw, app.root)
+    if url.get_backend_name() != "postgresql":
+        raise UsageError(
+            f"serve --workers {args.workers} needs a PostgreSQL store: SQLite lets one process write at a "
+            "time (use --workers 1, or --db postgresql+psycopg://… / app.yml store)"
+        )
+    await (await open_engine(url)).dispose()  # migrated once, before the workers race to do it
+    host = args.host or app.config.server.host
+    sock = listen(host, args.port or app.config.server.port)
+    where = f"http://{address(host, sock.getsockname()[1])}/"
+    env = {**os.environ, "YAO_AGENT_APP": str(root), logs.ENV: fmt}
+    if args.db:
+        env["YAO_AGENT_DB"] = args.db  # (not on the command line, where `ps` shows it)
+    options = ["--drain-s", str(args.drain_s)]
+
+    def ready() -> None:
+        print(f"yao-agent serving {app.root.resolve()} on {where} ({args.workers} workers)", file=out, flush=True)
+
+    with sock, metrics_folder(env):
+        supervisor = Supervisor(worker_command(sock.fileno(), options), sock, args.workers, env, ready)
+        return await supervisor.run()

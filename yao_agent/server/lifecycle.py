@@ -1,0 +1,51 @@
+"""What a deployment asks of a server (CONTRACT §6, §8.3, §8.4): is it ready, and which app does it serve.
+
+`GET /readyz` answers 503 while the server drains (SIGTERM) so that a load balancer sends new requests
+elsewhere; `/healthz` (liveness) stays 200 to the end. `GET /api/app` shows a team admin the app version
+being served and, when the files on disk did not validate, why they are not served.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from yao_agent.errors import Forbidden
+from yao_agent.server import schemas as doc
+from yao_agent.server.auth import Caller
+from yao_agent.server.errors import error_response
+from yao_agent.server.native import runs_of
+from yao_agent.server.reload import Reloader
+from yao_agent.teams import ADMIN_TOKEN
+
+router = APIRouter()
+DRAINING = "this server is shutting down (draining its runs); send requests to another"
+
+
+def reloader_of(request: Request) -> Reloader:
+    return request.app.state.reloader
+
+
+@router.get("/readyz", tags=["health"], response_model=None, responses=doc.answers(doc.ReadyOut))
+async def readyz(request: Request) -> Response:
+    """Ready to take runs: 503 while draining (shutting down), else the app version it serves."""
+    runs = runs_of(request)
+    if runs.draining:
+        return error_response(503, "unavailable", DRAINING, {"Retry-After": "1"})
+    return JSONResponse({"status": "ready", "app_version": runs.app.version})
+
+
+@router.head("/readyz", include_in_schema=False)
+async def readyz_head(request: Request) -> Response:
+    return await readyz(request)
+
+
+@router.get("/api/app", tags=["app"], response_model=None, responses=doc.answers(doc.AppStateOut, 401, 403))
+async def app_state(request: Request, who: Caller) -> dict[str, Any]:
+    """The app being served (its version, since when) and, when its files changed into something that does
+    not validate, every problem as `file:line …` (the last good version keeps serving). Team admins only."""
+    if not who.administers_team:
+        raise Forbidden(f"only a team admin sees the app's state: use {ADMIN_TOKEN}")
+    return reloader_of(request).view()
