@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import cold_chat, context, flush, hooks, load_app, logs, metrics, pipeline, quota, server, traces
+from bench import cold_chat, context, flush, hooks, load_app, logs, metrics, pipeline, proxy, quota, server, traces
 from bench.common import Row, fake_provider, print_table
 
 
@@ -54,6 +54,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "cold_chat": with_fake_sync(cold_chat.measure, runs=7 // scale + 1),
         "context": lambda: context.measure(200 // scale),
         "quota": lambda: asyncio.run(quota.measure(2000 // scale, quota.CALLS, flush.PG)),
+        "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
     }
 
 
