@@ -14,6 +14,7 @@ from tests.connectors.helpers import assemble, drain, fake_connector
 from yao_agent.connectors.deltas import TextDelta, Usage
 from yao_agent.connectors.openai_wire import lines
 from yao_agent.errors import ModelError
+from yao_agent.testing import FakeProvider, Reply
 
 
 def chunk(text: str = "", finish: str | None = None) -> str:
@@ -114,3 +115,12 @@ async def test_lines_end_at_cr_lf_or_crlf_wherever_the_reads_cut_them() -> None:
 async def test_a_body_that_ends_with_a_cr_ends_its_last_line() -> None:
     got = [line async for read in lines(cast(StreamReader, Reads(b"data: 1\r\r", [8]))) for line in read]
     assert got == ["data: 1", ""]
+
+
+async def test_a_head_then_silence_times_out_before_any_text() -> None:
+    async with FakeProvider() as fake:
+        fake.enqueue(Reply(text="late", stall_after=0, stall_s=3))  # the head goes out, then nothing
+        with pytest.raises(ModelError) as caught:
+            await drain([fake_connector(fake.base_url, timeout_s=0.3)])
+    assert (caught.value.kind, caught.value.retryable) == ("timeout", True)
+    assert "no chunk within 0.3 s" in str(caught.value)

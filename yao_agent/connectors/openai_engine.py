@@ -23,7 +23,7 @@ import aiohttp
 from yao_agent.connectors.capabilities import adapt
 from yao_agent.connectors.classify import model_error
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
-from yao_agent.connectors.openai_wire import Wire, lines
+from yao_agent.connectors.openai_wire import Gaps, Wire, lines
 from yao_agent.connectors.providers import Endpoint, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.connectors.tls import on_thread
@@ -67,9 +67,10 @@ class OpenAIEngine:
         params = call_params(connector, request)
         body = encoded({**params, **as_mapping(params.pop("extra_body", None)), **STREAMED})
         response = await self.wire.post(connector, endpoint, body)
+        gaps = Gaps(response, connector.timeout_s)
         started = False
         try:
-            async for chunk in _events(response.content):
+            async for chunk in _events(response.content, gaps):
                 for delta in chunk_deltas(chunk):
                     started = started or not isinstance(delta, Usage | Finish)
                     yield delta
@@ -79,6 +80,7 @@ class OpenAIEngine:
         except Exception as exc:  # transport errors while reading the body
             raise _transport(exc, connector, endpoint, started=started) from None
         finally:
+            gaps.stop()
             response.release()  # the connection back to the pool, or closed if the body was not read to its end
             # (also on cancellation: the provider sees the connection go)
 
@@ -87,12 +89,12 @@ class BrokenStream(Exception):
     """The stream carried an error event, or an event that is not JSON."""
 
 
-async def _events(content: aiohttp.StreamReader) -> AsyncIterator[Any]:
+async def _events(content: aiohttp.StreamReader, gaps: Gaps) -> AsyncIterator[Any]:
     """The JSON of each server-sent event up to `[DONE]`; the rest of the body is still read, so the
     connection can be reused, and ignored."""
     data: list[str] = []
     done = False
-    async for read in lines(content):
+    async for read in lines(content, gaps):
         for line in read:
             if line.startswith("data:"):
                 data.append(line[5:].removeprefix(" "))
