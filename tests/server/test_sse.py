@@ -12,7 +12,7 @@ from starlette.types import Message
 from yao_agent.events import MessageDelta, MessageStart, StreamEnd, to_dict, to_json
 from yao_agent.pipeline import RunHandle
 from yao_agent.server.openai_compat import _chunk, _Pieces  # pyright: ignore[reportPrivateUsage]
-from yao_agent.server.sse import EventStream
+from yao_agent.server.sse import SEND_KEY, EventStream
 
 
 class Connection:
@@ -107,3 +107,13 @@ def test_an_openai_text_chunk_is_the_json_of_the_whole_chunk() -> None:
             for text in ("tok ", 'q"b\\s\n\u2028é😀\ud800', "\x00"):
                 whole = _chunk(handle, model, 1_700_000_000, {key: text}, None)
                 assert pieces.chunk(key, text) == whole
+
+
+async def test_frames_go_straight_to_the_send_the_outermost_layer_left() -> None:
+    async def frames() -> AsyncIterator[bytes]:
+        yield b"data: 1\n\n"
+
+    wrapped, outermost = Connection(), Connection()
+    await EventStream(frames(), {})({SEND_KEY: outermost.send}, wrapped.receive, wrapped.send)
+    assert [m["type"] for m in wrapped.sent] == ["http.response.start", "http.response.body"]  # the start; the end
+    assert outermost.bodies() == [b"data: 1\n\n"]

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from yao_agent.identity import Identity
 from yao_agent.server.auth import SCOPE_KEY
+from yao_agent.server.sse import SEND_KEY
 
 log = logging.getLogger("yao_agent.access")
 UNMATCHED = "(unmatched)"  # the route of a request no route takes (a 404)
@@ -46,6 +47,7 @@ class AccessLog:
                 sent["bytes"] += len(message.get("body", b""))
             await send(message)
 
+        scope[SEND_KEY] = watch  # (the request's own scope)
         try:
             await self.app(scope, receive, watch)
         finally:
