@@ -12,7 +12,7 @@ from starlette.types import Message
 from yao_agent.events import MessageDelta, MessageStart, StreamEnd, to_dict, to_json
 from yao_agent.pipeline import RunHandle
 from yao_agent.server.openai_compat import _chunk, _Pieces  # pyright: ignore[reportPrivateUsage]
-from yao_agent.server.sse import SEND_KEY, EventStream
+from yao_agent.server.sse import OUTLET_KEY, EventStream, Outlet
 
 
 class Connection:
@@ -109,11 +109,12 @@ def test_an_openai_text_chunk_is_the_json_of_the_whole_chunk() -> None:
                 assert pieces.chunk(key, text) == whole
 
 
-async def test_frames_go_straight_to_the_send_the_outermost_layer_left() -> None:
+async def test_frames_go_straight_out_through_the_outlet_the_outermost_layer_left() -> None:
     async def frames() -> AsyncIterator[bytes]:
         yield b"data: 1\n\n"
 
-    wrapped, outermost = Connection(), Connection()
-    await EventStream(frames(), {})({SEND_KEY: outermost.send}, wrapped.receive, wrapped.send)
+    wrapped, connection = Connection(), Connection()
+    outlet = Outlet(connection.send)
+    await EventStream(frames(), {})({OUTLET_KEY: outlet}, wrapped.receive, wrapped.send)
     assert [m["type"] for m in wrapped.sent] == ["http.response.start", "http.response.body"]  # the start; the end
-    assert outermost.bodies() == [b"data: 1\n\n"]
+    assert connection.bodies() == [b"data: 1\n\n"] and outlet.bytes == 9
