@@ -14,7 +14,21 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench import cold_chat, context, flush, hooks, load_app, logs, metrics, pipeline, proxy, quota, server, traces
+from bench import (
+    cold_chat,
+    context,
+    flush,
+    hooks,
+    load_app,
+    logs,
+    metrics,
+    pipeline,
+    proxy,
+    quota,
+    serve_cpu,
+    server,
+    traces,
+)
 from bench.common import Row, fake_provider, print_table
 
 
@@ -49,6 +63,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "server": with_fake(
             server.measure, chats=1000, chunks=40 // scale, every_ms=500, ramp_s=20 / scale, idle=2000 // scale
         ),
+        "serve_cpu": with_fake(serve_cpu.measure, requests=100 // scale, rounds=5 if scale == 1 else 3),
         "flush": lambda: asyncio.run(flush.measure(300 // scale, flush.PG)),
         "validate": lambda: load_app.measure(7 // scale + 1, 1000),
         "cold_chat": with_fake_sync(cold_chat.measure, runs=7 // scale + 1),

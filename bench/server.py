@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -129,13 +130,22 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(app: Path, db: str) -> tuple[subprocess.Popen[bytes], str, str]:
-    made = subprocess.run(cli(app, db, "tokens", "create", "--user", "bench"), capture_output=True, text=True, cwd=REPO)
+def start_server(
+    app: Path, db: str, *, quiet: bool = False, tree: Path = REPO
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """A `yao-agent serve` of the app, its URL and a token; `quiet`: its log (an access line per
+    request) goes nowhere, as it would go to a file rather than to this terminal; `tree`: the checkout
+    whose code it runs."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    made = subprocess.run(cli(app, db, "tokens", "create", "--user", "bench"), capture_output=True, text=True,
+                          cwd=tree, env=env)  # fmt: skip
     token = next((word for word in made.stdout.split() if word.startswith("ya_")), None)
     if token is None:
         raise SystemExit(f"no token: {made.stdout}{made.stderr}")
     port = free_port()
-    process = subprocess.Popen(cli(app, db, "serve", "--port", str(port)), cwd=REPO, stdout=subprocess.DEVNULL)
+    log = subprocess.DEVNULL if quiet else None
+    process = subprocess.Popen(cli(app, db, "serve", "--port", str(port)), cwd=tree, env=env,
+                               stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     for _ in range(200):
         try:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from tests.connectors.helpers import assemble, drain, fake_connector
 from yao_agent.connectors.deltas import TextDelta, Usage
+from yao_agent.connectors.openai_wire import lines
 from yao_agent.errors import ModelError
+from yao_agent.testing import FakeProvider, Reply
 
 
 def chunk(text: str = "", finish: str | None = None) -> str:
@@ -86,3 +90,37 @@ async def test_an_event_that_is_not_json_is_a_clear_error(provider: tuple[str, l
         await drain([fake_connector(url)])
     assert caught.value.kind == "incomplete"
     assert "not JSON" in str(caught.value)
+
+
+class Reads:
+    """A body arriving in the given reads (what `lines` asks aiohttp's stream for)."""
+
+    def __init__(self, body: bytes, cuts: list[int]) -> None:
+        bounds = [0, *cuts, len(body)]
+        self.reads = [body[a:b] for a, b in itertools.pairwise(bounds)]
+
+    async def readany(self) -> bytes:
+        return self.reads.pop(0) if self.reads else b""
+
+
+async def test_lines_end_at_cr_lf_or_crlf_wherever_the_reads_cut_them() -> None:
+    body = "data: é1\r\n\r\ndata: 2\r\rdata: 3\n\ndata: 4\r\n\u2028x\r\nlast".encode()
+    expected = ["data: é1", "", "data: 2", "", "data: 3", "", "data: 4", "\u2028x", "last"]
+    for cut in range(1, len(body)):
+        for other in (cut + 1, len(body)):
+            got = [line async for read in lines(cast(StreamReader, Reads(body, [cut, other]))) for line in read]
+            assert got == expected, (cut, other)
+
+
+async def test_a_body_that_ends_with_a_cr_ends_its_last_line() -> None:
+    got = [line async for read in lines(cast(StreamReader, Reads(b"data: 1\r\r", [8]))) for line in read]
+    assert got == ["data: 1", ""]
+
+
+async def test_a_head_then_silence_times_out_before_any_text() -> None:
+    async with FakeProvider() as fake:
+        fake.enqueue(Reply(text="late", stall_after=0, stall_s=3))  # the head goes out, then nothing
+        with pytest.raises(ModelError) as caught:
+            await drain([fake_connector(fake.base_url, timeout_s=0.3)])
+    assert (caught.value.kind, caught.value.retryable) == ("timeout", True)
+    assert "no chunk within 0.3 s" in str(caught.value)

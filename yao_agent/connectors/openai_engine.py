@@ -1,30 +1,29 @@
-"""The `openai` engine: OpenAI-compatible providers through the official SDK, one client per endpoint.
+"""The `openai` engine: OpenAI-compatible providers, the request as the official SDK would send it.
 
-The SDK's own retries are off (we own the policy); its read timeout is the connector's `timeout_s`,
+The SDK's own retries are off (we own the policy); the read timeout is the connector's `timeout_s`,
 which bounds both the wait for the first byte and every gap between chunks.
 
-The SDK's client sends the request (its auth, headers, timeouts, connection pool) and raises its
-error classes; the body goes as we built it and the streamed answer is decoded here, as plain JSON.
-The SDK's typed layer measured far dearer than everything else in a run: `create` re-walks the
-whole conversation against its type hints (about 5 ms of CPU for 20 messages), and its parsed
-stream builds a pydantic model per chunk (2.7 times this engine's CPU for a 20-chunk reply).
+The body goes as we built it and the streamed answer is decoded here, as plain JSON; how the request
+goes out (the SDK's headers, aiohttp's connection pool) and how its answer's lines come in is
+openai_wire.py's. The SDK's typed layer measured far dearer than everything else in a run: `create`
+re-walks the whole conversation against its type hints (about 5 ms of CPU for 20 messages), and its
+parsed stream builds a pydantic model per chunk (2.7 times this engine's CPU for a 20-chunk reply).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-import httpx2
-import openai
+import aiohttp
 
 from yao_agent.connectors.capabilities import adapt
-from yao_agent.connectors.classify import kind_for_status, model_error
+from yao_agent.connectors.classify import model_error
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.openai_wire import Gaps, Wire, lines
 from yao_agent.connectors.providers import Endpoint, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.connectors.tls import on_thread
@@ -45,52 +44,33 @@ def call_params(connector: ConnectorSpec, request: ModelRequest) -> dict[str, An
     return adapt(connector, params)
 
 
+def encoded(body: Mapping[str, Any]) -> bytes:
+    """The body as the SDK encodes it (httpx's settings: compact, UTF-8, no NaN)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
 class OpenAIEngine:
     name = "openai"
 
     def __init__(self, tls: Future[ssl.SSLContext] | None = None) -> None:
-        """`tls` is the one TLS context every client shares, being made on a thread (`tls.on_thread`):
+        """`tls` is the one TLS context every endpoint shares, being made on a thread (`tls.on_thread`):
         by default the SDK's own settings, which its transport would otherwise load for each client."""
-        self._clients: dict[tuple[Any, ...], openai.AsyncOpenAI] = {}
-        self._tls = tls if tls is not None else on_thread()
-
-    async def client(self, connector: ConnectorSpec, endpoint: Endpoint) -> openai.AsyncOpenAI:
-        if not self._tls.done():
-            await asyncio.wrap_future(self._tls)
-        key = (endpoint.base_url, endpoint.api_key, tuple(sorted(endpoint.headers.items())), connector.timeout_s)
-        client = self._clients.get(key)
-        if client is None:
-            client = openai.AsyncOpenAI(
-                api_key=endpoint.api_key,
-                base_url=endpoint.base_url,
-                default_headers=dict(endpoint.headers) or None,
-                timeout=openai.Timeout(connector.timeout_s, connect=min(10.0, connector.timeout_s)),
-                max_retries=0,
-                # aiohttp's transport: a quarter less CPU per chunk
-                http_client=openai.DefaultAioHttpClient(verify=self._tls.result()),
-            )
-            self._clients[key] = client
-        return client
+        self.wire = Wire(tls if tls is not None else on_thread())
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.close()
+        await self.wire.aclose()
 
     async def stream(
         self, connector: ConnectorSpec, request: ModelRequest, environ: Mapping[str, str] | None = None
     ) -> AsyncIterator[Delta]:
         endpoint = resolve_endpoint(connector, environ)
-        client = await self.client(connector, endpoint)
         params = call_params(connector, request)
-        body = {**params, **as_mapping(params.pop("extra_body", None)), **STREAMED}
-        try:
-            response = await client.post("/chat/completions", cast_to=httpx2.Response, body=body, stream=True)
-        except openai.APIError as exc:
-            raise _classify(exc, connector, endpoint) from None
+        body = encoded({**params, **as_mapping(params.pop("extra_body", None)), **STREAMED})
+        response = await self.wire.post(connector, endpoint, body)
+        gaps = Gaps(response, connector.timeout_s)
         started = False
         try:
-            async for chunk in _events(response.aiter_lines()):
+            async for chunk in _events(response.content, gaps):
                 for delta in chunk_deltas(chunk):
                     started = started or not isinstance(delta, Usage | Finish)
                     yield delta
@@ -100,26 +80,29 @@ class OpenAIEngine:
         except Exception as exc:  # transport errors while reading the body
             raise _transport(exc, connector, endpoint, started=started) from None
         finally:
-            await response.aclose()  # also on cancellation: the provider sees the connection go
+            gaps.stop()
+            response.release()  # the connection back to the pool, or closed if the body was not read to its end
+            # (also on cancellation: the provider sees the connection go)
 
 
 class BrokenStream(Exception):
     """The stream carried an error event, or an event that is not JSON."""
 
 
-async def _events(lines: AsyncIterator[str]) -> AsyncIterator[Any]:
+async def _events(content: aiohttp.StreamReader, gaps: Gaps) -> AsyncIterator[Any]:
     """The JSON of each server-sent event up to `[DONE]`; the rest of the body is still read, so the
     connection can be reused, and ignored."""
     data: list[str] = []
     done = False
-    async for line in lines:
-        if line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-        elif not line and data:  # a blank line ends an event
-            text, data = "\n".join(data), []
-            done = done or text.startswith("[DONE]")
-            if not done:
-                yield _decoded(text)
+    async for read in lines(content, gaps):
+        for line in read:
+            if line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+            elif not line and data:  # a blank line ends an event
+                text, data = "\n".join(data), []
+                done = done or text.startswith("[DONE]")
+                if not done:
+                    yield _decoded(text)
     if data and not done and not data[0].startswith("[DONE]"):
         yield _decoded("\n".join(data))  # a last event without its blank line
 
@@ -174,42 +157,8 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _classify(exc: openai.APIError, connector: ConnectorSpec, endpoint: Endpoint) -> ModelError:
-    """A failed request (before any of the answer arrived: once the body streams, only transport errors come)."""
-    if isinstance(exc, openai.APITimeoutError) and not _refused(exc):
-        return model_error("timeout", connector.id, f"no answer within {connector.timeout_s:g} s")
-    if isinstance(exc, openai.APIConnectionError):
-        return model_error("connection", connector.id, _cause(exc), secrets=endpoint.secrets)
-    status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
-    code = exc.code if isinstance(exc.code, str) else None
-    kind = kind_for_status(status, exc.message, code)
-    return model_error(kind, connector.id, _provider_message(exc), status=status, secrets=endpoint.secrets)
-
-
 def _transport(exc: Exception, connector: ConnectorSpec, endpoint: Endpoint, *, started: bool) -> ModelError:
     timeout = "timeout" in type(exc).__name__.lower()
     kind = "incomplete" if started else ("timeout" if timeout else "connection")
     detail = f"no chunk within {connector.timeout_s:g} s" if timeout else (str(exc) or type(exc).__name__)
     return model_error(kind, connector.id, detail, secrets=endpoint.secrets)
-
-
-def _refused(exc: BaseException) -> bool:
-    """Whether a "timeout" was a connection that could not be made: the SDK's aiohttp transport
-    reports a refused connection as a connect timeout, with the socket's error as its cause."""
-    cause = exc.__cause__
-    while cause is not None:
-        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
-            return True
-        cause = cause.__cause__
-    return False
-
-
-def _cause(exc: BaseException) -> str:
-    cause = exc.__cause__ or exc.__context__
-    return str(cause) if cause is not None and str(cause) else str(exc)
-
-
-def _provider_message(exc: openai.APIError) -> str:
-    body = as_mapping(exc.body)
-    message = as_mapping(body.get("error", body)).get("message")
-    return message if isinstance(message, str) else exc.message

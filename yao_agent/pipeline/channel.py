@@ -19,18 +19,20 @@ from yao_agent.events import Event, MessageDelta
 class EventChannel:
     def __init__(self, high_water: int = 256) -> None:
         self._items: deque[Event] = deque()
-        self._ready = asyncio.Event()
+        # The reader waiting for more: what an asyncio.Event would do, less its own work, once per chunk.
+        self._waiter: asyncio.Future[None] | None = None
         self._closed = False  # the reader left
         self._finished = False  # the run sent its last event
         self._high_water = high_water
 
-    async def send(self, event: Event) -> None:
+    def send(self, event: Event) -> None:
+        """Queue `event` for the reader (it never waits: see the module's doc)."""
         if self._closed:
             return  # nobody is listening any more; the run goes on and stores everything
         if len(self._items) >= self._high_water and self._merge(event):
             return
         self._items.append(event)
-        self._ready.set()
+        self._wake()
 
     def _merge(self, event: Event) -> bool:
         last = self._items[-1] if self._items else None
@@ -51,13 +53,26 @@ class EventChannel:
     def close(self) -> None:
         """No more events will be sent; readers finish what is queued."""
         self._finished = True
-        self._ready.set()
+        self._wake()
 
     def abandon(self) -> None:
         """The reader left: drop what is queued and ignore later sends."""
         self._closed = True
         self._items.clear()
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        """Until something is sent, or the channel closes."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         while True:
@@ -65,8 +80,7 @@ class EventChannel:
                 yield self._items.popleft()
             if self._finished or self._closed:
                 return
-            self._ready.clear()
-            await self._ready.wait()
+            await self._wait()
 
     async def batches(self) -> AsyncIterator[list[Event]]:
         """Everything waiting, at each wake-up: a writer that fell behind catches up in one write."""
@@ -78,8 +92,7 @@ class EventChannel:
                 continue
             if self._finished or self._closed:
                 return
-            self._ready.clear()
-            await self._ready.wait()
+            await self._wait()
 
 
 def _same_call(last: MessageDelta, event: MessageDelta) -> bool:

@@ -65,7 +65,7 @@ class LiveReply:
             self.piece.add(delta)
         if isinstance(delta, TextDelta | ReasoningDelta) and delta.text:
             kind = "text" if isinstance(delta, TextDelta) else "reasoning"
-            message_id = await self._open(kind, kind)
+            message_id = self.ids.get(kind) or await self._open(kind, kind)  # (most deltas: already open)
             await self.state.emit(MessageDelta(self.state.run_id, message_id, kind, text=delta.text,
                                                thread_id=self.thread_id))  # fmt: skip
         elif isinstance(delta, ToolCallDelta) and call is not None:

@@ -172,7 +172,7 @@ class RunState:
         return self.run.chat_id
 
     async def emit(self, event: Event) -> None:
-        await self.out.send(event)
+        self.ctx.out.send(event)  # (awaited by the stages: a channel that waits could take its place)
 
     @property
     def new_messages(self) -> list[ChatMessage]:

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from yao_agent.identity import Identity
 from yao_agent.server.auth import SCOPE_KEY
+from yao_agent.server.sse import OUTLET_KEY, Outlet
 
 log = logging.getLogger("yao_agent.access")
 UNMATCHED = "(unmatched)"  # the route of a request no route takes (a 404)
@@ -37,22 +38,23 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        sent = {"status": 0, "bytes": 0}
+        status = 0
+        outlet = scope[OUTLET_KEY] = Outlet(send)  # (the request's own scope) a stream's frames count there
 
         async def watch(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                sent["status"] = message["status"]
+                status = message["status"]
             elif message["type"] == "http.response.body":
-                sent["bytes"] += len(message.get("body", b""))
+                outlet.bytes += len(message.get("body", b""))
             await send(message)
 
         try:
             await self.app(scope, receive, watch)
         finally:
             # no response started: the app failed, and the server answers 500 for it
-            status = sent["status"] or 500
             duration_ms = round((time.perf_counter() - started) * 1000, 1)
-            _write(scope, route_of(scope), (status, duration_ms, sent["bytes"]))
+            _write(scope, route_of(scope), (status or 500, duration_ms, outlet.bytes))
 
 
 def _write(scope: Scope, route: str, outcome: tuple[int, float, int]) -> None:

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette.sse import EventSourceResponse
 
 from yao_agent import tracing
 from yao_agent.dsl.specs import ServerSettings
@@ -28,6 +27,7 @@ from yao_agent.runs import Runs
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.limits import check_messages
+from yao_agent.server.sse import EventStream
 from yao_agent.vocabulary import OnBusy
 
 router = APIRouter()
@@ -86,9 +86,8 @@ def frames(payloads: Iterable[str]) -> bytes:
     return "".join(f"data: {payload}\n\n" for payload in payloads).encode("utf-8", "backslashreplace")
 
 
-def streamed(handle: RunHandle) -> EventSourceResponse:
-    headers = {"X-Chat-Id": handle.chat_id, "Cache-Control": "no-cache"}
-    return EventSourceResponse(sse(handle), headers=headers, sep="\n", ping=15)
+def streamed(handle: RunHandle) -> EventStream:
+    return EventStream(sse(handle), {"X-Chat-Id": handle.chat_id, "Cache-Control": "no-cache"})
 
 
 async def drained(request: Request, handle: RunHandle) -> JSONResponse:

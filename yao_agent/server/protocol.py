@@ -17,6 +17,11 @@ a time is cut as surely as a silent one):
 
 A connection beyond `max_connections` is closed as it is accepted, so the process keeps file
 descriptors for the connections it serves and for its own (the database, MCP servers).
+
+A streamed response's pieces (SSE frames) are framed here, as HTTP/1.1 chunks, without h11: for a
+piece of a chunked body h11 only checks that the response is still sending its body and writes the
+chunk's length, the piece and CRLF, but its event objects and state machine cost more than the rest
+of uvicorn's send (measured: ~9 µs of a streamed chunk's ~130). Anything else goes through h11.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, ClassVar, Literal, cast
+from collections.abc import Mapping
+from types import CoroutineType
+from typing import Any, ClassVar, Literal, Protocol, cast
 
 import h11
+from h11._writers import ChunkedWriter  # pyright: ignore[reportPrivateUsage]
+from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from yao_agent.dsl.specs import ServerSettings
@@ -56,7 +65,10 @@ class GuardedH11(H11Protocol):
         self._watch()
 
     def data_received(self, data: bytes) -> None:
+        had = cast(RequestResponseCycle | None, self.cycle)
         super().data_received(data)
+        if self.cycle is not had:  # a new request's head: its app has not run yet
+            self.cycle.send = chunking(self.cycle)
         self._watch()
 
     def on_response_complete(self) -> None:
@@ -107,6 +119,37 @@ class GuardedH11(H11Protocol):
             GuardedH11.warned_at = now
             log.warning("%d connections open: closing new ones (server.max_connections)", self.max_connections)
         self.transport.close()
+
+
+class Sender(Protocol):
+    """A cycle's `send`, as its own method is."""
+
+    def __call__(self, message: ASGISendEvent) -> CoroutineType[Any, Any, None]: ...
+
+
+def chunking(cycle: RequestResponseCycle) -> Sender:
+    """The cycle's `send`, writing a piece of a chunked body itself (see the module's doc)."""
+    send = cycle.send
+
+    async def chunked(message: ASGISendEvent) -> None:
+        body = _piece(cycle, cast(Mapping[str, Any], message))
+        if body is None:
+            await send(message)
+        else:
+            cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))  # as h11's ChunkedWriter writes it
+
+    return chunked
+
+
+def _piece(cycle: RequestResponseCycle, message: Mapping[str, Any]) -> bytes | None:
+    """The body of a message that is a piece of a chunked body h11 would only frame, else None."""
+    body: bytes | None = message.get("body")
+    if not body or not message.get("more_body") or message["type"] != "http.response.body":
+        return None
+    conn = cycle.conn
+    if conn.our_state is not h11.SEND_BODY or not isinstance(getattr(conn, "_writer", None), ChunkedWriter):
+        return None
+    return None if cycle.response_complete or cycle.disconnected or cycle.flow.write_paused else body
 
 
 def protocol(settings: ServerSettings) -> type[GuardedH11]:
