@@ -31,9 +31,10 @@ STREAM_HEADERS = [(b"connection", b"keep-alive"), (b"x-accel-buffering", b"no")]
 
 @dataclass
 class Outlet:
-    """The connection's own `send`, and the body bytes the access line reports. A stream's frames go out
-    through it, past every layer's send wrapper — the framework's only note that a response started (it
-    still goes through them), the access layer's only counts — each a coroutine per frame (~4 µs)."""
+    """The `send` the access layer was handed, and the body bytes its line reports. A stream's frames go
+    out through it, past the send wrappers of the layers within — the framework's only note that a
+    response started (the start still goes through them), the access layer's only counts — each a
+    coroutine per frame (~4 µs)."""
 
     send: Send
     bytes: int = 0
