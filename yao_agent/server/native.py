@@ -121,7 +121,7 @@ def left(watch: asyncio.Task[None], handle: RunHandle) -> None:
 
 
 @router.post("/api/assistants/{assistant_id}/runs", tags=["runs"], response_model=None,
-             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 413, stream=doc.EVENTS))  # fmt: skip
+             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 413, 429, stream=doc.EVENTS))  # fmt: skip
 async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Run an assistant: SSE of the run's events, or its result as JSON with `?stream=false`.
 
@@ -174,7 +174,7 @@ async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str,
 
 
 @router.post("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
-             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, stream=doc.EVENTS))  # fmt: skip
+             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 429, stream=doc.EVENTS))  # fmt: skip
 async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
     with tracing.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
@@ -198,7 +198,7 @@ async def approvals(chat_id: str, request: Request, who: Caller) -> dict[str, An
 
 
 @router.post("/api/chats/{chat_id}/approvals", tags=["chats"], response_model=None,
-             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, stream=doc.EVENTS))  # fmt: skip
+             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 429, stream=doc.EVENTS))  # fmt: skip
 async def decide(chat_id: str, body: DecisionsBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Decide every pending call and continue the run: approved calls run, denied ones are answered
     `denied: <reason>` (SSE, or JSON with `?stream=false`); 409 when they were decided already."""

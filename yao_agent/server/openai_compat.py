@@ -81,7 +81,7 @@ async def models(request: Request, who: Caller) -> dict[str, Any]:
                                        for a in found]}  # fmt: skip
 
 
-ERRORS = sorted({400, 401, 404, 409, 413, *FAILURE_STATUS.values()})
+ERRORS = sorted({400, 401, 404, 409, 413, 429, *FAILURE_STATUS.values()})
 
 
 @router.post("/v1/chat/completions", tags=["openai"], response_model=None,

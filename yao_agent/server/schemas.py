@@ -334,9 +334,12 @@ WHY = {
     409: "the chat is busy (a run is in progress; on_busy: reject), has no active run, or its run was cancelled",
     413: "the request body, or its number of messages, is over the server's limit (server.max_body_bytes, "
     "server.max_messages)",
+    429: "a budget is spent (budget_exceeded) or a rate limit reached (rate_limited, with Retry-After): the run "
+    "was not started",
     500: "a bug (internal_error); the server log has the details",
     502: "the model, a tool, a hook or a delegated assistant failed",
-    503: "the server has as many requests in progress as it takes (server.max_requests); retry after Retry-After",
+    503: "the server has as many requests in progress as it takes (server.max_requests), or it is shutting "
+    "down (draining: no new runs); retry after Retry-After",
     504: "the run timed out",
     508: "the run was stopped repeating the same tool call (loop_detected)",
 }
