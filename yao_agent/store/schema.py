@@ -100,6 +100,7 @@ runs = Table(
     Column("ended_at", Float, nullable=True),
     Column("duration_ms", Integer, nullable=True),
     Column("app_version", String(32), nullable=True),  # the hash of the app's files it ran with
+    Column("carry", JSON, nullable=True),  # what the run decided, for its resume (pipeline/carry.py)
     Index("ix_runs_chat", "chat_id", "started_at"),
     Index("ix_runs_status", "status"),
 )
