@@ -75,7 +75,7 @@ Outcome = Continue | HandOver | Finish
 async def converse(rt: Runtime, state: RunState, resume_at: StepRecord | None = None) -> None:
     """The stages; a resumed run (or a child of one, at `resume_at`) starts at the step it stopped at."""
     outcome = await _opening(rt, state, resume_at)
-    while not isinstance(outcome := _checked(state, outcome), Finish):
+    while not isinstance(outcome := await _checked(state, outcome), Finish):
         if isinstance(outcome, HandOver):
             await state.children.hand_over(state, outcome.target)
             outcome = _unless_appended(state, Finish())
@@ -83,12 +83,12 @@ async def converse(rt: Runtime, state: RunState, resume_at: StepRecord | None = 
             outcome = await _turn(rt, state, outcome)
 
 
-def _checked(state: RunState, outcome: Outcome) -> Outcome:
+async def _checked(state: RunState, outcome: Outcome) -> Outcome:
     """Before the run finishes, its final answer is checked against its output schema (`output`): one
     that does not fit is sent back, without tools, since only the answer's form is at fault."""
     if not isinstance(outcome, Finish):
         return outcome
-    correction = output.check(state)
+    correction = await output.check(state)
     return outcome if correction is None else Continue("output_retry", correction, with_tools=False)
 
 
