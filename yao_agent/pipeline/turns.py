@@ -35,6 +35,7 @@ from yao_agent.pipeline import (
 from yao_agent.pipeline.answers import Delegation, NextDecision
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.journal import ANSWERED
 from yao_agent.store.records import StepRecord
 from yao_agent.vocabulary import Transition
 
@@ -101,21 +102,37 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
     if step is not None and step.type in ("hook_next", "tool") and step.input is not None:
         return await _resume_step(rt, state, step)
     if step is not None and step.type == "llm" and step.status == "interrupted":
-        after = _after_journal(step)  # a killed run: on after its last committed step
+        after = _after_journal(state, step)  # a killed run: on after its last committed step
         if after is not None:
             return after
+    if state.created:  # a resumed run whose Create hook already decided (pipeline/carry.py): not asked again
+        if state.create_messages is not None:
+            state.conversation = list(state.create_messages)
+        return _again(step)
     handed_to = await hook_create.run(rt, state)
     return HandOver(handed_to) if handed_to is not None else Continue("first")
 
 
-def _after_journal(step: StepRecord) -> Outcome | None:
+def _after_journal(state: RunState, step: StepRecord) -> Outcome | None:
     """Where an interrupted run goes on (store/journal.py chose): its last reply was complete (nothing is
-    asked again), or its last round of tool results goes to the model; None: it starts over."""
-    if as_mapping(step.input).get("resume") == "answered":
+    asked again), or its last round of tool results goes on as the uninterrupted run would have (the
+    loop detector and the tool loop count it); None: it starts over."""
+    if as_mapping(step.input).get("resume") == ANSWERED:
         return Finish()
-    if step.transition == "tool_retry":
-        return Continue("tool_retry", ({"role": "system", "content": RETRY_PROMPT},))
-    return Continue(step.transition) if step.transition is not None else None
+    if step.transition == "tool_results":
+        guards.check_loop(state)
+        return _tool_loop(state, [{}])  # a round with results: the tool loop decides, and counts the turn
+    return _again(step) if step.transition is not None else None
+
+
+def _again(step: StepRecord | None) -> Continue:
+    """The model call a resumed run makes again: the one that failed, for the reason it was made."""
+    why: Transition = step.transition if step is not None and step.type == "llm" and step.transition else "first"
+    if why == "tool_retry":
+        return Continue(why, ({"role": "system", "content": RETRY_PROMPT},))
+    if why == "last_word":
+        return Continue(why, ({"role": "system", "content": LAST_WORD},), with_tools=False)
+    return Continue(why)
 
 
 async def _turn(rt: Runtime, state: RunState, how: Continue) -> Outcome:
