@@ -17,16 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-import re2
-
 from yao_agent.errors import UsageError
 
 SYNTAX = "RE2 syntax: no backreferences or lookaround"
-# The binding has no type annotations: its two names used here, typed.
-_re2_compile = cast(Callable[[str, Any], Any], re2.compile)  # pyright: ignore[reportUnknownMemberType]
-_Re2Error = cast(type[Exception], re2.error)  # pyright: ignore[reportUnknownMemberType]
-_OPTIONS = re2.Options()
-_OPTIONS.log_errors = False  # RE2 would print each refused pattern (a caller's text) on stderr
 # Hints for RE2's own words, which name the construct but not why it is missing.
 _HINTS = (
     ("invalid perl operator: (?=", "lookahead is not supported"),
@@ -72,15 +65,34 @@ def search(pattern: str, text: str) -> bool:
     return _compiled(pattern).search(text)
 
 
+@dataclass(frozen=True, slots=True)
+class _Binding:
+    """The two names of the `re2` binding used here, typed (it has no annotations), and its options."""
+
+    compile: Callable[[str, Any], Any]
+    error: type[Exception]
+    options: Any
+
+
+@functools.cache
+def _binding() -> _Binding:
+    """Imported on first use: most commands (and `validate` of an app without structured output) need none."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print each refused pattern (a caller's text) on stderr
+    compiling = cast(Callable[[str, Any], Any], re2.compile)  # pyright: ignore[reportUnknownMemberType]
+    return _Binding(compiling, cast(type[Exception], re2.error), options)  # pyright: ignore[reportUnknownMemberType]
+
+
 @functools.lru_cache(maxsize=512)  # a schema's patterns are matched against every value of every answer
 def _compiled(pattern: str) -> Regex:
-    if "\x00" in pattern:
-        raise RegexRefused(f"the pattern {_shown(pattern)} contains a NUL character ({SYNTAX})")
+    binding = _binding()
     try:
-        return Regex(pattern, _re2_compile(pattern, _OPTIONS))
+        return Regex(pattern, binding.compile(pattern, binding.options))
     except UnicodeEncodeError:
         raise RegexRefused(f"the pattern {_shown(pattern)} is not valid Unicode (a lone surrogate)") from None
-    except _Re2Error as exc:
+    except binding.error as exc:
         said = _said(exc)
         hint = next((why for start, why in _HINTS if said.startswith(start)), "")
         if said.startswith("invalid escape sequence: \\") and said[-1:].isdigit():

@@ -83,6 +83,34 @@ def test_a_yaml_value_json_has_not_is_named(tmp_path: Path) -> None:
     ]
 
 
+def test_an_authors_schema_is_held_to_a_requests_rules(tmp_path: Path) -> None:
+    """The rules a request's `response_format` is held to (patterns RE2 runs, no remote `$ref`), said at
+    load with file and line, for `output.schema` and `options.response_format` alike. (Depth: no app file
+    nests more than 64 levels, source.py.)"""
+    assistant = """\
+        name: Chat
+        output:
+          schema:
+            properties:
+              code: {pattern: '^(\\w)\\1$'}
+        options:
+          response_format:
+            type: json_schema
+            json_schema:
+              name: city
+              schema:
+                properties:
+                  city: {$ref: 'https://schemas.example.com/city.json'}
+    """
+    assert errors(tmp_path, assistant) == [
+        f"{FILE}:5 output.schema.properties.code.pattern: the pattern '^(\\\\w)\\\\1$' cannot be used: "
+        "invalid escape sequence: \\1: backreferences are not supported (RE2 syntax: no backreferences or lookaround)",
+        f"{FILE}:13 options.response_format.json_schema.schema.properties.city.$ref: $ref "
+        "'https://schemas.example.com/city.json' is outside this schema, and this server fetches no schema "
+        "(expected a reference inside it, e.g. '#/$defs/<name>')",
+    ]
+
+
 @pytest.mark.parametrize(
     ("output", "said"),
     [

@@ -225,17 +225,21 @@ async def test_a_catastrophic_pattern_over_a_long_answer_leaves_the_server_answe
     names = ["a" * 6] * 50_000 + ["a" * 40 + "!"]
     fake.enqueue(Reply(text=json.dumps(names), chunk_size=1 << 16), Reply(text='["aaa"]'))
     seen: list[str] = []
-    async with live.client() as client, live.client(who="") as probe:
-        async with client.stream("POST", "/api/assistants/names/runs", json={"messages": ASK}) as streamed:
-            async for line in streamed.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                event = json.loads(line[6:])
-                seen.append(event["type"])
-                if event["type"] == "message_end" and "healthz" not in seen:
-                    # The first answer is complete, and is being checked: the server answers meanwhile.
-                    assert (await probe.get("/healthz")).status_code == 200
-                    seen.append("healthz")
-                    assert len(fake.requests) == 1  # the check (and the correction after it) still to come
+    event: dict[str, Any] = {}
+    async with (
+        live.client() as client,
+        live.client(who="") as probe,
+        client.stream("POST", "/api/assistants/names/runs", json={"messages": ASK}) as streamed,
+    ):
+        async for line in streamed.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            seen.append(event["type"])
+            if event["type"] == "message_end" and "healthz" not in seen:
+                # The first answer is complete, and is being checked: the server answers meanwhile.
+                assert (await probe.get("/healthz")).status_code == 200
+                seen.append("healthz")
+                assert len(fake.requests) == 1  # the check (and the correction after it) still to come
     assert seen[-1] == "stream_end" and event["status"] == "completed" and event["output"] == ["aaa"]
     assert "does not match '^(a+)+$'" in fake.requests[1].messages[-1]["content"]
