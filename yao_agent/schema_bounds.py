@@ -5,8 +5,9 @@
 `unevaluatedProperties`, through the `re` name of two of its modules. That name is given a stand-in whose
 `search` runs on RE2 (safe_regex) inside `bounded()`, and is Python's own everywhere else (other users
 of `jsonschema` in the process, such as the MCP SDK, are not changed). tests/pipeline/
-test_structured_output.py checks each of those keywords against a catastrophic pattern, so an upgrade
-that matches another way fails there.
+test_structured_output.py tells the engine apart in each of those keywords (`^a$` against "a\\n"), so an
+upgrade that matches another way fails there. Used for output schemas (structured.py) and for MCP tool
+schemas over a model's arguments (tools/validate.py).
 
 The budget counts keyword evaluations: `anyOf` branches over a recursive `$ref` multiply with an
 answer's nesting, which no size limit bounds. A validator switches to another draft's class where a
@@ -21,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -87,13 +89,19 @@ class _Re:
         return safe_regex.search(pattern, string)  # only its truth is used: `if re.search(...)`
 
 
-@functools.cache
+_INSTALLING = threading.Lock()
+
+
 def _install() -> None:
-    for name in _PATCHED:
-        module = importlib.import_module(name)
-        if getattr(module, "re", None) is not re:
-            raise RuntimeError(f"{name} no longer matches with `re`: see yao_agent/schema_bounds.py")
-        module.re = _Re()  # pyright: ignore[reportAttributeAccessIssue]
+    with _INSTALLING:  # checks run in threads: two may be first at once
+        for name in _PATCHED:
+            module = importlib.import_module(name)
+            current = getattr(module, "re", None)
+            if isinstance(current, _Re):
+                continue
+            if current is not re:
+                raise RuntimeError(f"{name} no longer matches with `re`: see yao_agent/schema_bounds.py")
+            module.re = _Re()  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def regex_problem(pattern: str) -> str:

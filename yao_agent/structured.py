@@ -60,11 +60,12 @@ def schema_problems(schema: Mapping[str, Any]) -> list[tuple[Where, str]]:
     odd = _too_deep(schema) or _not_json(schema, ())
     if odd is not None:
         return [odd]  # the checks below would fail on it, or pass values no provider can be sent
-    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    size = len(text.encode())
-    if size > MAX_BYTES:
-        return [((), f"the schema is {size} bytes of JSON, more than this server takes ({MAX_BYTES} bytes at most)")]
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":")).encode()
+    if len(text) > MAX_BYTES:
+        return [
+            ((), f"the schema is {len(text)} bytes of JSON, more than this server takes ({MAX_BYTES} bytes at most)")
+        ]
+    digest = hashlib.sha256(text).hexdigest()
     with _CHECKED_LOCK:  # checked in threads, off the event loop
         known = _CHECKED.get(digest)
     if known is None:
@@ -108,15 +109,13 @@ def _too_deep(schema: object) -> tuple[Where, str] | None:
 
 
 def _not_json(value: object, where: Where) -> tuple[Where, str] | None:
-    """The first value that is not JSON (YAML also reads dates, numbers such as .inf, and keys that are no
-    strings): it could not be sent to a provider."""
+    """The first value that is not JSON (YAML also reads dates, and numbers such as .inf; JSON's escapes
+    also write lone surrogates): it could not be sent to a provider."""
     if isinstance(value, Mapping):
         for key, item in cast(Mapping[object, object], value).items():
-            if not isinstance(key, str):
-                return where, f"the key {key!r} is a YAML {type(key).__name__}, not a JSON string (quote it)"
-            if not _unicode(key):
+            if isinstance(key, str) and not _unicode(key):
                 return where, f"the key {_lone(key)}"
-            found = _not_json(item, (*where, key))
+            found = _not_json(item, (*where, str(key)))
             if found is not None:
                 return found
         return None
@@ -248,8 +247,10 @@ def check_answer(schema: Mapping[str, Any], value: Any, steps: int = MAX_STEPS) 
             errors = sorted(validator.iter_errors(value), key=lambda e: ([str(p) for p in e.absolute_path], e.message))
     except Unresolvable as exc:
         raise SchemaUnusable(f"the output schema cannot be applied: {exc}") from None
-    except (RegexRefused, RecursionError) as exc:  # a schema that `schema_problems` was not asked about
-        raise SchemaUnusable(f"the output schema cannot be applied: {exc or 'it nests too deeply'}") from None
+    except RegexRefused as exc:  # a schema that `schema_problems` was not asked about
+        raise SchemaUnusable(f"the output schema cannot be applied: {exc}") from None
+    except RecursionError:  # the answer's depth is bounded above: a reference leads back to itself
+        raise SchemaUnusable("the output schema cannot be applied: a $ref leads back to itself without end") from None
     except schema_bounds.TooCostly:
         raise SchemaUnusable(
             f"checking the answer against the output schema took more than {steps:,} steps (its anyOf, "

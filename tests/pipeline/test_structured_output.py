@@ -278,6 +278,11 @@ def test_a_schemas_own_dialect_is_read_as_2020_12_and_counted() -> None:
     check_answer(tree, [[[1]]], steps=20_000)
 
 
+def test_a_reference_back_to_itself_makes_the_schema_unusable() -> None:
+    with pytest.raises(SchemaUnusable, match=r"^the output schema cannot be applied: a \$ref leads back to itself"):
+        check_answer({"$anchor": "me", "$ref": "#me"}, 1)
+
+
 def test_an_answer_nested_too_deeply_is_told_to_the_model() -> None:
     nested: Any = 1
     for _ in range(65):
