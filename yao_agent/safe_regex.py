@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from yao_agent.errors import UsageError
+from yao_agent.errors import RegexRefused
+
+__all__ = ["SYNTAX", "Regex", "RegexRefused", "compile", "problem", "search"]
 
 SYNTAX = "RE2 syntax: no backreferences or lookaround"
 # Hints for RE2's own words, which name the construct but not why it is missing.
@@ -26,10 +28,6 @@ _HINTS = (
     ("invalid perl operator: (?!", "lookahead is not supported"),
     ("invalid perl operator: (?<", "lookbehind is not supported"),
 )
-
-
-class RegexRefused(UsageError):
-    """The pattern cannot run in linear time, or is no pattern; `str()` says why, in a user's words."""
 
 
 @dataclass(frozen=True, slots=True)
