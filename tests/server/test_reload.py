@@ -109,6 +109,67 @@ async def test_a_broken_change_keeps_the_last_good_version_and_says_where(
     assert await reloader.reload("test") and reloader.view()["errors"] == [] and runs.app.version != good
 
 
+HOOKED = TOOLED.format(n=1) + "hook: hooks/h.js\n"
+NEXT = "function Next(ctx, payload) {{\n  return {{data: {{hook: {n}}}}};\n}}\n"
+BROKEN = "function Next(ctx, payload) {\n  return {data: {hook: 3} ;\n}\n"
+
+
+@pytest.fixture
+async def hooked(tmp_path: Path, store: SqlStore, model: ScriptedModel) -> AsyncIterator[tuple[Runs, Reloader]]:
+    """A served app whose assistant has a Next hook saying which version of it ran."""
+    files = {"hooks/h.js": NEXT.format(n=1)}
+    rt = in_process(tooled(tmp_path / "app", store, model, assistant=HOOKED, more=files))
+    runs = Runs(rt)
+    reloader = Reloader(runs)
+    try:
+        yield runs, reloader
+    finally:
+        await reloader.aclose()
+        await close(runs.rt)
+
+
+def edit_hook(runs: Runs, source: str) -> None:
+    (runs.app.root / "hooks/h.js").write_text(source)
+
+
+async def test_a_hook_that_does_not_compile_is_held_back_and_says_where(
+    hooked: tuple[Runs, Reloader], model: ScriptedModel
+) -> None:
+    runs, reloader = hooked
+    good = runs.app.version
+    edit_hook(runs, BROKEN)
+    assert not await reloader.reload("test")
+    assert runs.app.version == good
+    [problem] = reloader.view()["errors"]  # type: ignore[misc]
+    assert (problem["file"], problem["line"]) == ("hooks/h.js", 2)  # type: ignore[index]
+    assert problem["text"] == "hooks/h.js:2: SyntaxError: Unexpected token ';'"  # type: ignore[index]
+    model.enqueue(Reply(text="still here"))
+    _, run = await start(runs, "hi", "c1")
+    assert end_of(await run).next == {"hook": 1}  # the last good version's hook still serves
+    edit_hook(runs, NEXT.format(n=2))  # fixed: served, and the errors are gone
+    assert await reloader.reload("test") and reloader.view()["errors"] == []
+    model.enqueue(Reply(text="new"))
+    _, run = await start(runs, "hi", "c2")
+    assert end_of(await run).next == {"hook": 2}
+
+
+async def test_a_run_in_flight_keeps_the_hook_code_it_started_with(
+    hooked: tuple[Runs, Reloader], model: ScriptedModel, tmp_path: Path
+) -> None:
+    runs, reloader = hooked
+    marker = tmp_path / "nap"
+    nap = call("testing__nap_marked", {"seconds": 1, "marker": str(marker)}, "n1")
+    model.enqueue(Reply(tool_calls=(nap,)), Reply(text="done napping"), Reply(text="fresh"))
+    before, in_flight = await start(runs, "nap first", "c1")
+    await wait_until(lambda: reached(marker, "started"))  # its tool runs; its Next hook is still to be called
+    edit_hook(runs, NEXT.format(n=2))
+    assert await reloader.reload("test")
+    after, next_run = await start(runs, "hello", "c2")
+    assert before != after
+    assert end_of(await in_flight).next == {"hook": 1}
+    assert end_of(await next_run).next == {"hook": 2}
+
+
 async def test_the_watcher_reloads_on_a_change_of_the_apps_files_and_ignores_other_files(
     served: tuple[Runs, Reloader], model: ScriptedModel
 ) -> None:
