@@ -16,7 +16,7 @@ from tests.hooks.processes import worker_pids
 from tests.tools.helpers import wait_until
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.errors import HookError
-from yao_agent.hooks import HookRunner
+from yao_agent.hooks import HookRunner, leases
 
 ASKS = 'async function Create(ctx) { return "got " + (await ctx.call("slow", [])); }\n'
 TRIVIAL = "function Create(ctx) { return ctx.team_id; }\n"
@@ -119,5 +119,50 @@ async def test_a_worker_lost_while_a_hook_waits_fails_that_call_clearly(host: Ho
         )
         assert (caught.value.file, caught.value.function) == ("hooks/asks.js", "Create")
         assert (await runner.call(asks, "hooks/asks.js", "Create", [], context, POLICY)).value == "got slow reply"
+    finally:
+        await runner.aclose()
+
+
+async def test_a_worker_hosts_a_bounded_number_of_waiting_hooks(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waiting contexts take memory in their process: past `MAX_IN_FLIGHT` a new call waits for room. A
+    hook called from inside the waiting hooks' ctx calls (a child run's) does not: they wait for it."""
+    monkeypatch.setattr(leases, "MAX_IN_FLIGHT", 2)
+    runner = HookRunner(workers=1)
+    asks, trivial = write(tmp_path, ASKS, "asks.js"), write(tmp_path, TRIVIAL, "trivial.js")
+    go_on = asyncio.Event()
+    finished: list[str] = []
+    children = 0
+
+    async def slow(assistant_id: str, messages: Any) -> str:
+        nonlocal children
+        context = host.context({**SNAPSHOT, "team_id": "child"})
+        assert (await runner.call(trivial, "hooks/trivial.js", "Create", [], context, POLICY)).value == "child"
+        children += 1
+        await go_on.wait()
+        return "slow reply"
+
+    async def a_call(n: int) -> None:
+        context = host.context({**SNAPSHOT, "team_id": "a"})
+        context.call = slow
+        assert (await runner.call(asks, "hooks/asks.js", "Create", [], context, POLICY)).value == "got slow reply"
+        finished.append(f"a{n}")
+
+    async def b_call() -> None:
+        context = host.context({**SNAPSHOT, "team_id": "b"})
+        assert (await runner.call(trivial, "hooks/trivial.js", "Create", [], context, POLICY)).value == "b"
+        finished.append("b")
+
+    try:
+        a_calls = [asyncio.create_task(a_call(n)) for n in range(2)]
+        await wait_until(lambda: children == 2)  # both wait, and each one's child hook ran beside them
+        b = asyncio.create_task(b_call())
+        await asyncio.sleep(0.2)
+        assert not b.done()  # no room for it while two calls wait in the one worker
+        go_on.set()
+        await asyncio.gather(b, *a_calls)
+        assert finished.index("b") > min(finished.index("a0"), finished.index("a1"))
+        assert len(worker_pids()) == 1
     finally:
         await runner.aclose()

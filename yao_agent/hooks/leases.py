@@ -14,6 +14,10 @@ no tenant holds more than its share while others wait. A worker is never left id
 A worker is preferably given to a call whose tenant already has contexts in it, or to one where no
 other tenant's calls are suspended: when a process dies (a hook V8 cannot survive, a deadline overrun)
 every call with a context in it fails, and this keeps that within one tenant as far as it can.
+
+Suspended contexts take memory in their process, so a worker hosts at most `MAX_IN_FLIGHT` calls; a new
+call waits for room. A call made from inside a hook's `ctx` call (a child run's hook) never waits for
+room: the calls filling the workers may be waiting for it.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from yao_agent.hooks.procs import Worker, WorkerLost
 
 T = TypeVar("T")
+MAX_IN_FLIGHT = 32  # calls with a context in one worker at once, running or waiting for the host
+_NESTED: ContextVar[int] = ContextVar("yao_agent_hook_nesting", default=0)
 
 
 @dataclass(eq=False)
@@ -35,6 +42,7 @@ class _Waiter:
     key: Hashable  # the context it would like warm (a new call), or None
     pinned: Worker | None  # the worker it must have: its context is there (a call coming back from the host)
     order: int
+    nested: bool  # made inside a hook's ctx call: needs no room (see the module's docstring)
     future: asyncio.Future[Worker] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -56,7 +64,7 @@ class Workers:
         `key` warm; none while others wait (they are served first)."""
         if self._queue:
             return None
-        found = self._free_for(key, tenant)
+        found = self._free_for(key, tenant, bool(_NESTED.get()))
         if found is not None:
             self._lease(found, tenant)
         return found
@@ -68,16 +76,16 @@ class Workers:
             return found
         if not self._queue and self._running() < self.size:
             return await self._spawn(tenant)
-        return await self._wait(_Waiter(tenant, key, None, next(self._orders)))
+        return await self._wait(_Waiter(tenant, key, None, next(self._orders), bool(_NESTED.get())))
 
     async def resume(self, worker: Worker, tenant: Hashable) -> None:
         """`worker` again for a call whose context is suspended in it; `WorkerLost` if it has died since."""
-        if worker.dead or worker.retired:
+        if worker.dead:
             raise WorkerLost(worker.ending())
         if not self._queue and worker.leasable:
             self._lease(worker, tenant)
             return
-        await self._wait(_Waiter(tenant, None, worker, next(self._orders)))
+        await self._wait(_Waiter(tenant, None, worker, next(self._orders), True))
 
     def release(self, worker: Worker, tenant: Hashable) -> None:
         worker.busy = False
@@ -93,13 +101,13 @@ class Workers:
         worker.busy = True
         self._held[tenant] = self._held.get(tenant, 0) + 1
 
-    def _free_for(self, key: Hashable, tenant: Hashable) -> Worker | None:
-        """The free worker a new call of `tenant` should take: one holding `key` warm, else one with no other
-        tenant's calls in flight, else the one with the fewest warm contexts."""
+    def _free_for(self, key: Hashable, tenant: Hashable, nested: bool) -> Worker | None:
+        """The free worker with room a new call of `tenant` should take: one holding `key` warm, else one with
+        no other tenant's calls in flight, else the one with the fewest warm contexts."""
         best: Worker | None = None
         best_rank = (True, 0)
         for candidate in self._all:
-            if not candidate.leasable:
+            if not candidate.leasable or (candidate.in_flight >= MAX_IN_FLIGHT and not nested):
                 continue
             if candidate.warm(key):
                 return candidate
@@ -132,11 +140,14 @@ class Workers:
         worker; whether anything changed."""
         for waiter in sorted(self._queue, key=lambda w: (self._held.get(w.tenant, 0), w.order)):
             pinned = waiter.pinned
-            if pinned is not None and (pinned.dead or pinned.retired):
+            if pinned is not None and pinned.dead:  # (a worker killed is waited for: its end says why)
                 self._queue.remove(waiter)
                 waiter.future.set_exception(WorkerLost(pinned.ending()))
                 return True
-            found = self._free_for(waiter.key, waiter.tenant) if pinned is None else self._if_free(pinned)
+            if pinned is None:
+                found = self._free_for(waiter.key, waiter.tenant, waiter.nested)
+            else:
+                found = pinned if pinned.leasable else None
             if found is not None:
                 self._queue.remove(waiter)
                 self._lease(found, waiter.tenant)
@@ -147,10 +158,6 @@ class Workers:
             self._start_spare()
             return True
         return False
-
-    @staticmethod
-    def _if_free(worker: Worker) -> Worker | None:
-        return worker if worker.leasable else None
 
     def _running(self) -> int:
         return sum(1 for worker in self._all if not (worker.dead or worker.retired))
@@ -216,6 +223,18 @@ class Workers:
         if worker in self._all:
             self._all.remove(worker)
         self._dispatch()  # room for a new process, and calls suspended in it fail now
+
+    def hosted_ended(self) -> None:
+        """A call has ended: its worker has room for another."""
+        if self._queue:
+            self._dispatch()
+
+    def enter(self) -> object:
+        """Mark the current task as inside a hook's ctx calls (see the module's docstring); the token to `leave`."""
+        return _NESTED.set(_NESTED.get() + 1)
+
+    def leave(self, token: object) -> None:
+        _NESTED.reset(token)  # pyright: ignore[reportArgumentType]
 
     def workers(self) -> list[Worker]:
         return list(self._all)
@@ -285,3 +304,4 @@ class Lease:
             self.worker.hosting[self.tenant] = left
         else:
             self.worker.hosting.pop(self.tenant, None)
+        self.pool.hosted_ended()

@@ -286,6 +286,11 @@ class Worker:
         if self.on_gone is not None:
             self.on_gone(self)
 
+    @property
+    def in_flight(self) -> int:
+        """Calls with a context here now, running or waiting for the host."""
+        return sum(self.hosting.values())
+
     def hosts_other_than(self, tenant: Hashable) -> bool:
         """Whether calls of another tenant have a context in flight here (a crash would fail them too)."""
         return any(other != tenant for other in self.hosting)

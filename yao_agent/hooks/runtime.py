@@ -210,7 +210,11 @@ async def _call_in(engine: JsEngine, lease: Lease, call: _Call, snapshot: str, a
     answer = await _script(engine, [run_request(function, snapshot, args)], call)
     if answer[:1] == "R":  # the common case: a plain function that used no ctx method
         return HookCall(defined=True, value=_decode(answer[1:], call))
-    return HookCall(defined=True, value=await _converse(engine, lease, answer, ctx, call))
+    token = lease.pool.enter()  # only ctx calls can start a child run, whose hooks must not wait for room
+    try:
+        return HookCall(defined=True, value=await _converse(engine, lease, answer, ctx, call))
+    finally:
+        lease.pool.leave(token)
 
 
 async def _script(engine: JsEngine, requests: list[str], call: _Call) -> str:
