@@ -8,18 +8,23 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.apps import make_app
+from tests.pipeline.conftest import CHAT, app_files
 from tests.pipeline.helpers import ALICE, end_of
 from tests.pipeline.test_tools import call, close, in_process, tooled
 from tests.server.conftest import Live
+from tests.server.test_serve import said, serving
 from tests.tools.helpers import reached, wait_until
 from yao_agent.events import Event, StreamStart
+from yao_agent.identity import OPERATOR
 from yao_agent.pipeline import RunRequest
 from yao_agent.runs import Runs
 from yao_agent.server.reload import Reloader
 from yao_agent.store import SqlStore
-from yao_agent.testing import Reply, ScriptedModel
+from yao_agent.testing import FakeProvider, Reply, ScriptedModel
 
 TOOLED = "name: Tooled\nmcp:\n  servers: [testing]\nprompts:\n  - role: system\n    content: You are version {n}.\n"
 
@@ -224,3 +229,34 @@ def test_the_version_is_the_same_for_the_same_files_and_changes_with_a_hook(tmp_
     assert load_app(root).version == first and len(first) == 12
     (root / "hooks/h.js").write_text("function Create() { return {} }\n")
     assert load_app(root).version != first
+
+
+async def test_yao_agent_serve_holds_a_broken_hook_back_until_it_is_fixed(
+    tmp_path: Path, store: SqlStore, store_raw_url: str
+) -> None:
+    """`yao-agent serve` in a process of its own, watching its files: a hook edited into a syntax error is
+    logged as `file:line` and not served (runs keep the last good hook); fixed, it is served."""
+    async with FakeProvider() as fake:
+        files = {**app_files(fake.base_url), "hooks/h.js": NEXT.format(n=1)}
+        files["assistants/chat/assistant.yml"] = CHAT + "hook: hooks/h.js\n"
+        app = make_app(tmp_path / "app", files, base={})
+        token = await store.create_token(OPERATOR, ALICE)
+        err = tmp_path / "serve.err"
+        async with (
+            serving(app, store_raw_url, err) as url,
+            httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client,
+        ):
+
+            async def next_of(text: str) -> object:
+                answer = await client.post("/api/assistants/chat/runs?stream=false", json={
+                    "messages": [{"role": "user", "content": text}]})  # fmt: skip
+                assert answer.status_code == 200, answer.text
+                return answer.json()["next"]
+
+            assert await next_of("one") == {"hook": 1}
+            (app / "hooks/h.js").write_text(BROKEN)
+            await until(lambda: "app not reloaded (files changed): hooks/h.js:2: SyntaxError" in said(err), 30)
+            assert await next_of("two") == {"hook": 1}
+            (app / "hooks/h.js").write_text(NEXT.format(n=2))
+            await until(lambda: "app reloaded (files changed)" in said(err), 30)
+            assert await next_of("three") == {"hook": 2}
