@@ -169,9 +169,11 @@ def locate_hook(root: Path, hook: object) -> tuple[Path, str] | str | None:
     if not inside:
         return f"hook file '{hook}' is outside the app (expected a path under the app)"
     try:
-        found = target.is_file()
+        found, there = target.is_file(), target.exists()
     except OSError as exc:  # e.g. a name longer than the file system allows
         return f"hook file '{hook}' cannot be used: {exc.strerror} (expected a .js file)"
+    if there and not found:  # a folder, a FIFO, a socket: never read (a FIFO would block the read)
+        return f"hook file '{hook}' is not a regular file (expected a .js file)"
     if not found:
         hooks = [p.relative_to(root).as_posix() for p in (root / "hooks").glob("*.js")]
         return f"hook file not found: {hook} (known: {known_list(hooks)})"
