@@ -76,9 +76,11 @@ def default_workers() -> int:
 
 
 class ContextKey(NamedTuple):
-    """What a warm context holds: one hook text (by its digest), for one tenant."""
+    """What a warm context holds: one hook text (by its digest) of one file (as the app names it; two files
+    alike keep their globals apart), for one tenant."""
 
     digest: str
+    file: str
     tenant: tuple[str, str]
 
 
@@ -119,7 +121,7 @@ class HookRunner:
         snapshot_json = _to_json(ctx.snapshot)
         args_json = _to_json(args if isinstance(args, list | tuple) else list(args))
         tenant = tenant_of(ctx.snapshot)
-        key = ContextKey(source.digest, tenant)
+        key = ContextKey(source.digest, shown, tenant)
         worker = pool.idle(key, tenant) or await _acquire(pool, key, tenant, shown, function)
         lease = Lease(pool, worker, tenant)
         engine: JsEngine | None = None
