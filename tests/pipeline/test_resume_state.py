@@ -118,12 +118,19 @@ CHOOSING_HOOK = (
     "  return {temperature: 0.25, metadata: {plan: 'gold'}};\n}\n"
 )
 
+STOPPING_HOOK = (  # Next: after the third tool result, enough: the run ends there
+    "function Next(ctx, payload, options) {\n"
+    "  const results = payload.messages.filter(m => m.role === 'tool').length + payload.tools.length;\n"
+    "  return results >= 3 ? {stop: true, data: {results: results}} : null;\n}\n"
+)
+
 SCENARIOS = [
     Scenario("max_turns", new_labels, limits="{max_turns: 5, max_tool_retries: 3}"),
     Scenario("tool_loop_last_word", new_labels, tool_turns=2),
     Scenario("loop_detected", same_call, limits="{max_turns: 30, max_tool_retries: 3}"),
     Scenario("tool_retries", bad_arguments),
     Scenario("create_requires_approval", pay_once, hook=APPROVAL_HOOK),
+    Scenario("next_hook_stops", new_labels, hook=STOPPING_HOOK),
 ]
 
 

@@ -102,7 +102,7 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
     if step is not None and step.type in ("hook_next", "tool") and step.input is not None:
         return await _resume_step(rt, state, step)
     if step is not None and step.type == "llm" and step.status == "interrupted":
-        after = _after_journal(state, step)  # a killed run: on after its last committed step
+        after = await _after_journal(rt, state, step)  # a killed run: on after its last committed step
         if after is not None:
             return after
     if state.created:  # a resumed run whose Create hook already decided (pipeline/carry.py): not asked again
@@ -113,16 +113,33 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
     return HandOver(handed_to) if handed_to is not None else Continue("first")
 
 
-def _after_journal(state: RunState, step: StepRecord) -> Outcome | None:
+async def _after_journal(rt: Runtime, state: RunState, step: StepRecord) -> Outcome | None:
     """Where an interrupted run goes on (store/journal.py chose): its last reply was complete (nothing is
     asked again), or its last round of tool results goes on as the uninterrupted run would have (the
-    loop detector and the tool loop count it); None: it starts over."""
+    loop detector, the Next hook and the tool loop see it); None: it starts over."""
     if as_mapping(step.input).get("resume") == ANSWERED:
         return Finish()
     if step.transition == "tool_results":
-        guards.check_loop(state)
-        return _tool_loop(state, [{}])  # a round with results: the tool loop decides, and counts the turn
+        found = await _last_round(rt, state)
+        return await _after_reply(rt, state, *found) if found is not None else Continue("tool_results")
     return _again(step) if step.transition is not None else None
+
+
+async def _last_round(rt: Runtime, state: RunState) -> tuple[ChatMessage, list[dict[str, Any]]] | None:
+    """The stored reply whose round of tool results ended the journal, and those results as the Next hook
+    is given them (a stored result is text: an error is in it, not beside it)."""
+    reply = next((m for m in reversed(state.history) if m.role == "assistant" and m.tool_calls), None)
+    if reply is None:
+        return None  # beyond the history's window: the results go to the model as they are
+    said = {m.tool_call_id: m.content for m in state.history if m.role == "tool"}
+    tools = (await tool_round.offered(rt, state)).tools
+    results: list[dict[str, Any]] = []
+    for call in reply.tool_calls:
+        spec = rt.tools.find(call.name, tools)
+        server, tool = (spec.server, spec.tool) if spec is not None else ("", call.name)
+        results.append({"tool_call_id": call.id, "server": server, "tool": tool, "arguments": call.arguments,
+                        "result": said.get(call.id), "error": None})  # fmt: skip
+    return reply, results
 
 
 def _again(step: StepRecord | None) -> Continue:
