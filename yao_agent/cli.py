@@ -7,7 +7,6 @@ user unless YAO_AGENT_DEBUG=1 asks for one.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import os
@@ -16,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .cli_common import app_dir, app_of, open_store, printable
+from .cli_common import app_dir, app_of, open_store, printable, run_async
 from .errors import EnvVarMissing, NotFound, RunError, SpecError, UsageError, YaoAgentError
 
 if TYPE_CHECKING:
@@ -104,7 +103,7 @@ def cmd_roles_set(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    asyncio.run(work())
+    run_async(work())
     chain = " → ".join(args.connectors)
     print(f"role {args.role} for {scope[0]} {scope[1]}: {chain}", file=out)
     return EXIT_OK
@@ -135,7 +134,7 @@ def cmd_roles_unset(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    if not asyncio.run(work()):
+    if not run_async(work()):
         raise NotFound(f"role {args.role} is not set for {scope[0]} {scope[1]}")
     print(f"role {args.role} unset for {scope[0]} {scope[1]}", file=out)
     return EXIT_OK
@@ -159,7 +158,7 @@ def cmd_roles_list(args: argparse.Namespace, out: TextIO) -> int:
         return [(f"{s.scope_kind}:{s.scope_id}", s.role, " → ".join(s.connectors)) for s in settings]
 
     rows = [("app.yml", role, " → ".join(chain)) for role, chain in app.config.roles.items()]
-    rows += asyncio.run(work())
+    rows += run_async(work())
     table = Table("scope", "role", "connectors", box=None, header_style="bold")
     for row in rows:
         table.add_row(*row)
@@ -173,31 +172,31 @@ def cmd_chat(args: argparse.Namespace, out: TextIO) -> int:
     with loading():  # most of a cold chat's start-up is this import
         from .cli_chat import chat
 
-    return asyncio.run(chat(args, out))
+    return run_async(chat(args, out))
 
 
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_chat import history
 
-    return asyncio.run(history(args, out))
+    return run_async(history(args, out))
 
 
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_chat import resume
 
-    return asyncio.run(resume(args, out))
+    return run_async(resume(args, out))
 
 
 def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_runs import runs_of_chat
 
-    return asyncio.run(runs_of_chat(args, out))
+    return run_async(runs_of_chat(args, out))
 
 
 def cmd_approvals(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_approvals import approvals
 
-    return asyncio.run(approvals(args, out))
+    return run_async(approvals(args, out))
 
 
 def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
@@ -206,7 +205,7 @@ def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
     with loading():  # the continuation runs the model and the tools: their imports, as for `chat`
         from .cli_approvals import approve
 
-    return asyncio.run(approve(args, out))
+    return run_async(approve(args, out))
 
 
 def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
@@ -225,7 +224,7 @@ def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    token = asyncio.run(work())
+    token = run_async(work())
     print(token, file=out)
     role = "admin of team" if who.admin else "member of team"
     said = f"{who.user_id}, {role} {who.team_id}" if who.team_id else str(who)
@@ -243,7 +242,7 @@ def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    if not asyncio.run(work()):
+    if not run_async(work()):
         raise NotFound("no active token with that value or prefix")
     print("revoked", file=out)
     return EXIT_OK
@@ -262,7 +261,7 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
                           f"{'  admin' if t.admin else ''}  {t.label}")
                 + ("  (revoked)" if t.revoked_at else "") for t in found]  # fmt: skip
 
-    for line in asyncio.run(work()):
+    for line in run_async(work()):
         print(line, file=out)
     return EXIT_OK
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from yao_agent.dsl import App
     from yao_agent.store import SqlStore
+
+T = TypeVar("T")
 
 
 def app_dir(args: argparse.Namespace) -> Path:
@@ -31,6 +34,13 @@ async def open_store(args: argparse.Namespace, app: App) -> SqlStore:
     from yao_agent.store import SqlStore, open_engine, store_url
 
     return SqlStore(await open_engine(store_url(db_url(args, app), app.root)))
+
+
+def run_async(work: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run`: asyncio is imported when a command first needs it (`--help` never does)."""
+    import asyncio
+
+    return asyncio.run(work)
 
 
 def printable(text: str) -> str:
