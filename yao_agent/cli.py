@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .cli_common import app_dir, app_of, open_store, printable, run_async
-from .errors import EnvVarMissing, NotFound, RunError, SpecError, UsageError, YaoAgentError
+from .cli_common import app_dir, app_of, open_store, printable, run_async, said
+from .errors import EnvVarMissing, HookError, NotFound, RunError, SpecError, UsageError, YaoAgentError
 
 if TYPE_CHECKING:
     from .dsl import App
@@ -170,7 +170,7 @@ def cmd_chat(args: argparse.Namespace, out: TextIO) -> int:
     from .startup import loading
 
     with loading():  # most of a cold chat's start-up is this import
-        from .cli_chat import chat
+        from .cli_repl import chat
 
     return run_async(chat(args, out))
 
@@ -280,6 +280,12 @@ def _identity_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object per line")
 
 
+def _verbose_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show every ctx.log line of the hooks, debug included, also when the output is no terminal "
+                        "(on a terminal, info and up are shown, dimmed)")  # fmt: skip
+
+
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     # Accepted before or after the command; the sub-parser copy must not reset what was given first.
     default = argparse.SUPPRESS if suppress else None
@@ -318,12 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("message", metavar="MESSAGE", nargs="?")
     p.add_argument("--chat", metavar="ID", help="continue this chat, or start it under this id")
     _identity_options(p)
+    _verbose_option(p)
     p = command("history", cmd_history, "the stored messages of a chat (exit 2: no such chat)")
     p.add_argument("chat_id", metavar="CHAT_ID")
     _identity_options(p)
     p = command("resume", cmd_resume, "continue a failed, cancelled or interrupted run (exit 2: no resume point)")
     p.add_argument("chat_id", metavar="CHAT_ID")
     _identity_options(p)
+    _verbose_option(p)
     p = command("approvals", cmd_approvals, "the tool calls a chat's run waits to have approved (exit 2: none)")
     p.add_argument("chat_id", metavar="CHAT_ID")
     _identity_options(p)
@@ -332,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deny", metavar="TOOL_CALL_ID[:REASON]", action="append",
                    help="deny this call (the model reads the reason); repeat for more")  # fmt: skip
     _identity_options(p)
+    _verbose_option(p)
     p = command("runs", cmd_runs, "a chat's runs, or one run's steps: transitions, who answered, tokens, timing")
     p.add_argument("chat_id", metavar="CHAT_ID")
     p.add_argument("run_id", metavar="RUN_ID", nargs="?")
@@ -433,7 +442,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED if isinstance(exc, EnvVarMissing) else EXIT_USAGE
     except RunError as exc:
-        print(f"failed ({exc.reason}): {exc}", file=sys.stderr)
+        print(f"failed ({exc.reason}): {said(exc.detail()) if isinstance(exc, HookError) else exc}", file=sys.stderr)
         return EXIT_FAILED
     except YaoAgentError as exc:
         print(f"error: {exc}", file=sys.stderr)

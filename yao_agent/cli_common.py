@@ -9,6 +9,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from yao_agent.jsonvalue import as_mapping
+
 if TYPE_CHECKING:
     from yao_agent.dsl import App
     from yao_agent.store import SqlStore
@@ -47,3 +49,15 @@ def printable(text: str) -> str:
     """Text fit for the operator's terminal: what is not printable (ANSI escapes, carriage returns, NUL,
     bidirectional overrides) is written as its escape, so a stored string cannot rewrite the screen."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def said(error: object) -> str:
+    """A run's error as one line, led by the place in the author's file it names (a hook's throw, a
+    template's fault): `hooks/bad.js:7: TypeError: …`, as compilers and `validate` say it. Escaped:
+    a hook's author wrote the message."""
+    found = as_mapping(error)
+    message, file, line = str(found.get("message") or ""), found.get("file"), found.get("line")
+    if file:
+        where = f"{file}:{line}" if isinstance(line, int) else str(file)
+        message = f"{where}: {message}" if message else where
+    return printable(message)
