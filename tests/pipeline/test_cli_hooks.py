@@ -66,11 +66,13 @@ def talkative(tmp_path: Path) -> Path:
 
 
 def test_a_hook_error_names_the_file_and_line_it_came_from(talkative: Path) -> None:
-    code, shown = cli(talkative, "chat", "chat", "boom")
+    thrown = "hooks/talk.js:7: TypeError: Cannot read properties of null (reading 'there')"
+    code, shown = cli(talkative, "chat", "chat", "boom", "--chat", "b1")
     assert code == 1
-    assert shown.splitlines()[-1].endswith(
-        " · hook_error: hooks/talk.js:7: TypeError: Cannot read properties of null (reading 'there')"
-    )
+    assert shown.splitlines()[-1].endswith(f" · hook_error: {thrown}")
+    run_id = json.loads(cli(talkative, "runs", "b1", "--json")[1])["run_id"]
+    code, shown = cli(talkative, "runs", "b1", run_id)  # the run's steps: the hook's says it too
+    assert code == 0 and shown.splitlines()[1].endswith(f"  failed  {thrown}")
 
 
 def test_verbose_shows_every_ctx_log_line_between_the_lines_of_the_chat(
