@@ -31,7 +31,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-from yao_agent.cli_common import said
+from yao_agent.cli_common import said, visible
 from yao_agent.events import (
     ApprovalRequest,
     Compaction,
@@ -73,7 +73,7 @@ class Renderer:
         self.out = out
         self.clock = clock
         self.started = clock() if started is None else started
-        self.console = Console(file=out, highlight=False, soft_wrap=True)
+        self.console = Console(file=out, highlight=False, soft_wrap=True, emoji=False)  # the text as written
         self.midline = False
         self.streaming: str | None = None  # the message whose text is being printed
         self.end: StreamEnd | None = None
@@ -101,7 +101,7 @@ class Renderer:
                 self._newline()  # reasoning, then the answer: each on its own lines
                 self.streaming = event.message_id
             style = "dim italic" if event.kind == "reasoning" else None
-            self.console.print(event.text, end="", style=style, markup=False)
+            self.console.print(visible(event.text), end="", style=style, markup=False)
             self.midline = True
         elif isinstance(event, MessageEnd):
             self._message_end(event)
@@ -117,7 +117,7 @@ class Renderer:
         if event.kind == "tool_call":
             self._newline()
             call: dict[str, Any] = event.content
-            self.console.print(f"⚙ {call.get('name')}({call.get('arguments')})", style="cyan", markup=False)
+            self.console.print(escaped(f"⚙ {call.get('name')}({call.get('arguments')})"), style="cyan", markup=False)
         elif event.kind in ("text", "reasoning"):
             self._newline()
             if event.status == "incomplete":
@@ -129,10 +129,11 @@ class Renderer:
         elif isinstance(event, ToolResult):
             self._newline()
             shown = event.error if event.error else _short(event.result)
-            self.console.print(f"↳ {shown}", style="red" if event.error else "green", markup=False)
+            self.console.print(visible(f"↳ {shown}"), style="red" if event.error else "green", markup=False)
         elif isinstance(event, FallbackEvent):
             self._newline()
-            self.console.print(f"↪ {event.from_connector} → {event.to}: {event.reason}", style="yellow", markup=False)
+            fell = visible(f"↪ {event.from_connector} → {event.to}: {event.reason}")
+            self.console.print(fell, style="yellow", markup=False)
         elif isinstance(event, ApprovalRequest):
             self._newline()
             name = escaped(f"{event.server}__{event.tool}")
@@ -163,7 +164,8 @@ class Renderer:
             )
             self.console.print(f"{line} · {why}" if why else line, style="red", markup=False)
         if event.next is not None:
-            self.console.print(f"next: {json.dumps(event.next, ensure_ascii=False)}", style="magenta", markup=False)
+            data = visible(json.dumps(event.next, ensure_ascii=False))
+            self.console.print(f"next: {data}", style="magenta", markup=False)
 
 
 def _short(value: object, limit: int = 300) -> str:
@@ -311,7 +313,7 @@ async def history(args: argparse.Namespace, out: TextIO) -> int:
         for message in messages:
             print(json.dumps(message.to_api(), ensure_ascii=False), file=out)
     else:
-        console = Console(file=out, highlight=False, soft_wrap=True)
+        console = Console(file=out, highlight=False, soft_wrap=True, emoji=False)
         for message in messages:
             if message.role == "summary":
                 _show_summary(console, message, covered(messages, message))
@@ -336,19 +338,19 @@ def _plural(count: int, noun: str) -> str:
 def _show_summary(console: Console, message: ChatMessage, count: int) -> None:
     """A marker where the summary was made; the messages it covers are listed above it, as stored."""
     console.print(f"── summary of {_plural(count, 'earlier message')} ──", style="magenta", markup=False)
-    console.print(str(message.content), style="dim", markup=False)
+    console.print(visible(str(message.content)), style="dim", markup=False)
 
 
 def _show_message(console: Console, message: ChatMessage) -> None:
     style = {"user": "bold", "assistant": None, "tool": "green", "system": "dim"}.get(message.role)
     mark = " (incomplete)" if message.status == "incomplete" else ""
     if message.reasoning:
-        console.print(f"{message.role}: [reasoning] {message.reasoning}", style="dim italic", markup=False)
+        console.print(visible(f"{message.role}: [reasoning] {message.reasoning}"), style="dim italic", markup=False)
     text = message.content if isinstance(message.content, str) else json.dumps(message.content, ensure_ascii=False)
     if message.content is not None:
-        console.print(f"{message.role}{mark}: {text}{_decided(message.approval)}", style=style, markup=False)
+        console.print(visible(f"{message.role}{mark}: {text}{_decided(message.approval)}"), style=style, markup=False)
     for call in message.tool_calls:
-        console.print(f"{message.role}: ⚙ {call.name}({call.arguments})", style="cyan", markup=False)
+        console.print(escaped(f"{message.role}: ⚙ {call.name}({call.arguments})"), style="cyan", markup=False)
 
 
 def _decided(approval: Mapping[str, Any] | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import unicodedata
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -49,6 +50,16 @@ def printable(text: str) -> str:
     """Text fit for the operator's terminal: what is not printable (ANSI escapes, carriage returns, NUL,
     bidirectional overrides) is written as its escape, so a stored string cannot rewrite the screen."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def visible(text: str) -> str:
+    """What a model or a person wrote, for the terminal as it was written, lines and tabs kept: every
+    other control character (ESC, which would start a sequence rewriting the screen, the clipboard or
+    the title; CR; NUL …) is shown as its escape instead of acting."""
+    if text.isprintable():  # (the common case, checked at C speed)
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" or unicodedata.category(c) != "Cc"
+                   else c.encode("unicode_escape").decode("ascii") for c in text)  # fmt: skip
 
 
 def said(error: object) -> str:
