@@ -151,21 +151,29 @@ async def refused_rate(rt: Runtime, who: Identity, chat_id: str = "refused") -> 
 # -- budgets ---------------------------------------------------------------------------------------
 
 
-async def test_a_run_that_crosses_the_team_budget_finishes_and_the_next_is_refused_until_the_next_day(
+async def test_a_run_that_reaches_the_team_budget_stops_before_its_next_call_and_the_next_run_waits_a_day(
     quota: Quota, clock: Clock
 ) -> None:
     rt = quota.runtime(budgets="{team: {per_day: 100}}")
     await runs_now(quota, rt, BOB, "morning", cents=9000)  # $90.00 of the day's $100.00
     clock.set("2026-12-15T14:30:00")
-    # Carol's run crosses it with its first call ($10.00: the budget reached), and its reply, cut at the
-    # output limit, is continued by a second call all the same (+ $0.02): a run going is never cut off.
+    # Carol's run reaches it with its first call ($10.00), whose reply the output limit cut: its continuation
+    # is not made (a budget binds before every model call), and what was said stands, as cut.
     quota.fake.enqueue(costing(1000, "The first half", finish_reason="length"), costing(2, " and the rest."))
     end = end_of(await turn(rt, "Tell me everything.", "crossing", CAROL))
-    assert (end.status, end.usage["calls"], end.usage["cost_usd"]) == ("completed", 2, pytest.approx(10.02))
-    assert (await rt.store.history(CAROL, "crossing"))[-1].content == "The first half and the rest."
+    assert (end.status, end.reason, end.usage["calls"], end.usage["cost_usd"]) == (
+        "failed", "budget_exceeded", 1, pytest.approx(10.0))  # fmt: skip
+    said = "team acme spent $100.00 of its $100.00 daily budget; it resets 2026-12-16T00:00:00Z"
+    assert end.error == {"message": said.replace("; it", "; the model was not called; it"),
+                         "resets_at": "2026-12-16T00:00:00Z"}  # fmt: skip
+    assert len(quota.fake.requests) == 2  # Bob's call and Carol's first: the continuation was never sent
+    last = (await rt.store.history(CAROL, "crossing"))[-1]
+    assert (last.content, last.status) == ("The first half", "incomplete")
+    run = await rt.store.latest_run(CAROL, "crossing")
+    assert run is not None
+    assert (run.status, run.reason) == ("failed", "budget_exceeded")
 
     clock.advance(60)
-    said = "team acme spent $100.02 of its $100.00 daily budget; it resets 2026-12-16T00:00:00Z"
     assert await refused_budget(rt, BOB) == said  # the team's spend, whoever of it spent it
     assert await refused_budget(rt, CAROL, "crossing") == said  # also on a chat of hers that exists
     await runs_now(quota, rt, DAVE, "other-team")  # another team's budget is its own
@@ -208,24 +216,24 @@ async def test_user_budgets_are_each_users_own_and_the_team_budget_sums_them(quo
     assert await refused_budget(rt, CAROL) == said  # under her own budget, over the team's
 
 
-async def test_a_scopes_own_budget_wins_over_app_yml_window_by_window(quota: Quota, clock: Clock) -> None:
+async def test_the_operators_ceiling_of_a_scope_wins_over_app_yml_window_by_window(quota: Quota, clock: Clock) -> None:
     rt = quota.runtime(budgets="{team: {per_month: 100}, user: {per_day: null}}")
     await runs_now(quota, rt, CAROL, "carol", cents=10002)
     await runs_now(quota, rt, DAVE, "dave", cents=1)
     assert (await refused_budget(rt, BOB)).startswith("team acme spent $100.02 of its $100.00 monthly budget")
-    await rt.store.set_budget(("team", "acme"), {"per_month": 150})
+    await rt.store.set_ceilings(("team", "acme"), {"per_month": 150})
     await runs_now(quota, rt, BOB, "bob", cents=5000)
     said = "team acme spent $150.02 of its $150.00 monthly budget; it resets 2027-01-01T00:00:00Z"
     assert await refused_budget(rt, BOB) == said
-    await rt.store.set_budget(("team", "acme"), {"per_month": None})  # lifted: app.yml's $100 does not come back
+    await rt.store.set_ceilings(("team", "acme"), {"per_month": None})  # lifted: app.yml's $100 does not come back
     await runs_now(quota, rt, BOB, "bob", cents=1000)
-    await rt.store.set_budget(("team", "acme"), {"per_day": 160})  # a window of its own; the month stays lifted
+    await rt.store.set_ceilings(("team", "acme"), {"per_day": 160})  # a window of its own; the month stays lifted
     said = "team acme spent $160.02 of its $160.00 daily budget; it resets 2026-12-16T00:00:00Z"
     assert await refused_budget(rt, CAROL) == said
     clock.set("2026-12-16T00:00:01")
     await runs_now(quota, rt, CAROL, "carol")
     await runs_now(quota, rt, DAVE, "dave", cents=9000)  # beta's month, on app.yml's budget: $90.02 of $100
-    await rt.store.set_budget(("user", "beta/dave"), {"per_day": 50})  # a user's own, where app.yml has none (its key)
+    await rt.store.set_ceilings(("user", "beta/dave"), {"per_day": 50})  # a user's own, where app.yml has none (its key)
     said = "user dave@beta spent $90.00 of its $50.00 daily budget; it resets 2026-12-17T00:00:00Z"
     assert await refused_budget(rt, DAVE) == said
     await runs_now(quota, rt, Identity("frank", "beta"), "frank")
@@ -293,7 +301,7 @@ async def test_a_budget_refusal_comes_first_and_is_not_counted_by_the_rate_limit
     await runs_now(quota, rt, BOB, "one", cents=100)
     for _ in range(3):  # each refused by the budget, none counted as a request
         assert (await refused_budget(rt, CAROL)).startswith("team acme spent $1.00 of its $1.00 daily budget")
-    await rt.store.set_budget(("team", "acme"), {"per_day": None})
+    await rt.store.set_ceilings(("team", "acme"), {"per_day": None})
     await runs_now(quota, rt, CAROL, "two")  # the second request of the minute
     await refused_rate(rt, CAROL)
 

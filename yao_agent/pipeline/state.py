@@ -110,6 +110,7 @@ class RunState:
     children: ChildRuns = field(default_factory=_NoChildren)
     spend: RunSpend = field(default_factory=RunSpend)  # the root's: what its hooks used of the per-run limits
     waiting: list[Approval] = field(default_factory=list[Approval])  # the root's: calls it stopped for (approvals)
+    budgeted: bool = False  # the root's: a budget held it at its start, so each model call is checked (quota.py)
 
     # The context's fields, read where a stage reads them.
     @property

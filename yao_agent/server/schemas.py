@@ -253,8 +253,19 @@ class BudgetOut(BaseModel):
     scope: Literal["team", "user"]
     id: str = Field(description="the team id, or user@team (the user id alone without a team)")
     window: Literal["per_day", "per_month"]
-    budget_usd: float | None = Field(description="null: no budget in this window")
-    source: Literal["app.yml", "setting"] = Field(description="app.yml's default, or the scope's own setting")
+    budget_usd: float | None = Field(
+        description="the budget that binds: the lower of the ceiling and the team "
+        "admin's budget; null: no budget in this window"
+    )
+    source: Literal["app.yml", "operator", "admin"] = Field(
+        description="what sets it: app.yml's default, the operator's ceiling, or a team admin's budget under it"
+    )
+    ceiling_usd: float | None = Field(
+        description="the operator's ceiling (app.yml's, unless the operator set "
+        "the scope's own): a team admin sets the budget at or below it; null: none"
+    )
+    ceiling_source: Literal["app.yml", "operator"]
+    admin_usd: float | None = Field(description="a team admin's budget, null when none is set")
     spent_usd: float = Field(description="spent in the current window (calls of unknown price are not counted)")
     remaining_usd: float | None
     since: str = Field(description="the current window's start, ISO 8601, UTC")
