@@ -29,7 +29,7 @@ from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import chats, messages, rate_events, runs, usage_ledger
-from yao_agent.testing import Reply, ScriptedModel
+from yao_agent.testing import ModelDouble, Reply, ScriptedModel
 
 BOB, CAROL = Identity("bob", "acme"), Identity("carol", "acme")
 DAVE = Identity("dave", "beta")  # another team
@@ -79,18 +79,19 @@ async def timed_store(store_raw_url: str, tmp_path: Path, clock: Clock) -> Async
 class Quota:
     """An app whose `app.yml` says `budgets` and `limits` as a test wants them, run on the test's store."""
 
-    def __init__(self, tmp_path: Path, store: SqlStore, fake: ScriptedModel, clock: Clock) -> None:
+    def __init__(self, tmp_path: Path, store: SqlStore, fake: ModelDouble, clock: Clock) -> None:
         self.tmp_path, self.store, self.fake, self.clock = tmp_path, store, fake, clock
         self.made: list[Runtime] = []
 
     def runtime(
         self, *, budgets: str = "{}", limits: str = LIMITS % "", store: SqlStore | None = None,
-        ids: IdSource | None = None,
+        ids: IdSource | None = None, more: dict[str, str] | None = None, connector: str = "",
     ) -> Runtime:  # fmt: skip
+        """`more`: files added to the app; `connector`: lines added to `fake.model`'s."""
         root = self.tmp_path / f"app{len(self.made)}"
-        files = app_files(self.fake.base_url, limits=limits)
+        files = app_files(self.fake.base_url, limits=limits) | (more or {})
         files["app.yml"] += f"budgets: {budgets}\n"
-        files["connectors/fake/model.yml"] += PRICE
+        files["connectors/fake/model.yml"] += PRICE + connector
         rt = Runtime(app=load_app(make_app(root, files, base={})), store=store or self.store,
                      engines=self.fake.engines(), ids=ids or CountingIds(), sleep=no_sleep,
                      retry=RetryPolicy(max_attempts=1), clock=self.clock)  # fmt: skip
@@ -106,6 +107,7 @@ async def quota(tmp_path: Path, timed_store: SqlStore, fake: ScriptedModel, cloc
     finally:
         for rt in made.made:
             await rt.engines.aclose()
+            await rt.hooks.aclose()
 
 
 async def rows(store: SqlStore, table: Table) -> int:
@@ -233,7 +235,9 @@ async def test_the_operators_ceiling_of_a_scope_wins_over_app_yml_window_by_wind
     clock.set("2026-12-16T00:00:01")
     await runs_now(quota, rt, CAROL, "carol")
     await runs_now(quota, rt, DAVE, "dave", cents=9000)  # beta's month, on app.yml's budget: $90.02 of $100
-    await rt.store.set_ceilings(("user", "beta/dave"), {"per_day": 50})  # a user's own, where app.yml has none (its key)
+    await rt.store.set_ceilings(
+        ("user", "beta/dave"), {"per_day": 50}
+    )  # a user's own, where app.yml has none (its key)
     said = "user dave@beta spent $90.00 of its $50.00 daily budget; it resets 2026-12-17T00:00:00Z"
     assert await refused_budget(rt, DAVE) == said
     await runs_now(quota, rt, Identity("frank", "beta"), "frank")
@@ -277,6 +281,20 @@ async def test_requests_per_minute_of_a_user_are_each_users_own(quota: Quota, cl
     await runs_now(quota, rt, Identity("bob", "beta"), "namesake")
     clock.advance(45)
     await runs_now(quota, rt, BOB, "bob")
+
+
+async def test_a_rate_limit_refusal_names_the_one_limit_reached(quota: Quota, clock: Clock) -> None:
+    limits = ", requests_per_minute: {team: 5, user: 1}, tokens_per_minute: {team: 1000, user: 1000}"
+    rt = quota.runtime(limits=LIMITS % limits)
+    await runs_now(quota, rt, BOB, "one")
+    clock.advance(20)
+    refused = await refused_rate(rt, BOB)  # his own 1 a minute, not the team's 5 nor either 1000 tokens
+    assert str(refused) == "too many requests: a rate limit was reached (user bob@acme: 1 requests per minute); " \
+                           "try again in 40 s"  # fmt: skip
+    for n in range(4):
+        await runs_now(quota, rt, Identity(f"member{n}", "acme"), f"m{n}")
+    refused = await refused_rate(rt, CAROL)  # the team's five: the one reached, though hers is not
+    assert "(team acme: 5 requests per minute)" in str(refused) and "user" not in str(refused)
 
 
 async def test_tokens_per_minute_count_the_model_tokens_of_the_last_minute(quota: Quota, clock: Clock) -> None:
