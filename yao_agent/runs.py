@@ -110,7 +110,7 @@ class Runs:
         state = await permission.check(rt, request, chat_is_theirs=theirs)
         on_busy = request.on_busy or state.assistant.on_busy
         try:
-            await quota.check(rt, state)  # budgets and rate limits (stage 1 still)
+            state.budgeted = await quota.check(rt, state.identity, state.run_id)  # budgets, rate limits (stage 1)
             if on_busy == "reject" and await self.admission.held_elsewhere(state.chat_id):
                 raise ChatBusy(f"chat '{state.chat_id}' is busy with a run in another process (on_busy: reject)")
             ticket = self.admission.accept(state, on_busy)

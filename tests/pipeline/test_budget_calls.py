@@ -22,7 +22,7 @@ from yao_agent.ids import RandomIds
 from yao_agent.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import budget_holds, spend_days, usage_ledger
-from yao_agent.testing import FunctionModel, Reply
+from yao_agent.testing import FunctionModel, Reply, ScriptedModel
 from yao_agent.testing.fake_scenarios import RecordedRequest
 
 __all__ = ["clock", "quota", "timed_store"]  # the fixtures of test_quota.py, used here too
@@ -58,7 +58,7 @@ async def test_concurrent_runs_of_a_team_spend_past_its_budget_by_at_most_one_ca
     when there are two (as two processes): each passes the door (nothing is spent yet), and each call holds
     $0.30+ while it runs, so only the calls the budget has room for are made."""
     model = slow_model()
-    quota = Quota(tmp_path, timed_store, model, clock)
+    quota = Quota(tmp_path, timed_store, ScriptedModel(), clock, model=model)
     other = SqlStore(await open_engine(store_url(store_raw_url, tmp_path)), clock=clock) if processes == 2 else None
     try:
         stores = [timed_store] if other is None else [timed_store, other]
@@ -125,7 +125,9 @@ async def test_a_calls_cost_is_written_as_it_ends_and_it_holds_its_price_while_i
         return Reply(text="First", usage=CALL, finish_reason="length")  # continued: a second call of the run
 
     model = FunctionModel(answer)
-    rt = Quota(quota.tmp_path, quota.store, model, clock).runtime(budgets="{team: {per_month: 100}}", connector=HELD)
+    rt = Quota(quota.tmp_path, quota.store, quota.fake, clock, model=model).runtime(
+        budgets="{team: {per_month: 100}}", connector=HELD
+    )
     quota.made.append(rt)
     task = asyncio.create_task(turn(rt, "Tell me.", "c1", BOB))
     await model.wait_for_requests(2)

@@ -79,8 +79,12 @@ async def timed_store(store_raw_url: str, tmp_path: Path, clock: Clock) -> Async
 class Quota:
     """An app whose `app.yml` says `budgets` and `limits` as a test wants them, run on the test's store."""
 
-    def __init__(self, tmp_path: Path, store: SqlStore, fake: ModelDouble, clock: Clock) -> None:
+    def __init__(
+        self, tmp_path: Path, store: SqlStore, fake: ScriptedModel, clock: Clock, model: ModelDouble | None = None
+    ) -> None:
+        """`model`: what answers the runtimes' calls, when not `fake`."""
         self.tmp_path, self.store, self.fake, self.clock = tmp_path, store, fake, clock
+        self.model: ModelDouble = model or fake
         self.made: list[Runtime] = []
 
     def runtime(
@@ -89,11 +93,11 @@ class Quota:
     ) -> Runtime:  # fmt: skip
         """`more`: files added to the app; `connector`: lines added to `fake.model`'s."""
         root = self.tmp_path / f"app{len(self.made)}"
-        files = app_files(self.fake.base_url, limits=limits) | (more or {})
+        files = app_files(self.model.base_url, limits=limits) | (more or {})
         files["app.yml"] += f"budgets: {budgets}\n"
         files["connectors/fake/model.yml"] += PRICE + connector
         rt = Runtime(app=load_app(make_app(root, files, base={})), store=store or self.store,
-                     engines=self.fake.engines(), ids=ids or CountingIds(), sleep=no_sleep,
+                     engines=self.model.engines(), ids=ids or CountingIds(), sleep=no_sleep,
                      retry=RetryPolicy(max_attempts=1), clock=self.clock)  # fmt: skip
         self.made.append(rt)
         return rt

@@ -7,9 +7,9 @@ $8 out per million tokens.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
@@ -23,13 +23,13 @@ __all__ = ["clock", "live"]  # the fixtures of test_usage_api.py, used here too
 UNTIL_MIDNIGHT = 9 * 3600  # at 15:00 UTC, when alice's daily budget resets
 
 
-def counting(sent: list[str]) -> httpx.AsyncClient:
+def counting(sent: list[str]) -> openai.DefaultAsyncHttpxClient:
     """The HTTP client the openai client sends through, noting each request it sends the server."""
 
-    async def note(request: httpx.Request) -> None:
-        sent.append(request.url.path)
+    async def note(request: Any) -> None:  # (the openai package's own copy of httpx: its Request)
+        sent.append(str(request.url.path))
 
-    return httpx.AsyncClient(event_hooks={"request": [note]}, timeout=30)
+    return openai.DefaultAsyncHttpxClient(event_hooks={"request": [note]}, timeout=30)
 
 
 async def ask_openai(live: Live, sent: list[str]) -> openai.RateLimitError:
@@ -41,10 +41,17 @@ async def ask_openai(live: Live, sent: list[str]) -> openai.RateLimitError:
     return refused.value
 
 
-def check_refusal(response: httpx.Response) -> dict[str, Any]:
-    assert response.headers["x-should-retry"] == "false"
-    assert int(response.headers["Retry-After"]) == UNTIL_MIDNIGHT
-    return assert_error(response, 429, "budget_exceeded")
+def check_refusal(status: int, headers: Mapping[str, str], body: Any) -> dict[str, Any]:
+    """A budget's 429: when to try again, not at once, and the error as the contract shapes it."""
+    assert status == 429 and headers["x-should-retry"] == "false"
+    assert int(headers["Retry-After"]) == UNTIL_MIDNIGHT
+    assert body["error"]["type"] == body["error"]["code"] == "budget_exceeded"
+    return body["error"]
+
+
+def refusal_of(answer: openai.RateLimitError) -> dict[str, Any]:
+    response = answer.response
+    return check_refusal(response.status_code, response.headers, response.json())
 
 
 async def test_a_spent_budget_is_a_429_the_openai_client_does_not_resend(
@@ -54,12 +61,12 @@ async def test_a_spent_budget_is_a_429_the_openai_client_does_not_resend(
     await run_as(live, fake, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
     async with live.client("alice") as alice:
         refused = await alice.post("/api/assistants/chat/runs?stream=false", json={"messages": says("more")})
-    error = check_refusal(refused)
+    error = check_refusal(refused.status_code, refused.headers, assert_error(refused, 429) and refused.json())
     assert error["message"] == "user alice spent $0.50 of its $0.50 daily budget; it resets 2026-04-03T00:00:00Z"
     sent: list[str] = []
     answer = await ask_openai(live, sent)
     assert sent == ["/v1/chat/completions"]  # once: no automatic resend of a budget spent
-    check_refusal(answer.response)
+    refusal_of(answer)
     assert len(fake.requests) == 1  # alice's first run alone reached the model
 
 
@@ -73,7 +80,7 @@ async def test_a_budget_that_stops_a_completion_mid_run_is_a_429_too(
     sent: list[str] = []
     answer = await ask_openai(live, sent)
     assert sent == ["/v1/chat/completions"] and len(fake.requests) == 1
-    error = check_refusal(answer.response)
+    error = refusal_of(answer)
     assert error["message"].startswith("user alice spent $0.50 of its $0.50 daily budget; the model was not called")
     run = await live.rt.store.latest_run(Identity("alice"), answer.response.headers["X-Chat-Id"])
     assert run is not None and (run.status, run.reason) == ("failed", "budget_exceeded")

@@ -43,17 +43,17 @@ OUTPUT_TOKENS = 4096  # what a call may write when neither it nor its connector 
 CHARS_PER_TOKEN = 4  # a call's input, estimated for its hold without a tokenizer
 
 
-async def check(rt: Runtime, state: RunState) -> None:
-    """Refuse the run if a budget is spent or a rate limit reached; else count it against the limits,
-    and note whether a budget holds it (then each of its model calls is checked too)."""
-    identity = state.identity
-    state.budgeted = await check_budgets(rt, identity)
+async def check(rt: Runtime, identity: Identity, run_id: str) -> bool:
+    """Refuse the run if a budget is spent or a rate limit reached; else count it against the limits.
+    Whether a budget holds the run (then each of its model calls is checked too: `RunState.budgeted`)."""
+    budgeted = await check_budgets(rt, identity)
     rules = rate_rules(rt, identity)
     if rules:
-        reached = await rt.store.admit(identity, state.run_id, rules)
+        reached = await rt.store.admit(identity, run_id, rules)
         if reached is not None:
             wait, rule = reached
             raise RateLimited(_rate_message(identity, rule, wait), retry_after=wait)
+    return budgeted
 
 
 def kinds_of(identity: Identity) -> tuple[ScopeKind, ...]:

@@ -16,13 +16,13 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Float, bindparam, case, delete, func, literal_column, select, union_all
+from sqlalchemy import Float, bindparam, case, delete, func, literal_column, select, text, union_all
 
 from yao_agent.identity import Identity
 from yao_agent.store import ledger
 from yao_agent.store.engine import Database
 from yao_agent.store.ledger import ScopeKind
-from yao_agent.store.quota import LOCK_SCOPE, Limits, Own, owns
+from yao_agent.store.quota import Limits, Own, owns
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.schema import budget_holds, spend_days
 from yao_agent.store.tx import Sql, Tx
@@ -45,6 +45,15 @@ _HELD = (
            _H.expires_at > bindparam("now", type_=Float))
     .group_by(_H.scope_kind)
 )  # fmt: skip
+# A hold and its giving back wait for no disk flush on PostgreSQL (they are seen by every other session
+# at once all the same): a hold is gone with a crash of the database anyway, and the ledger row written
+# as a call ends is flushed by the step's journal commit that follows it (the log is written in order),
+# so only a crash of the database server itself, within that moment, could lose it. A flush measured
+# 3-4 ms here, against well under one for the rest of each transaction.
+NO_FLUSH = Sql({"postgresql": text("SELECT set_config('synchronous_commit', 'off', true)")})
+LOCK_BUDGET = Sql(
+    {"postgresql": text("SELECT set_config('synchronous_commit', 'off', true), pg_advisory_xact_lock(:key)")}
+)
 SUMS = Sql(union_all(_SPENT, _HELD))  # per scope: spent today, spent this month, held by calls in flight
 HOLD = Sql(budget_holds.insert())
 GIVE_BACK = Sql(
@@ -92,7 +101,7 @@ def take(tx: Tx, identity: Identity, defaults: Mapping[ScopeKind, Limits], days:
     spend and holds; when none is reached, hold the call in each scope that has a budget."""
     if tx.dialect == "postgresql":
         kind: ScopeKind = "team" if identity.team_id is not None else "user"
-        tx.execute(LOCK_SCOPE, {"key": lock_key(ledger.scope_of(identity, kind))})
+        tx.execute(LOCK_BUDGET, {"key": lock_key(ledger.scope_of(identity, kind))})
     budgets = _budgets(owns(tx, identity), defaults)
     if not budgets:
         return Taken()
@@ -116,6 +125,8 @@ def take(tx: Tx, identity: Identity, defaults: Mapping[ScopeKind, Limits], days:
 def give_back(tx: Tx, scopes: Sequence[Scope], hold_id: str, run: RunRecord, steps: Sequence[StepRecord],
               now: float) -> None:  # fmt: skip
     """End the call's hold (and any a crashed process left past its expiry), and write its ledger row."""
+    if tx.dialect == "postgresql":
+        tx.execute(NO_FLUSH)
     tx.executemany(GIVE_BACK, [{"kind": k, "owner": o, "id": hold_id, "now": now} for k, o in scopes])
     ledger.record(tx, run, steps)
 
