@@ -345,8 +345,9 @@ WHY = {
     409: "the chat is busy (a run is in progress; on_busy: reject), has no active run, or its run was cancelled",
     413: "the request body, or its number of messages, is over the server's limit (server.max_body_bytes, "
     "server.max_messages)",
-    429: "a budget is spent (budget_exceeded) or a rate limit reached (rate_limited, with Retry-After): the run "
-    "was not started",
+    429: "a budget is spent (budget_exceeded, with Retry-After and x-should-retry: false) or a rate limit reached "
+    "(rate_limited, with Retry-After): the run was not started; or, for a completion, a budget stopped its run "
+    "before a model call (budget_exceeded)",
     500: "a bug (internal_error); the server log has the details",
     502: "the model, a tool, a hook or a delegated assistant failed",
     503: "the server has as many requests in progress as it takes (server.max_requests), or it is shutting "

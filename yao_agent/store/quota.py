@@ -1,5 +1,6 @@
-"""Budgets and rate limits in the store (CONTRACT §8.2): a scope's own budget settings, what it spent,
-and the runs it started this minute.
+"""Budgets and rate limits in the store (CONTRACT §8.2): a scope's own budget settings — the operator's
+ceilings and a team admin's budget under them, kept apart (`Own`) — what it spent, and the runs it
+started this minute. (What model calls in flight hold: holds.py.)
 
 A run's admission under a rate limit is counted and recorded in one transaction. On PostgreSQL that
 transaction first takes an advisory lock on the scope, so processes sharing the database admit no more
