@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from yao_agent.aio import wait_despite_cancel
+from yao_agent.aio import finish_despite_cancel
 from yao_agent.connectors import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import BudgetExceeded, OverBudget, RateLimited
@@ -113,16 +113,19 @@ async def before_call(rt: Runtime, state: RunState, step: StepRecord, request: M
 
 async def after_call(rt: Runtime, state: RunState, held: Held | None, step: StepRecord) -> None:
     """As the call ends (its step ended, however): give its hold back and write what it cost. Seen through
-    a cancel; a failure leaves both to the run's flush and the hold's expiry."""
+    a cancel (raised after); a failure leaves both to the run's flush and the hold's expiry."""
     if held is None:
         return
+
+    async def give_back() -> None:
+        await rt.store.give_back(held.scopes, held.id, state.root.run, [step], rt.clock())
+        step.billed = True  # at once: a cancel raised after must not have the flush write its cost again
+
     try:
-        await wait_despite_cancel(rt.store.give_back(held.scopes, held.id, state.root.run, [step], rt.clock()))
+        await finish_despite_cancel(give_back())
     except Exception:
         log.warning("run %s: a model call's cost could not be written as it ended; the run's flush writes it",
                     state.run_id, exc_info=True)  # fmt: skip
-        return
-    step.billed = True
 
 
 def most(chain: Sequence[ConnectorSpec], request: ModelRequest) -> float:
