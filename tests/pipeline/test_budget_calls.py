@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from tests.pipeline.conftest import app_files
 from tests.pipeline.helpers import end_of, runs_of, turn
+from tests.pipeline.test_context import Model, agent_runtime, ask
 from tests.pipeline.test_quota import BOB, CAROL, DAVE, Clock, Quota, clock, hello, quota, timed_store
 from yao_agent.ids import RandomIds
 from yao_agent.runs import Runs
@@ -168,3 +171,26 @@ async def test_a_run_no_budget_holds_takes_no_hold(quota: Quota, clock: Clock) -
     async for _ in handle.events():
         pass
     assert handle.result().status == "completed" and await spent(rt.store) == pytest.approx(0.30)
+
+
+async def test_a_summary_call_is_held_to_the_budget_too(tmp_path: Path, store: SqlStore) -> None:
+    """test_context's agent summarises its earlier turns in its fifth run, after that run's first call (the
+    ninth): with each call costing $1 and $9 a day, the summary is the call refused."""
+    model = Model()
+
+    def priced(request: RecordedRequest) -> Reply:
+        return replace(model(request), usage={"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1})
+
+    double = FunctionModel(priced)
+    files = app_files(double.base_url)
+    dollar = "pricing: {input_per_mtok: 0, output_per_mtok: 1000000}\n"  # $1 an output token
+    more = {"app.yml": files["app.yml"] + "budgets: {user: {per_day: 9}}\n",
+            "connectors/fake/model.yml": files["connectors/fake/model.yml"] + dollar}  # fmt: skip
+    rt = agent_runtime(tmp_path, store, double, **more)
+    try:
+        ends = [end_of(await ask(rt, number)) for number in range(1, 6)]
+    finally:
+        await rt.engines.aclose()
+        await rt.tools.aclose()
+    assert [(e.status, e.reason) for e in ends] == [("completed", "completed")] * 4 + [("failed", "budget_exceeded")]
+    assert len(model.requests) == 9 and not model.summarised  # the summariser was never called
