@@ -11,6 +11,12 @@ limit of CONTRACT §3.1 (team per month, user per day, requests and tokens per m
 ever reached; the baseline is the same call on an app that sets none, which still reads the scopes'
 own budget settings (an admin may have set one where app.yml has none).
 
+Before every model call of a run a budget holds, the call holds what it may cost and, as it ends, gives
+the hold back and writes its ledger row (`per model call`: `take_hold` then `give_back`, the two write
+transactions `quota.before_call` and `quota.after_call` make; the ledger row is one the step journal
+would otherwise write, so this is an upper bound of what a budget adds to a call). A run no budget
+holds makes neither.
+
 Measured with an empty ledger, and with `calls` model calls of the team this month so far (a tenth of
 them the user's) spread evenly over the month; the clock moves 0.1 s per start: 600 runs a minute, so
 the minute holds 600 rate events once it is full. Medians of this process's CPU time on SQLite (the
@@ -41,6 +47,8 @@ from yao_agent.identity import Identity
 from yao_agent.pipeline import Runtime, quota
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store import ledger as usage
+from yao_agent.store.holds import Hold
+from yao_agent.store.records import RunRecord, StepRecord
 
 WHO = Identity("bench", "acme")
 START = datetime(2026, 12, 20, 12, tzinfo=UTC).timestamp()  # the month's 20th day, at noon
@@ -110,6 +118,39 @@ async def check_ms(url: str, root: Path, checks: int, calls: int, index: int) ->
         await store.aclose()
 
 
+async def call_ms(url: str, root: Path, samples: int, index: int) -> float:
+    """Median (ms) of what a budget adds to one model call: its hold taken, then given back with its cost.
+    It reads the scopes' totals per day (at most a month of rows each), never the ledger: its size is moot."""
+    clock = Clock()
+    store = SqlStore(await open_engine(store_url(url, root)), clock=clock)
+    try:
+        rt = Runtime(app=load_app(write_app(root / "held", {**BASE, "app.yml": CONFIGURED})), store=store, clock=clock)
+        defaults = quota.defaults_of(rt, WHO)
+        run = RunRecord("bench-run", "bench-chat", WHO.user_id, WHO.team_id, "chat", "trace", "bench", START)
+        taken: list[float] = []
+        warmup = max(10, samples // 10)
+        for n in range(warmup + samples):
+            clock.now += PACE_S
+            made = {"connector": "bench.model", "model": "gpt-4o-mini", "assistant": "chat",
+                    "usage": {"input_tokens": 900, "output_tokens": 300, "cost_usd": 0.0003}}  # fmt: skip
+            step = StepRecord(f"bench-step-{n}", run.id, n + 1, "llm", "completed", clock.now, ended_at=clock.now,
+                              output=made)  # fmt: skip
+            days = {w: usage.day_of(quota.window_start(w, datetime.fromtimestamp(clock.now, UTC)).timestamp())
+                    for w in quota.WINDOWS}  # fmt: skip
+            hold = Hold(step.id, run.id, 0.01, clock.now + 300)
+
+            async def one(step: StepRecord = step, days: dict[str, str] = days, hold: Hold = hold) -> None:
+                held = await store.take_hold(WHO, defaults, days, hold, clock.now)
+                await store.give_back(held.scopes, hold.id, run, [step], clock.now)
+
+            spent = await measured(one, index)
+            if n >= warmup:
+                taken.append(spent)
+        return statistics.median(taken) * 1000
+    finally:
+        await store.aclose()
+
+
 async def measured(call: Callable[[], Awaitable[object]], index: int) -> float:
     cpu, wall = time.process_time(), time.perf_counter()
     await call()
@@ -125,12 +166,20 @@ async def measure(checks: int, calls: int, pg: str | None) -> list[Row]:
             ours, plain = await check_ms(f"sqlite:///{Path(tmp) / 'quota.db'}", Path(tmp), checks, ledger, 0)
             rows.append(Row(f"stage-1 quota checks, SQLite (CPU), {held}", ours, "ms", "max", 0.3,
                             note=f"none set: {plain:.3g} ms"))  # fmt: skip
+            if not ledger:
+                added = await call_ms(f"sqlite:///{Path(tmp) / 'calls.db'}", Path(tmp), checks, 0)
+                rows.append(Row("budget held and given back per model call, SQLite (CPU)", added, "ms", "max", 0.3,
+                                note="no budget: no round trip"))  # fmt: skip
             if pg:
                 url, name = pg_database(pg)
                 try:
                     ours, plain = await check_ms(url, Path(tmp), checks, ledger, 1)
                     rows.append(Row(f"stage-1 quota checks, PostgreSQL (wall), {held}", ours, "ms", "max", 2.0,
                                     note=f"none set: {plain:.3g} ms"))  # fmt: skip
+                    if not ledger:
+                        added = await call_ms(url, Path(tmp) / "pg", checks, 1)
+                        rows.append(Row("budget held and given back per model call, PostgreSQL (wall)", added, "ms",
+                                        "max", 3.0, note="no budget: no round trip"))  # fmt: skip
                 finally:
                     drop(pg, name)
     return rows

@@ -99,26 +99,26 @@ def budgets_set(args: argparse.Namespace, out: TextIO) -> int:
     scope = scope_of(args, None)
     given = {w: getattr(args, w) for w in WINDOW_OPTIONS if hasattr(args, w)}  # (unset: not there at all)
     if not given:
-        raise UsageError("give --per-day and/or --per-month (USD, or none for no budget)")
+        raise UsageError("give --per-day and/or --per-month (USD, or none for no ceiling)")
     limits = check_limits(given)
     app = app_of(args)
 
     async def work() -> None:
         store = await open_store(args, app)
         try:
-            await store.set_budget(scope.budget_scope, limits)
+            await store.set_ceilings(scope.budget_scope, limits)
         finally:
             await store.aclose()
 
     run_async(work())
     kind, owner = scope.budget_scope
-    said = "; ".join(f"{WINDOW_OPTIONS[w][2:]} {money(v)}" for w, v in limits.items())
-    print(printable(f"budget of {kind} {shown(owner)}: {said}"), file=out)
+    said = "; ".join(f"{WINDOW_OPTIONS[w][2:]} {'no ceiling' if v is None else money(v)}" for w, v in limits.items())
+    print(printable(f"budget ceiling of {kind} {shown(owner)}: {said} (a team admin may set it lower)"), file=out)
     return EXIT_OK
 
 
 def money(value: float | None) -> str:
-    return "no budget" if value is None else f"${value:,.2f}"
+    return "none" if value is None else f"${value:,.2f}"
 
 
 def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
@@ -134,8 +134,8 @@ def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
             found = await store.list_budgets(OPERATOR)
         finally:
             await store.aclose()
-        return [{"scope": b.scope_kind, "id": shown(b.scope_id), **dict(b.limits), "updated_at": iso_time(b.updated_at)}
-                for b in found]  # fmt: skip
+        return [{"scope": b.scope_kind, "id": shown(b.scope_id), "ceiling": dict(b.ceilings), "admin": dict(b.limits),
+                 "updated_at": iso_time(b.updated_at)} for b in found]  # fmt: skip
 
     settings = run_async(work())
     budgets = app.config.budgets
@@ -143,11 +143,15 @@ def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         print(json.dumps({"defaults": defaults, "settings": settings}), file=out)
         return EXIT_OK
-    rows = [(f"app.yml: each {kind}", *(money(v) for v in windows.values()), "") for kind, windows in defaults.items()]
-    # A window a scope does not set is app.yml's; the time it was set is shown to the second.
-    rows += [(f"{s['scope']}:{s['id']}", *(money(s[w]) if w in s else "app.yml's" for w in WINDOW_OPTIONS),
+    rows = [(f"app.yml: each {kind}", *(money(v) for v in windows.values()), "", "", "")
+            for kind, windows in defaults.items()]  # fmt: skip
+    # A window without a ceiling of the scope's own is held to app.yml's; the time set is shown to the second.
+    rows += [(f"{s['scope']}:{s['id']}", *(money(s["ceiling"][w]) if w in s["ceiling"] else "app.yml's"
+                                           for w in WINDOW_OPTIONS),
+              *(money(s["admin"][w]) if s["admin"].get(w) is not None else "-" for w in WINDOW_OPTIONS),
               s["updated_at"][:19] + "Z") for s in settings]  # fmt: skip
-    print_rows(("scope", "per day", "per month", "set at"), rows, out)
+    header = ("scope", "ceiling/day", "ceiling/month", "admin/day", "admin/month", "set at")
+    print_rows(header, rows, out)
     return EXIT_OK
 
 
@@ -176,7 +180,9 @@ def add_parsers(
     p.add_argument("--json", action="store_true", help="print the report as one JSON object (as GET /api/usage)")
     budgets = sub.add_parser("budgets", help="spend limits per team and user", description="Spend limits (USD).")
     actions = budgets.add_subparsers(dest="budgets_command", metavar="ACTION", required=True)
-    p = actions.add_parser("set", help="set a team's or user's budget", description="Set a team's or user's budget.")
+    p = actions.add_parser("set", help="set a team's or user's budget ceiling",
+                           description="Set a team's or user's budget ceiling: its team admins may set "
+                                       "the budget at or below it, never above.")  # fmt: skip
     global_options(p)
     p.set_defaults(func=budgets_set)
     p.add_argument("--team", metavar="T", help="the team (with --user: that user of the team)")
@@ -184,9 +190,10 @@ def add_parsers(
     for window, option in WINDOW_OPTIONS.items():
         span = window.removeprefix("per_")
         p.add_argument(option, dest=window, type=usd, default=argparse.SUPPRESS, metavar="USD",
-                       help=f"USD per calendar {span} (UTC), or none for no budget")  # fmt: skip
-    p = actions.add_parser("list", help="app.yml's default budgets and every team's and user's own",
-                           description="app.yml's default budgets and every team's and user's own.")  # fmt: skip
+                       help=f"the ceiling in USD per calendar {span} (UTC), or none for no ceiling")  # fmt: skip
+    p = actions.add_parser("list", help="app.yml's default budgets, and every scope's ceiling and admin's budget",
+                           description="app.yml's default budgets, and every team's and user's own ceiling "
+                                       "(the operator's) and budget (its team admin's).")  # fmt: skip
     global_options(p)
     p.set_defaults(func=budgets_list)
     p.add_argument("--json", action="store_true", help="print one JSON object")

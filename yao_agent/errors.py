@@ -28,6 +28,7 @@
         ├── LoopDetected     the same tool calls with the same results, again and again
         ├── ContextOverflow  a request does not fit the model's window, even after compaction
         ├── OutputError      the final answer did not fit the output schema after its retries
+        ├── OverBudget       a model call would take a team's or user's spend past a budget: it is not made
         └── AwaitingApproval tool calls wait for a person: the run ends `waiting` (not a failure)
 
 Messages never contain secret values: errors name variables and files, never what they hold.
@@ -190,6 +191,19 @@ class ContextOverflow(RunError):
     """A request does not fit the model's context window, even after its earlier turns were summarised."""
 
     reason = "context_overflow"
+
+
+class OverBudget(RunError):
+    """Before a model call, the scope's spend so far plus what its calls in flight may still cost is at or
+    over a budget: the call is not made and the run ends `budget_exceeded` (resumable once the budget
+    allows). Never caught on the way: not by a hook's `ctx.call`, not by a delegation. `resets_at`: when
+    the window whose budget was reached starts again (Unix seconds)."""
+
+    reason = "budget_exceeded"
+
+    def __init__(self, message: str, *, resets_at: float) -> None:
+        super().__init__(message)
+        self.resets_at = resets_at
 
 
 class AwaitingApproval(RunError):

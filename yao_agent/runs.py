@@ -110,7 +110,7 @@ class Runs:
         state = await permission.check(rt, request, chat_is_theirs=theirs)
         on_busy = request.on_busy or state.assistant.on_busy
         try:
-            await quota.check(rt, state.identity, state.run_id)  # budgets and rate limits (stage 1 still)
+            state.budgeted = await quota.check(rt, state.identity, state.run_id)  # budgets, rate limits (stage 1)
             if on_busy == "reject" and await self.admission.held_elsewhere(state.chat_id):
                 raise ChatBusy(f"chat '{state.chat_id}' is busy with a run in another process (on_busy: reject)")
             ticket = self.admission.accept(state, on_busy)
@@ -374,9 +374,13 @@ class Runs:
         self, identity: Identity, limits: Mapping[str, float | None], *, user: str | None = None
     ) -> dict[str, Any]:
         """Set windows of a budget (`per_day`, `per_month`: USD, or None for none there; the others stay):
-        a team admin's team's, or one member's (`user`); a caller without a team's own. Answers `budgets`."""
-        scope = teams.scope_for(identity, user, "budgets", change=True)
-        await self.rt.store.set_budget(scope.budget_scope, teams.check_limits(limits))
+        a team admin's team's, or one member's (`user`), at or below the operator's ceiling that holds it
+        (Forbidden above it, or for none under one; and for a member, or a caller without a team).
+        Answers `budgets`."""
+        scope = teams.changing_budget(identity, user)
+        checked = teams.check_limits(limits)
+        allowed = teams.within_ceiling(scope, self.app.config.budgets, checked)
+        await self.rt.store.set_budget(scope.budget_scope, checked, allowed)
         return await teams.budget_view(self.rt.store, self.app.config.budgets, scope, self.rt.clock())
 
     async def identity_for(self, token: str) -> Identity | None:

@@ -2,9 +2,10 @@
 and budgets are shown (CONTRACT §6 "Roles of tokens", §8.2).
 
 A team admin (a token made with `--admin`) sees the whole team's usage and budgets — or one member's,
-with `user` — and changes the team's budgets, a member's budget and the team's role mappings. A member
-sees their own usage and the budgets their runs are held to, and changes nothing of the team's. A
-caller without a team is their own admin, of their own scope only.
+with `user` — and changes the team's budgets and a member's, at or below the operator's ceilings, and
+the team's role mappings. A member sees their own usage and the budgets their runs are held to, and
+changes nothing of the team's. A caller without a team is their own admin, of their own scope only —
+except for budgets, which only the operator sets for them: a budget binds those who cannot change it.
 
 The HTTP API (through `Runs`) and the CLI (the trusted operator, any scope) show the same report and
 the same budget view, built here.
@@ -13,7 +14,7 @@ the same budget view, built here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
@@ -22,9 +23,10 @@ from yao_agent.dsl.specs import Budgets
 from yao_agent.errors import Forbidden, PermissionDenied, UsageError
 from yao_agent.identity import Identity
 from yao_agent.messages import iso_time
-from yao_agent.pipeline.quota import WINDOWS, window_end, window_start
+from yao_agent.pipeline.quota import NAMES, WINDOWS, window_end, window_start
 from yao_agent.store import SqlStore
 from yao_agent.store.ledger import GROUPS, Group, ScopeKind, scope_of, shown
+from yao_agent.store.quota import Own
 
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 ADMIN_TOKEN = "a team admin token (`yao-agent tokens create --admin`)"
@@ -159,19 +161,53 @@ def check_limits(limits: Mapping[str, Any]) -> dict[str, float | None]:
     return checked
 
 
+def changing_budget(identity: Identity, user: str | None) -> Scope:
+    """The scope whose budget the caller asks to change: a team admin's team's, or one member's. The
+    operator sets ceilings (app.yml, the CLI); a caller without a team changes no budget, not even their
+    own (it would lift the one that holds them)."""
+    if identity.team_id is None:
+        raise Forbidden("a caller without a team cannot change budgets: the operator sets them (app.yml's "
+                        "`budgets`, `yao-agent budgets set`)")  # fmt: skip
+    return scope_for(identity, user, "budgets", change=True)
+
+
+def within_ceiling(scope: Scope, defaults: Budgets, limits: Mapping[str, float | None]) -> Callable[[Own], None]:
+    """What refuses a team admin's budget above the ceiling that holds the scope, or none (null) where a
+    ceiling holds it (Forbidden, naming the ceiling); it reads the scope's settings where they are written."""
+    kind, owner = scope.budget_scope
+
+    def allowed(own: Own) -> None:
+        for window, value in limits.items():
+            cap = own.ceiling(window, getattr(defaults.of(kind), window))
+            if cap is None or (value is not None and value <= cap):
+                continue
+            whose = f"{kind} {shown(owner)}'s {NAMES[window]} budget"
+            by = "set by the operator" if window in own.ceilings else f"app.yml's budgets.{kind}.{window}"
+            tried = "none (null)" if value is None else f"${value:,.2f}"
+            raise Forbidden(f"{window}: {whose} may not be {tried}: its ceiling is ${cap:,.2f} ({by}); a team "
+                            "admin sets it at or below that, and only the operator raises the ceiling")  # fmt: skip
+
+    return allowed
+
+
 async def budget_view(store: SqlStore, defaults: Budgets, scope: Scope, now: float) -> dict[str, Any]:
-    """The budgets that hold the scope's runs, window by window: the budget (the scope's own setting, else
-    app.yml's), where it comes from, what was spent in the current window, and when the window resets."""
+    """The budgets that hold the scope's runs, window by window: the budget that binds, where it comes from
+    (app.yml, the operator's ceiling, a team admin's budget), the ceiling and the admin's budget apart,
+    what was spent in the current window, and when the window resets."""
     at = datetime.fromtimestamp(now, UTC)
     starts = {window: window_start(window, at).timestamp() for window in WINDOWS}
     found = await store.spending(scope.subject, scope.kinds, starts)
     budgets: list[dict[str, Any]] = []
     for kind, (own, spent) in found.items():
         for window in WINDOWS:
-            limit = own[window] if window in own else getattr(defaults.of(kind), window)
+            default = getattr(defaults.of(kind), window)
+            limit, cap, chosen = own.budget(window, default), own.ceiling(window, default), own.admin.get(window)
+            capped_by = "operator" if window in own.ceilings else "app.yml"
             budgets.append({
                 "scope": kind, "id": shown(scope_of(scope.subject, kind)[1]), "window": window, "budget_usd": limit,
-                "source": "setting" if window in own else "app.yml", "spent_usd": round(spent[window], 6),
+                "source": "admin" if chosen is not None and chosen == limit and chosen != cap else capped_by,
+                "ceiling_usd": cap, "ceiling_source": capped_by, "admin_usd": chosen,
+                "spent_usd": round(spent[window], 6),
                 "remaining_usd": None if limit is None else round(max(0.0, limit - spent[window]), 6),
                 "since": iso_time(starts[window]), "resets_at": iso_time(window_end(window, at).timestamp()),
             })  # fmt: skip

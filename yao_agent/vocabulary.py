@@ -22,6 +22,7 @@ TerminalReason = Literal[
     "context_overflow",
     "output_error",
     "approval_required",
+    "budget_exceeded",
     "internal_error",
 ]
 # A stored run's status; `interrupted` is a run its process left `running` when it died.

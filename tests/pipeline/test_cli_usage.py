@@ -160,31 +160,41 @@ def test_an_unknown_grouping_is_refused_by_the_parser(cli: Cli, capsys: pytest.C
     assert exited.value.code == 2 and "invalid choice: 'team'" in capsys.readouterr().err
 
 
-def test_budgets_set_and_list(cli: Cli) -> None:
+def test_budgets_set_sets_the_operators_ceilings_and_list_shows_them_apart_from_admins_budgets(
+    cli: Cli, store_raw_url: str, tmp_path: Path
+) -> None:
     assert cli("budgets", "set", "--team", "acme", "--per-month", "100") == (
         0,
-        "budget of team acme: per-month $100.00\n",
+        "budget ceiling of team acme: per-month $100.00 (a team admin may set it lower)\n",
     )
     assert cli("budgets", "set", "--team", "acme", "--user", "carol", "--per-day", "none") == (
-        0, "budget of user carol@acme: per-day no budget\n")  # fmt: skip
+        0, "budget ceiling of user carol@acme: per-day no ceiling (a team admin may set it lower)\n")  # fmt: skip
     assert cli("budgets", "set", "--user", "alice", "--per-day", "0.5", "--per-month", "10")[0] == 0
     assert cli("budgets", "set", "--team", "acme", "--per-day", "2.5")[0] == 0  # per-month stays $100
+
+    async def admin_sets() -> None:  # as PUT /api/budgets does for acme's admin: under the ceiling
+        store = SqlStore(await open_engine(store_url(store_raw_url, tmp_path)))
+        try:
+            await store.set_budget(("team", "acme"), {"per_month": 40.0})
+        finally:
+            await store.aclose()
+
+    asyncio.run(admin_sets())
     code, shown = cli("budgets", "list", "--json")
     assert code == 0
     listed = json.loads(shown)
     assert listed["defaults"] == {"team": {"per_day": None, "per_month": 50.0},
                                   "user": {"per_day": None, "per_month": None}}  # fmt: skip
     assert [{k: v for k, v in s.items() if k != "updated_at"} for s in listed["settings"]] == [
-        {"scope": "team", "id": "acme", "per_day": 2.5, "per_month": 100.0},
-        {"scope": "user", "id": "carol@acme", "per_day": None},  # (stored as acme/carol: listed in that order)
-        {"scope": "user", "id": "alice", "per_day": 0.5, "per_month": 10.0},
+        {"scope": "team", "id": "acme", "ceiling": {"per_day": 2.5, "per_month": 100.0}, "admin": {"per_month": 40.0}},
+        {"scope": "user", "id": "carol@acme", "ceiling": {"per_day": None}, "admin": {}},  # (stored as acme/carol)
+        {"scope": "user", "id": "alice", "ceiling": {"per_day": 0.5, "per_month": 10.0}, "admin": {}},
     ]
     code, shown = cli("budgets", "list")
     rows = [line.split() for line in shown.splitlines()]
-    assert rows[1:3] == [["app.yml:", "each", "team", "no", "budget", "$50.00"],
-                         ["app.yml:", "each", "user", "no", "budget", "no", "budget"]]  # fmt: skip
-    assert rows[3][:3] == ["team:acme", "$2.50", "$100.00"] and rows[4][:4] == ["user:carol@acme", "no", "budget",
-                                                                               "app.yml's"]  # fmt: skip
+    assert rows[1:3] == [["app.yml:", "each", "team", "none", "$50.00"], ["app.yml:", "each", "user", "none", "none"]]
+    assert rows[3][:5] == ["team:acme", "$2.50", "$100.00", "-", "$40.00"]
+    assert rows[4][:5] == ["user:carol@acme", "none", "app.yml's", "-", "-"]
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import chats, messages, rate_events, runs, usage_ledger
-from yao_agent.testing import Reply, ScriptedModel
+from yao_agent.testing import ModelDouble, Reply, ScriptedModel
 
 BOB, CAROL = Identity("bob", "acme"), Identity("carol", "acme")
 DAVE = Identity("dave", "beta")  # another team
@@ -79,20 +79,25 @@ async def timed_store(store_raw_url: str, tmp_path: Path, clock: Clock) -> Async
 class Quota:
     """An app whose `app.yml` says `budgets` and `limits` as a test wants them, run on the test's store."""
 
-    def __init__(self, tmp_path: Path, store: SqlStore, fake: ScriptedModel, clock: Clock) -> None:
+    def __init__(
+        self, tmp_path: Path, store: SqlStore, fake: ScriptedModel, clock: Clock, model: ModelDouble | None = None
+    ) -> None:
+        """`model`: what answers the runtimes' calls, when not `fake`."""
         self.tmp_path, self.store, self.fake, self.clock = tmp_path, store, fake, clock
+        self.model: ModelDouble = model or fake
         self.made: list[Runtime] = []
 
     def runtime(
         self, *, budgets: str = "{}", limits: str = LIMITS % "", store: SqlStore | None = None,
-        ids: IdSource | None = None,
+        ids: IdSource | None = None, more: dict[str, str] | None = None, connector: str = "",
     ) -> Runtime:  # fmt: skip
+        """`more`: files added to the app; `connector`: lines added to `fake.model`'s."""
         root = self.tmp_path / f"app{len(self.made)}"
-        files = app_files(self.fake.base_url, limits=limits)
+        files = app_files(self.model.base_url, limits=limits) | (more or {})
         files["app.yml"] += f"budgets: {budgets}\n"
-        files["connectors/fake/model.yml"] += PRICE
+        files["connectors/fake/model.yml"] += PRICE + connector
         rt = Runtime(app=load_app(make_app(root, files, base={})), store=store or self.store,
-                     engines=self.fake.engines(), ids=ids or CountingIds(), sleep=no_sleep,
+                     engines=self.model.engines(), ids=ids or CountingIds(), sleep=no_sleep,
                      retry=RetryPolicy(max_attempts=1), clock=self.clock)  # fmt: skip
         self.made.append(rt)
         return rt
@@ -106,6 +111,7 @@ async def quota(tmp_path: Path, timed_store: SqlStore, fake: ScriptedModel, cloc
     finally:
         for rt in made.made:
             await rt.engines.aclose()
+            await rt.hooks.aclose()
 
 
 async def rows(store: SqlStore, table: Table) -> int:
@@ -151,21 +157,29 @@ async def refused_rate(rt: Runtime, who: Identity, chat_id: str = "refused") -> 
 # -- budgets ---------------------------------------------------------------------------------------
 
 
-async def test_a_run_that_crosses_the_team_budget_finishes_and_the_next_is_refused_until_the_next_day(
+async def test_a_run_that_reaches_the_team_budget_stops_before_its_next_call_and_the_next_run_waits_a_day(
     quota: Quota, clock: Clock
 ) -> None:
     rt = quota.runtime(budgets="{team: {per_day: 100}}")
     await runs_now(quota, rt, BOB, "morning", cents=9000)  # $90.00 of the day's $100.00
     clock.set("2026-12-15T14:30:00")
-    # Carol's run crosses it with its first call ($10.00: the budget reached), and its reply, cut at the
-    # output limit, is continued by a second call all the same (+ $0.02): a run going is never cut off.
+    # Carol's run reaches it with its first call ($10.00), whose reply the output limit cut: its continuation
+    # is not made (a budget binds before every model call), and what was said stands, as cut.
     quota.fake.enqueue(costing(1000, "The first half", finish_reason="length"), costing(2, " and the rest."))
     end = end_of(await turn(rt, "Tell me everything.", "crossing", CAROL))
-    assert (end.status, end.usage["calls"], end.usage["cost_usd"]) == ("completed", 2, pytest.approx(10.02))
-    assert (await rt.store.history(CAROL, "crossing"))[-1].content == "The first half and the rest."
+    assert (end.status, end.reason, end.usage["calls"], end.usage["cost_usd"]) == (
+        "failed", "budget_exceeded", 1, pytest.approx(10.0))  # fmt: skip
+    said = "team acme spent $100.00 of its $100.00 daily budget; it resets 2026-12-16T00:00:00Z"
+    assert end.error == {"message": said.replace("; it", "; the model was not called; it"),
+                         "resets_at": "2026-12-16T00:00:00Z"}  # fmt: skip
+    assert len(quota.fake.requests) == 2  # Bob's call and Carol's first: the continuation was never sent
+    last = (await rt.store.history(CAROL, "crossing"))[-1]
+    assert (last.content, last.status) == ("The first half", "incomplete")
+    run = await rt.store.latest_run(CAROL, "crossing")
+    assert run is not None
+    assert (run.status, run.reason) == ("failed", "budget_exceeded")
 
     clock.advance(60)
-    said = "team acme spent $100.02 of its $100.00 daily budget; it resets 2026-12-16T00:00:00Z"
     assert await refused_budget(rt, BOB) == said  # the team's spend, whoever of it spent it
     assert await refused_budget(rt, CAROL, "crossing") == said  # also on a chat of hers that exists
     await runs_now(quota, rt, DAVE, "other-team")  # another team's budget is its own
@@ -208,24 +222,26 @@ async def test_user_budgets_are_each_users_own_and_the_team_budget_sums_them(quo
     assert await refused_budget(rt, CAROL) == said  # under her own budget, over the team's
 
 
-async def test_a_scopes_own_budget_wins_over_app_yml_window_by_window(quota: Quota, clock: Clock) -> None:
+async def test_the_operators_ceiling_of_a_scope_wins_over_app_yml_window_by_window(quota: Quota, clock: Clock) -> None:
     rt = quota.runtime(budgets="{team: {per_month: 100}, user: {per_day: null}}")
     await runs_now(quota, rt, CAROL, "carol", cents=10002)
     await runs_now(quota, rt, DAVE, "dave", cents=1)
     assert (await refused_budget(rt, BOB)).startswith("team acme spent $100.02 of its $100.00 monthly budget")
-    await rt.store.set_budget(("team", "acme"), {"per_month": 150})
+    await rt.store.set_ceilings(("team", "acme"), {"per_month": 150})
     await runs_now(quota, rt, BOB, "bob", cents=5000)
     said = "team acme spent $150.02 of its $150.00 monthly budget; it resets 2027-01-01T00:00:00Z"
     assert await refused_budget(rt, BOB) == said
-    await rt.store.set_budget(("team", "acme"), {"per_month": None})  # lifted: app.yml's $100 does not come back
+    await rt.store.set_ceilings(("team", "acme"), {"per_month": None})  # lifted: app.yml's $100 does not come back
     await runs_now(quota, rt, BOB, "bob", cents=1000)
-    await rt.store.set_budget(("team", "acme"), {"per_day": 160})  # a window of its own; the month stays lifted
+    await rt.store.set_ceilings(("team", "acme"), {"per_day": 160})  # a window of its own; the month stays lifted
     said = "team acme spent $160.02 of its $160.00 daily budget; it resets 2026-12-16T00:00:00Z"
     assert await refused_budget(rt, CAROL) == said
     clock.set("2026-12-16T00:00:01")
     await runs_now(quota, rt, CAROL, "carol")
     await runs_now(quota, rt, DAVE, "dave", cents=9000)  # beta's month, on app.yml's budget: $90.02 of $100
-    await rt.store.set_budget(("user", "beta/dave"), {"per_day": 50})  # a user's own, where app.yml has none (its key)
+    await rt.store.set_ceilings(
+        ("user", "beta/dave"), {"per_day": 50}
+    )  # a user's own, where app.yml has none (its key)
     said = "user dave@beta spent $90.00 of its $50.00 daily budget; it resets 2026-12-17T00:00:00Z"
     assert await refused_budget(rt, DAVE) == said
     await runs_now(quota, rt, Identity("frank", "beta"), "frank")
@@ -271,6 +287,20 @@ async def test_requests_per_minute_of_a_user_are_each_users_own(quota: Quota, cl
     await runs_now(quota, rt, BOB, "bob")
 
 
+async def test_a_rate_limit_refusal_names_the_one_limit_reached(quota: Quota, clock: Clock) -> None:
+    limits = ", requests_per_minute: {team: 5, user: 1}, tokens_per_minute: {team: 1000, user: 1000}"
+    rt = quota.runtime(limits=LIMITS % limits)
+    await runs_now(quota, rt, BOB, "one")
+    clock.advance(20)
+    refused = await refused_rate(rt, BOB)  # his own 1 a minute, not the team's 5 nor either 1000 tokens
+    assert str(refused) == "too many requests: a rate limit was reached (user bob@acme: 1 requests per minute); " \
+                           "try again in 40 s"  # fmt: skip
+    for n in range(4):
+        await runs_now(quota, rt, Identity(f"member{n}", "acme"), f"m{n}")
+    refused = await refused_rate(rt, CAROL)  # the team's five: the one reached, though hers is not
+    assert "(team acme: 5 requests per minute)" in str(refused) and "user" not in str(refused)
+
+
 async def test_tokens_per_minute_count_the_model_tokens_of_the_last_minute(quota: Quota, clock: Clock) -> None:
     rt = quota.runtime(limits=LIMITS % ", tokens_per_minute: {team: 100, user: 150}")
     await runs_now(quota, rt, BOB, "one", cents=60)
@@ -293,7 +323,7 @@ async def test_a_budget_refusal_comes_first_and_is_not_counted_by_the_rate_limit
     await runs_now(quota, rt, BOB, "one", cents=100)
     for _ in range(3):  # each refused by the budget, none counted as a request
         assert (await refused_budget(rt, CAROL)).startswith("team acme spent $1.00 of its $1.00 daily budget")
-    await rt.store.set_budget(("team", "acme"), {"per_day": None})
+    await rt.store.set_ceilings(("team", "acme"), {"per_day": None})
     await runs_now(quota, rt, CAROL, "two")  # the second request of the minute
     await refused_rate(rt, CAROL)
 

@@ -19,6 +19,7 @@ from yao_agent.pipeline import Runtime
 from yao_agent.pricing import Price, price_of, published
 from yao_agent.store import SqlStore
 from yao_agent.store.ledger import scope_of, shown
+from yao_agent.store.quota import Own
 from yao_agent.store.schema import usage_ledger
 from yao_agent.testing import Reply, ScriptedModel
 
@@ -129,9 +130,9 @@ async def test_a_user_named_like_a_member_of_a_team_has_a_scope_of_their_own(sto
     """Ids may hold `@`: the user `bob@acme` (no team) is not bob of team acme, for budgets and rate limits."""
     loner, member = Identity("bob@acme"), Identity("bob", "acme")
     assert scope_of(loner, "user") != scope_of(member, "user")
-    await store.set_budget(scope_of(loner, "user"), {"per_day": 1.0})
-    assert await store.own_budgets(member, ["user"]) == {"user": {}}
-    assert await store.own_budgets(loner, ["user"]) == {"user": {"per_day": 1.0}}
+    await store.set_ceilings(scope_of(loner, "user"), {"per_day": 1.0})
+    assert await store.own_budgets(member, ["user"]) == {"user": Own()}
+    assert await store.own_budgets(loner, ["user"]) == {"user": Own(ceilings={"per_day": 1.0})}
     assert shown(scope_of(member, "user")[1]) == "bob@acme"  # as people read it
 
 

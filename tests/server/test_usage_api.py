@@ -259,8 +259,10 @@ def windows(view: dict[str, Any]) -> dict[tuple[str, str, str], tuple[Any, ...]]
     """(scope, id, window) → (budget, source, spent) of each budget shown, checking the rest of its shape."""
     found: dict[tuple[str, str, str], tuple[Any, ...]] = {}
     for b in view["budgets"]:
-        assert set(b) == {"scope", "id", "window", "budget_usd", "source", "spent_usd", "remaining_usd", "since",
-                          "resets_at"}  # fmt: skip
+        assert set(b) == {"scope", "id", "window", "budget_usd", "source", "ceiling_usd", "ceiling_source",
+                          "admin_usd", "spent_usd", "remaining_usd", "since", "resets_at"}  # fmt: skip
+        binding = [v for v in (b["ceiling_usd"], b["admin_usd"]) if v is not None]
+        assert b["budget_usd"] == (min(binding) if binding else None)  # the lower of the two binds
         left = None if b["budget_usd"] is None else max(0.0, b["budget_usd"] - b["spent_usd"])
         assert b["remaining_usd"] == pytest.approx(left)
         found[(b["scope"], b["id"], b["window"])] = (b["budget_usd"], b["source"], pytest.approx(b["spent_usd"]))
@@ -283,6 +285,12 @@ async def test_a_member_sees_the_budgets_that_hold_their_runs(spread: Live) -> N
                       ("per_month", "2026-04-01T00:00:00Z", "2026-05-01T00:00:00Z")}  # fmt: skip
 
 
+def ceilings(view: dict[str, Any]) -> dict[tuple[str, str, str], tuple[Any, ...]]:
+    """(scope, id, window) → (ceiling, its source, the admin's budget) of each budget shown."""
+    return {(b["scope"], b["id"], b["window"]): (b["ceiling_usd"], b["ceiling_source"], b["admin_usd"])
+            for b in view["budgets"]}  # fmt: skip
+
+
 async def test_an_admin_sets_the_teams_budget_and_a_members_and_the_next_run_is_held_to_it(spread: Live) -> None:
     live = spread
     async with live.client("bob_admin") as admin, live.client("carol") as carol:
@@ -291,18 +299,61 @@ async def test_an_admin_sets_the_teams_budget_and_a_members_and_the_next_run_is_
         assert set_team.json()["scope"] == {"team_id": "acme"}
         assert windows(set_team.json()) == {
             ("team", "acme", "per_day"): (None, "app.yml", 0.0),
-            ("team", "acme", "per_month"): (0.02, "setting", BOB_MINI + CAROL_PRICED),
+            ("team", "acme", "per_month"): (0.02, "admin", BOB_MINI + CAROL_PRICED),
         }
-        set_carol = await admin.put("/api/budgets?user=carol", json={"per_day": None, "per_month": 5})
+        assert ceilings(set_team.json())[("team", "acme", "per_month")] == (1.0, "app.yml", 0.02)  # both shown
+        set_carol = await admin.put("/api/budgets?user=carol", json={"per_day": 0.25, "per_month": 5})
         assert set_carol.json()["scope"] == {"team_id": "acme", "user_id": "carol"}
-        assert windows(await budgets_of(carol))[("user", "carol@acme", "per_day")] == (None, "setting", 0.0)
+        assert windows(await budgets_of(carol))[("user", "carol@acme", "per_day")] == (0.25, "admin", 0.0)
         assert windows(await budgets_of(admin, user="carol")) == windows(await budgets_of(carol))
         refused = await carol.post("/api/assistants/chat/runs?stream=false", json={"messages": says("one more")})
     error = assert_error(refused, 429, "budget_exceeded")  # acme spent $0.0228 of April's $0.02
     assert error["message"] == "team acme spent $0.02 of its $0.02 monthly budget; it resets 2026-05-01T00:00:00Z"
-    settings = {(b.scope_kind, b.scope_id): dict(b.limits) for b in await live.rt.store.list_budgets(OPERATOR)}
-    assert settings == {("team", "acme"): {"per_month": 0.02}, ("user", "acme/carol"): {"per_day": None,
-                                                                                      "per_month": 5.0}}  # fmt: skip
+    settings = {(b.scope_kind, b.scope_id): (dict(b.limits), dict(b.ceilings))
+                for b in await live.rt.store.list_budgets(OPERATOR)}  # fmt: skip
+    assert settings == {("team", "acme"): ({"per_month": 0.02}, {}),
+                        ("user", "acme/carol"): ({"per_day": 0.25, "per_month": 5.0}, {})}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("query", "body", "words"),
+    [
+        ("", {"per_month": 1.01}, "per_month: team acme's monthly budget may not be $1.01: its ceiling is $1.00 "
+                                  "(app.yml's budgets.team.per_month)"),
+        ("", {"per_month": None}, "per_month: team acme's monthly budget may not be none (null): its ceiling is "
+                                  "$1.00 (app.yml's budgets.team.per_month)"),
+        ("?user=carol", {"per_day": 5}, "per_day: user carol@acme's daily budget may not be $5.00: its ceiling is "
+                                        "$0.50 (app.yml's budgets.user.per_day)"),
+        ("?user=carol", {"per_month": 1, "per_day": None}, "per_day: user carol@acme's daily budget may not be none"),
+    ],
+)  # fmt: skip
+async def test_an_admin_never_raises_or_lifts_a_budget_over_the_operators_ceiling(
+    live: Live, query: str, body: dict[str, Any], words: str
+) -> None:
+    async with live.client("bob_admin") as admin:
+        error = assert_error(await admin.put(f"/api/budgets{query}", json=body), 403, "forbidden")
+    assert error["message"].startswith(words), error
+    assert "only the operator raises the ceiling" in error["message"]
+    assert await live.rt.store.list_budgets(OPERATOR) == []  # nothing of the body was set, not even a window allowed
+
+
+async def test_an_admin_sets_a_budget_at_or_below_the_ceiling_and_the_operators_ceiling_binds_it(live: Live) -> None:
+    async with live.client("bob_admin") as admin:
+        at = await admin.put("/api/budgets", json={"per_month": 1.0})  # at app.yml's ceiling
+        assert at.status_code == 200, at.text
+        below = await admin.put("/api/budgets?user=carol", json={"per_day": 0.1, "per_month": None})  # no ceiling
+        assert below.status_code == 200, below.text
+        assert ceilings(below.json())[("user", "carol@acme", "per_day")] == (0.5, "app.yml", 0.1)
+        await live.rt.store.set_ceilings(("team", "acme"), {"per_month": 0.75})  # the operator lowers the ceiling
+        view = await budgets_of(admin)
+        assert windows(view)[("team", "acme", "per_month")] == (0.75, "operator", 0.0)  # the lower binds
+        assert ceilings(view)[("team", "acme", "per_month")] == (0.75, "operator", 1.0)
+        again = await admin.put("/api/budgets", json={"per_month": 1.0})  # now above it
+        assert "its ceiling is $0.75 (set by the operator)" in assert_error(again, 403, "forbidden")["message"]
+        await live.rt.store.set_ceilings(("team", "acme"), {"per_day": None, "per_month": None})  # none: lifted
+        lifted = await admin.put("/api/budgets", json={"per_day": None, "per_month": 2000})
+        assert lifted.status_code == 200, lifted.text
+        assert windows(lifted.json())[("team", "acme", "per_month")] == (2000.0, "admin", 0.0)
 
 
 async def test_a_member_changes_no_budget_and_no_team_role(live: Live) -> None:
@@ -328,17 +379,22 @@ async def test_a_member_changes_no_budget_and_no_team_role(live: Live) -> None:
         assert (await admin.delete("/api/roles/default")).status_code == 200
 
 
-async def test_a_caller_without_a_team_sets_their_own_budget_only(live: Live) -> None:
+async def test_a_caller_without_a_team_changes_no_budget_and_stays_held_to_app_ymls(
+    live: Live, fake: FakeProvider
+) -> None:
     async with live.client("alice") as alice:
-        own = await alice.put("/api/budgets", json={"per_day": 0.25})
-        assert own.status_code == 200, own.text
-        assert own.json()["scope"] == {"user_id": "alice"}
-        assert windows(own.json()) == {("user", "alice", "per_day"): (0.25, "setting", 0.0),
-                                       ("user", "alice", "per_month"): (None, "app.yml", 0.0)}  # fmt: skip
-        assert_error(await alice.put("/api/budgets?user=bob", json={"per_day": 1}), 403, "forbidden")
+        for query, body in (("", {"per_day": None}), ("", {"per_day": 0.25}), ("", {"per_month": 1000}),
+                            ("?user=alice", {"per_day": None}), ("?user=bob", {"per_day": 1})):  # fmt: skip
+            error = assert_error(await alice.put(f"/api/budgets{query}", json=body), 403, "forbidden")
+            assert error["message"].startswith("a caller without a team cannot change budgets: the operator"), error
         assert_error(await alice.get("/api/budgets?user=bob"), 403, "forbidden")
-    settings = [(b.scope_kind, b.scope_id) for b in await live.rt.store.list_budgets(OPERATOR)]
-    assert settings == [("user", "alice")]
+        view = await budgets_of(alice)  # she still sees the budgets that hold her
+    assert await live.rt.store.list_budgets(OPERATOR) == []
+    assert windows(view)[("user", "alice", "per_day")] == (0.5, "app.yml", 0.0)
+    await run_as(live, fake, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
+    async with live.client("alice") as alice:
+        refused = await alice.post("/api/assistants/chat/runs?stream=false", json={"messages": says("more")})
+    assert assert_error(refused, 429, "budget_exceeded")["message"].startswith("user alice spent $0.50 of its $0.50")
 
 
 async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live, fake: FakeProvider) -> None:
@@ -351,7 +407,7 @@ async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live
         assert await budgets_of(acme, user="bob") == before
         refused = await beta.post("/api/assistants/chat/runs?stream=false", json={"messages": says("hi")})
     assert view["scope"] == {"team_id": "beta"}
-    assert windows(view)[("team", "beta", "per_month")] == (0.0, "setting", 0.0)  # dave's $0.008 was in March
+    assert windows(view)[("team", "beta", "per_month")] == (0.0, "admin", 0.0)  # dave's $0.008 was in March
     assert assert_error(refused, 429, "budget_exceeded")["message"].startswith("team beta spent $0.00 of its $0.00")
     settings = {(b.scope_kind, b.scope_id) for b in await live.rt.store.list_budgets(OPERATOR)}
     assert settings == {("team", "beta"), ("user", "beta/bob")}

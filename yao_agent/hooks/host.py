@@ -4,7 +4,8 @@ Calls a hook makes together (say, `Promise.all` of two `ctx.call`s) run concurre
 order the hook made them. A result goes back as JSON; a failure goes back as a one-line message, never
 a Python traceback: a run error (a child that failed, a store that is down) in its own words, anything
 else as "internal error", logged here with its traceback. A `DelegateError` is not handed to the hook
-at all: a delegation that cannot happen (too deep, a cycle) ends the run with `delegate_error`.
+at all: a delegation that cannot happen (too deep, a cycle) ends the run with `delegate_error`; nor is an
+`OverBudget`: a child's model call a budget refused ends the run with `budget_exceeded`.
 
 Every limit on what hooks may do is here (the README's Hooks section lists them). One hook call may
 make at most `MAX_CALLS` ctx calls, and at most `MAX_EFFECTS` of them may be `ctx.send` or `ctx.call`
@@ -24,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from yao_agent.errors import DelegateError, RunError, UsageError
+from yao_agent.errors import DelegateError, OverBudget, RunError, UsageError
 from yao_agent.hooks.errors import host_failure
 
 log = logging.getLogger("yao_agent.hook")
@@ -139,7 +140,7 @@ async def _perform(ctx: HookContext, call_id: int, op: str, args: list[Any]) -> 
         return call_id, 0, refused
     try:
         value = await _method(ctx, op)(*args)
-    except DelegateError:
+    except (DelegateError, OverBudget):  # not the hook's to catch: the run ends
         raise
     except (RunError, UsageError) as exc:
         return call_id, 0, host_failure(exc)

@@ -6,10 +6,10 @@ import asyncio
 import logging
 from typing import Any
 
-from yao_agent.errors import AwaitingApproval, HookError, ModelError, RunError
+from yao_agent.errors import AwaitingApproval, HookError, ModelError, OverBudget, RunError
 from yao_agent.events import StreamEnd, ToolResult
 from yao_agent.jsonvalue import as_list, as_mapping
-from yao_agent.messages import ChatMessage
+from yao_agent.messages import ChatMessage, iso_time
 from yao_agent.pipeline.approvals import WAITING
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -109,6 +109,8 @@ def error_detail(error: RunError) -> dict[str, Any]:
         return {**error.detail(), "message": redact(error.message)}
     if isinstance(error, ModelError):  # what kind of failure: a client tells its own mistake from the provider's
         return {"message": redact(error.message), "kind": error.kind}
+    if isinstance(error, OverBudget):  # when a resume may go on (HTTP's Retry-After)
+        return {"message": error.message, "resets_at": iso_time(error.resets_at)}
     return {"message": redact(error.message)}
 
 

@@ -28,6 +28,7 @@ from yao_agent.errors import ModelError
 from yao_agent.events import FallbackEvent
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import SUMMARY_HEADING, ChatMessage, canonical, text_of
+from yao_agent.pipeline import quota
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.pipeline.window import Window, cut_results, window_of
@@ -189,6 +190,7 @@ async def _call(
     """One model call for the summary, recorded as an `llm` step; nothing of it is streamed."""
     given = {"messages": request.messages, "options": dict(request.options), "connectors": [c.id for c in chain]}
     step = state.buffer.begin("llm", given, state.thread_id)
+    held = await quota.before_call(rt, state, step, request, chain)  # a budget reached: the run ends so
     got = Assembled()
     answering = chain[0] if chain else None
     try:
@@ -204,6 +206,7 @@ async def _call(
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
         state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)
         state.root.usage.add(call_usage(got.usage, answering))
+        await quota.after_call(rt, state, held, step)
         raise
     made: dict[str, Any] = {"summary_message_id": summary_id, "finish": got.finish}
     used = call_usage(got.usage, answering)
@@ -212,4 +215,5 @@ async def _call(
         made |= {"usage": used} if used is not None else {}
     state.root.usage.add(used)  # a summary's tokens are the run's
     state.buffer.end(step, "completed", output=made)
+    await quota.after_call(rt, state, held, step)
     return got.content, answering.id if answering is not None else ""

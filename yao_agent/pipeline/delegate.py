@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from yao_agent.dsl.refs import HANDFUL, unknown
-from yao_agent.errors import AwaitingApproval, DelegateError, HookError, RunError, UsageError
+from yao_agent.errors import AwaitingApproval, DelegateError, HookError, OverBudget, RunError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, parse_input
 from yao_agent.pipeline import close, connector
@@ -50,7 +50,7 @@ class Children:
         """
         try:
             child = await self._child_run(state, assistant_id, messages, hidden=True, via="call")
-        except DelegateError:
+        except (DelegateError, OverBudget):  # the run ends: a budget reached holds the hook's next calls too
             raise
         except RunError as exc:
             raise RunError(f"assistant '{assistant_id}' failed with {_described(exc)}", reason=exc.reason) from None

@@ -28,11 +28,11 @@ from yao_agent.connectors import Fallback, ModelRequest, stream_call
 from yao_agent.connectors.assemble import Assembled, PartialCall
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.dsl.specs import ConnectorSpec
-from yao_agent.errors import ModelError
+from yao_agent.errors import ModelError, OverBudget
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id
-from yao_agent.pipeline import journal
+from yao_agent.pipeline import journal, quota
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -202,6 +202,11 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
         state.thread_id,
     )
     step.transition = why
+    try:
+        held = await quota.before_call(rt, state, step, request)
+    except OverBudget:  # the call is not made and the run ends budget_exceeded: what was said stands, cut
+        await _keep_partial(rt, state, reply)
+        raise
     state.turns += 1
     answering = state.chain[0] if state.chain else None
     asked, first_token = rt.monotonic(), None
@@ -226,6 +231,7 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
         spent = (spent or {}) | {"fallbacks": hops} if hops else spent
         state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent)
         state.root.usage.add(used)  # a child's calls are the run's calls
+        await quota.after_call(rt, state, held, step)
         raise
     made = _made(state, reply, answering)
     if first_token is not None:
@@ -234,6 +240,7 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
         made["fallbacks"] = hops
     state.root.usage.add(made.get("usage"))
     state.buffer.end(step, "completed", output=made)
+    await quota.after_call(rt, state, held, step)
     return step
 
 

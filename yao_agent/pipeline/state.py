@@ -112,6 +112,7 @@ class RunState:
     waiting: list[Approval] = field(default_factory=list[Approval])  # the root's: calls it stopped for (approvals)
     created: bool = False  # the root's: its Create hook ran (a resume does not ask it again: pipeline/carry.py)
     create_messages: list[dict[str, Any]] | None = None  # the root's: the conversation its Create hook wrote
+    budgeted: bool = False  # the root's: a budget held it at its start, so each model call is checked (quota.py)
 
     # The context's fields, read where a stage reads them.
     @property

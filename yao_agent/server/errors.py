@@ -73,6 +73,18 @@ def unauthorized(message: str) -> JSONResponse:
     return error_response(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
 
 
+def retry_after(seconds: float) -> str:
+    """HTTP's Retry-After: whole seconds, at least 1."""
+    return str(max(1, math.ceil(seconds)))
+
+
+def refusal_headers(exc: Refused) -> dict[str, str]:
+    """When to try again; and, for a budget spent, that an OpenAI client must not resend it at once (it
+    would, three times, for any 429 without `x-should-retry: false`)."""
+    headers = {"Retry-After": retry_after(exc.retry_after)} if exc.retry_after is not None else {}
+    return headers | ({"x-should-retry": "false"} if isinstance(exc, BudgetExceeded) else {})
+
+
 def classify(exc: BaseException) -> tuple[int, str]:
     """(HTTP status, error type) for one of our errors."""
     table: list[tuple[type[BaseException], int, str]] = [
@@ -127,8 +139,8 @@ def install(app: FastAPI) -> None:
         message = (str(exc).splitlines() or [kind])[0]
         if isinstance(exc, InvalidParam):
             return JSONResponse(error_body(kind, message, exc.code, exc.param), status_code=status)
-        if isinstance(exc, Refused) and exc.retry_after is not None:
-            return error_response(status, kind, message, {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
+        if isinstance(exc, Refused):
+            return error_response(status, kind, message, refusal_headers(exc))
         return error_response(status, kind, message)
 
     @app.exception_handler(RequestValidationError)

@@ -14,7 +14,8 @@ the client, which could not parse the two together.
 
 A run that does not complete: `max_turns` still answers 200 with what was said and `finish_reason:
 "length"` (a limit cut it short, as a token limit would); the others are errors with a status an
-OpenAI client understands (FAILURE_STATUS; 500 only for a bug). Only a model error or a timeout is
+OpenAI client understands (FAILURE_STATUS; 500 only for a bug; a budget reached mid-run is a 429 with
+`Retry-After`, the seconds until its window resets). Only a model error or a timeout is
 worth the client's automatic retry; the others say `x-should-retry: false`, since a retry would run
 the assistant's tools again for the same outcome.
 
@@ -31,6 +32,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -42,7 +44,7 @@ from yao_agent.messages import ChatMessage, text_of
 from yao_agent.pipeline import RunHandle, RunRequest, RunResult, output
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
-from yao_agent.server.errors import error_body
+from yao_agent.server.errors import error_body, retry_after
 from yao_agent.server.limits import check_messages
 from yao_agent.server.native import frames, runs_of, server_settings, to_the_end, visible
 from yao_agent.server.openai_body import CompletionBody
@@ -53,7 +55,8 @@ router = APIRouter()
 # output_error: the model's answers did not fit the schema, retries included; like any answer a model failed
 # to give, a 502 (a schema that is no JSON Schema is refused before the run, with a 400).
 FAILURE_STATUS = {"model_error": 502, "tool_error": 502, "hook_error": 502, "delegate_error": 502, "timeout": 504,
-                  "loop_detected": 508, "context_overflow": 400, "cancelled": 409, "output_error": 502}  # fmt: skip
+                  "loop_detected": 508, "context_overflow": 400, "cancelled": 409, "output_error": 502,
+                  "budget_exceeded": 429}  # fmt: skip
 CUT_SHORT = {"max_turns"}  # a 200 with finish_reason "length"
 RETRYABLE = {"model_error", "timeout"}
 OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI clients look for
@@ -218,6 +221,11 @@ async def whole(request: Request, handle: RunHandle, model: str, headers: dict[s
             status = 400  # to a connector that cannot read them, or the provider's 400): not a gateway failure
         if result.reason not in RETRYABLE or status == 400:
             headers = {**headers, "x-should-retry": "false"}
+        resets = as_mapping(result.error).get("resets_at")
+        if result.reason == "budget_exceeded" and isinstance(resets, str):  # a budget stopped it mid-run
+            headers["Retry-After"] = retry_after(
+                datetime.fromisoformat(resets).timestamp() - runs_of(request).rt.clock()
+            )
         return JSONResponse(failure(result.reason, result.status, result.error), status_code=status, headers=headers)
     return JSONResponse(completion(handle, result, model), headers=headers)
 

@@ -25,7 +25,8 @@ User = Annotated[str | None, Query(description="a team admin's: one member of th
 
 
 class BudgetBody(BaseModel):
-    """Each window given is set (null: no budget there, whatever app.yml says); a window left out stays."""
+    """Each window given is set (null: none of the admin's there, where no ceiling holds it); a window left
+    out stays."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # strict: `true` or "5" is no amount of USD
     per_day: USD | None = Field(None, description="USD per calendar day (UTC), or null for none")
@@ -86,8 +87,9 @@ async def budgets(request: Request, who: Caller, user: User = None) -> dict[str,
 @router.put("/api/budgets", tags=["usage"], response_model=None,
             responses=doc.answers(doc.BudgetsOut, 400, 401, 403, 413))  # fmt: skip
 async def set_budgets(body: BudgetBody, request: Request, who: Caller, user: User = None) -> dict[str, Any]:
-    """Set the team's budget (a team admin; one member's with `user`), or a caller without a team's own;
-    403 for a member. Answers the budgets as `GET /api/budgets` shows them."""
+    """Set the team's budget (a team admin; one member's with `user`) at or below the operator's ceiling
+    that holds it; 403 above it, for null under a ceiling, for a member and for a caller without a team.
+    Answers the budgets as `GET /api/budgets` shows them."""
     only(request, ("user",))
     try:
         return await runs_of(request).set_budget(who, body.model_dump(exclude_unset=True), user=user)

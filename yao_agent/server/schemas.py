@@ -253,8 +253,19 @@ class BudgetOut(BaseModel):
     scope: Literal["team", "user"]
     id: str = Field(description="the team id, or user@team (the user id alone without a team)")
     window: Literal["per_day", "per_month"]
-    budget_usd: float | None = Field(description="null: no budget in this window")
-    source: Literal["app.yml", "setting"] = Field(description="app.yml's default, or the scope's own setting")
+    budget_usd: float | None = Field(
+        description="the budget that binds: the lower of the ceiling and the team "
+        "admin's budget; null: no budget in this window"
+    )
+    source: Literal["app.yml", "operator", "admin"] = Field(
+        description="what sets it: app.yml's default, the operator's ceiling, or a team admin's budget under it"
+    )
+    ceiling_usd: float | None = Field(
+        description="the operator's ceiling (app.yml's, unless the operator set "
+        "the scope's own): a team admin sets the budget at or below it; null: none"
+    )
+    ceiling_source: Literal["app.yml", "operator"]
+    admin_usd: float | None = Field(description="a team admin's budget, null when none is set")
     spent_usd: float = Field(description="spent in the current window (calls of unknown price are not counted)")
     remaining_usd: float | None
     since: str = Field(description="the current window's start, ISO 8601, UTC")
@@ -334,8 +345,9 @@ WHY = {
     409: "the chat is busy (a run is in progress; on_busy: reject), has no active run, or its run was cancelled",
     413: "the request body, or its number of messages, is over the server's limit (server.max_body_bytes, "
     "server.max_messages)",
-    429: "a budget is spent (budget_exceeded) or a rate limit reached (rate_limited, with Retry-After): the run "
-    "was not started",
+    429: "a budget is spent (budget_exceeded, with Retry-After and x-should-retry: false) or a rate limit reached "
+    "(rate_limited, with Retry-After): the run was not started; or, for a completion, a budget stopped its run "
+    "before a model call (budget_exceeded)",
     500: "a bug (internal_error); the server log has the details",
     502: "the model, a tool, a hook or a delegated assistant failed",
     503: "the server has as many requests in progress as it takes (server.max_requests), or it is shutting "

@@ -75,8 +75,9 @@ def shown(scope_id: str) -> str:
 
 
 def record(tx: Tx, run: RunRecord, done: Sequence[StepRecord]) -> None:
-    """The ledger rows of the model calls among `done` (steps being written with them)."""
-    rows = [row for step in done if (row := _row(run, step)) is not None]
+    """The ledger rows of the model calls among `done` (steps being written with them, or a call as it
+    ends: a step billed so is not billed again)."""
+    rows = [row for step in done if not step.billed and (row := _row(run, step)) is not None]
     if not rows:
         return
     tx.executemany(INSERT, rows)

@@ -16,8 +16,9 @@ from typing import Any, Protocol
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store.engine import Database
+from yao_agent.store.holds import Hold, Scope, Taken
 from yao_agent.store.ledger import ScopeKind
-from yao_agent.store.quota import RateRule, Spending
+from yao_agent.store.quota import Limits, RateRule, Spending
 from yao_agent.store.records import Approval, ChatRecord, Loaded, ResumePoint, RunRecord, StepRecord
 
 
@@ -54,10 +55,18 @@ class Store(Protocol):
     async def memory_set(self, identity: Identity, chat_id: str, key: str, value: Any) -> None: ...
 
     async def budget_state(
-        self, identity: Identity, defaults: Mapping[ScopeKind, Mapping[str, float | None]], since: Mapping[str, float]
+        self, identity: Identity, defaults: Mapping[ScopeKind, Limits], since: Mapping[str, float]
     ) -> Spending: ...
 
-    async def admit(self, identity: Identity, run_id: str, rules: Sequence[RateRule]) -> float | None: ...
+    async def admit(
+        self, identity: Identity, run_id: str, rules: Sequence[RateRule]
+    ) -> tuple[float, RateRule] | None: ...
+
+    async def take_hold(self, identity: Identity, defaults: Mapping[ScopeKind, Limits], days: Mapping[str, str],
+                        hold: Hold, now: float) -> Taken: ...  # fmt: skip
+
+    async def give_back(self, scopes: Sequence[Scope], hold_id: str, run: RunRecord, steps: Sequence[StepRecord],
+                        now: float) -> None: ...  # fmt: skip
 
     async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]: ...
 

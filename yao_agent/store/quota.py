@@ -1,5 +1,6 @@
-"""Budgets and rate limits in the store (CONTRACT §8.2): a scope's own budget settings, what it spent,
-and the runs it started this minute.
+"""Budgets and rate limits in the store (CONTRACT §8.2): a scope's own budget settings — the operator's
+ceilings and a team admin's budget under them, kept apart (`Own`) — what it spent, and the runs it
+started this minute. (What model calls in flight hold: holds.py.)
 
 A run's admission under a rate limit is counted and recorded in one transaction. On PostgreSQL that
 transaction first takes an advisory lock on the scope, so processes sharing the database admit no more
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Float, bindparam, delete, func, select, text
@@ -29,9 +30,9 @@ from yao_agent.store.tx import Sql, Tx
 WINDOW_S = 60.0  # rate limits count the last minute
 
 _SCOPE = (budgets.c.scope_kind == bindparam("kind")) & (budgets.c.scope_id == bindparam("owner"))
-GET_BUDGET = Sql(select(budgets.c.limits).where(_SCOPE))
+GET_BUDGET = Sql(select(budgets.c.limits, budgets.c.ceilings).where(_SCOPE))
 GET_BOTH = Sql(  # a caller's team's and own settings in one round trip: every run start reads them
-    select(budgets.c.scope_kind, budgets.c.limits).where(
+    select(budgets.c.scope_kind, budgets.c.limits, budgets.c.ceilings).where(
         ((budgets.c.scope_kind == "team") & (budgets.c.scope_id == bindparam("team")))
         | ((budgets.c.scope_kind == "user") & (budgets.c.scope_id == bindparam("user")))
     )
@@ -45,8 +46,9 @@ def _upsert() -> Sql:
         insert = dialect.insert(budgets)
         spelled[name] = insert.on_conflict_do_update(
             index_elements=["scope_kind", "scope_id"],
-            set_={"limits": insert.excluded.limits, "updated_at": insert.excluded.updated_at},
-        )
+            set_={"limits": insert.excluded.limits, "ceilings": insert.excluded.ceilings,
+                  "updated_at": insert.excluded.updated_at},
+        )  # fmt: skip
     return Sql(spelled, columns=[c.key for c in budgets.c])
 
 
@@ -68,16 +70,40 @@ FIRST_TOKENS_USER = Sql(
 
 # Per scope, per window it has a budget in: (the budget, what was spent in the window so far).
 Spending = dict[ScopeKind, dict[str, tuple[float, float]]]
+Limits = Mapping[str, float | None]  # per window (`per_day`, `per_month`) set: USD, or None for none
+NO_LIMITS: Limits = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Own:
+    """A scope's own budget settings, each only in the windows set: the operator's ceilings (over app.yml's
+    defaults) and a team admin's budget (at or below the ceiling when set). The lower of the two binds: an
+    admin's budget set before the operator lowered the ceiling is held to the new ceiling."""
+
+    ceilings: Limits = field(default_factory=dict[str, float | None])
+    admin: Limits = field(default_factory=dict[str, float | None])
+
+    def ceiling(self, window: str, default: float | None) -> float | None:
+        """The operator's ceiling in `window`: the scope's own, else app.yml's `default` (None: no ceiling)."""
+        return self.ceilings.get(window, default)
+
+    def budget(self, window: str, default: float | None) -> float | None:
+        """The budget that binds in `window` (None: none)."""
+        cap, chosen = self.ceiling(window, default), self.admin.get(window)
+        if chosen is None:
+            return cap
+        return chosen if cap is None else min(cap, chosen)
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetSetting:
-    """A scope's own budget settings: only the windows it sets (a None value: no budget there)."""
+    """A scope's own settings as stored: the operator's ceilings and a team admin's budget."""
 
     scope_kind: str
     scope_id: str
-    limits: Mapping[str, float | None]
+    limits: Limits  # the team admin's
     updated_at: float
+    ceilings: Limits = field(default_factory=dict[str, float | None])  # the operator's
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,24 +122,26 @@ class QuotaStore:
     clock: Callable[[], float]
 
     async def budget_state(
-        self, identity: Identity, defaults: Mapping[ScopeKind, Mapping[str, float | None]], since: Mapping[str, float]
+        self, identity: Identity, defaults: Mapping[ScopeKind, Limits], since: Mapping[str, float]
     ) -> Spending:
-        """Each scope's budget (app.yml's `defaults` per kind, each window as the scope's own settings say
-        where they do), and what it spent since the start of each window it has a budget in (`since`: window
-        → its start); read in one transaction, and no spend is summed for a scope without budgets."""
+        """Each scope's budget (app.yml's `defaults` per kind, under the scope's own ceilings and admin's
+        budget: `Own.budget`), and what it spent since the start of each window it has a budget in
+        (`since`: window → its start); read in one transaction, and no spend is summed for a scope without
+        budgets."""
 
         def work(tx: Tx) -> Spending:
             found: Spending = {}
-            own = _owns(tx, identity)
+            own = owns(tx, identity)
             for kind, default in defaults.items():
-                budget = effective(default, own.get(kind, {}))
+                mine = own.get(kind, Own())
+                budget = {window: mine.budget(window, limit) for window, limit in default.items()}
                 found[kind] = {w: (limit, ledger.spent(tx, identity, kind, since[w])) for w, limit in budget.items()
                                if limit is not None}  # fmt: skip
             return found
 
         return await self.db.read_tx(work)
 
-    async def own_budgets(self, identity: Identity, kinds: Sequence[ScopeKind]) -> dict[ScopeKind, Mapping[str, Any]]:
+    async def own_budgets(self, identity: Identity, kinds: Sequence[ScopeKind]) -> dict[ScopeKind, Own]:
         return await self.db.read_tx(lambda tx: {kind: _own(tx, identity, kind) for kind in kinds})
 
     async def spent(self, identity: Identity, kind: ScopeKind, since: float) -> float:
@@ -121,11 +149,11 @@ class QuotaStore:
 
     async def spending(
         self, identity: Identity, kinds: Sequence[ScopeKind], since: Mapping[str, float]
-    ) -> dict[ScopeKind, tuple[Mapping[str, Any], dict[str, float]]]:
+    ) -> dict[ScopeKind, tuple[Own, dict[str, float]]]:
         """Per scope: its own budget settings, and what it spent since the start of each window (`since`:
         window → its start), whether or not it has a budget there; read in one transaction."""
 
-        def work(tx: Tx) -> dict[ScopeKind, tuple[Mapping[str, Any], dict[str, float]]]:
+        def work(tx: Tx) -> dict[ScopeKind, tuple[Own, dict[str, float]]]:
             return {kind: (_own(tx, identity, kind),
                            {window: ledger.spent(tx, identity, kind, start) for window, start in since.items()})
                     for kind in kinds}  # fmt: skip
@@ -143,51 +171,60 @@ class QuotaStore:
 
         return await self.db.read_tx(work)
 
-    async def set_budget(self, scope: tuple[ScopeKind, str], limits: Mapping[str, float | None]) -> None:
-        """Set windows of a scope's budget (a None value: no budget in that window); others stay as set."""
-        kind, owner = scope
-        now = self.clock()
+    async def set_ceilings(self, scope: tuple[ScopeKind, str], limits: Limits) -> None:
+        """The operator's: set windows of a scope's ceiling (None: no ceiling there, whatever app.yml says);
+        the other windows, and a team admin's budget, stay as set."""
+        await self.db.write_tx(lambda tx: _set(tx, scope, self.clock(), ceilings=limits))
 
-        def work(tx: Tx) -> None:
-            known = dict(tx.scalar(GET_BUDGET, {"kind": kind, "owner": owner}) or {})
-            row = {"scope_kind": kind, "scope_id": owner, "limits": known | dict(limits), "updated_at": now}
-            tx.execute(SET_BUDGET, row)
-
-        await self.db.write_tx(work)
+    async def set_budget(
+        self, scope: tuple[ScopeKind, str], limits: Limits, allowed: Callable[[Own], None] = lambda _: None
+    ) -> None:
+        """A team admin's: set windows of a scope's budget (None: none of the admin's there); the others
+        stay. `allowed` sees the scope's settings in the same transaction and raises to refuse the change
+        (a budget above the ceiling that holds the scope)."""
+        await self.db.write_tx(lambda tx: _set(tx, scope, self.clock(), admin=limits, allowed=allowed))
 
     async def list_budgets(self, operator: Operator) -> list[BudgetSetting]:
         if not isinstance(operator, Operator):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise PermissionDenied("listing every scope's budgets is an operator action")
         rows = await self.db.read_tx(lambda tx: tx.all(LIST_BUDGETS))
-        return [BudgetSetting(r.scope_kind, r.scope_id, dict(r.limits), r.updated_at) for r in rows]
+        return [BudgetSetting(r.scope_kind, r.scope_id, dict(r.limits), r.updated_at, dict(r.ceilings or {}))
+                for r in rows]  # fmt: skip
 
-    async def admit(self, identity: Identity, run_id: str, rules: Sequence[RateRule]) -> float | None:
+    async def admit(self, identity: Identity, run_id: str, rules: Sequence[RateRule]) -> tuple[float, RateRule] | None:
         """Count the run against the scopes' rate limits and record it; None when admitted, else how many
-        seconds until it would be (nothing is recorded then)."""
+        seconds until it would be, and the rule reached (nothing is recorded then)."""
         return await self.db.write_tx(lambda tx: _admit(tx, identity, run_id, rules, self.clock))
 
 
-def effective(defaults: Mapping[str, float | None], own: Mapping[str, Any]) -> dict[str, float | None]:
-    """A scope's budget: its own setting of a window where it has one, else app.yml's."""
-    return {window: own.get(window, limit) for window, limit in defaults.items()}
-
-
-def _owns(tx: Tx, identity: Identity) -> dict[str, Mapping[str, Any]]:
+def owns(tx: Tx, identity: Identity) -> dict[str, Own]:
     """The caller's team's and their own budget settings, by kind of scope (those that have some)."""
     params = {"team": identity.team_id or "", "user": ledger.scope_of(identity, "user")[1]}
-    return {kind: dict(limits) for kind, limits in tx.tuples(GET_BOTH, params)}
+    return {kind: Own(dict(ceilings or {}), dict(limits)) for kind, limits, ceilings in tx.tuples(GET_BOTH, params)}
 
 
-def _own(tx: Tx, identity: Identity, kind: ScopeKind) -> Mapping[str, Any]:
+def _own(tx: Tx, identity: Identity, kind: ScopeKind) -> Own:
     if kind == "team" and identity.team_id is None:
-        return {}
+        return Own()
     _, owner = ledger.scope_of(identity, kind)
-    return dict(tx.scalar(GET_BUDGET, {"kind": kind, "owner": owner}) or {})
+    found = tx.tuples(GET_BUDGET, {"kind": kind, "owner": owner})
+    return Own(dict(found[0][1] or {}), dict(found[0][0])) if found else Own()
+
+
+def _set(tx: Tx, scope: tuple[ScopeKind, str], now: float, *, admin: Limits = NO_LIMITS, ceilings: Limits = NO_LIMITS,
+         allowed: Callable[[Own], None] = lambda _: None) -> None:  # fmt: skip
+    kind, owner = scope
+    found = tx.tuples(GET_BUDGET, {"kind": kind, "owner": owner})
+    known = Own(dict(found[0][1] or {}), dict(found[0][0])) if found else Own()
+    allowed(known)
+    row = {"scope_kind": kind, "scope_id": owner, "limits": dict(known.admin) | dict(admin),
+           "ceilings": (dict(known.ceilings) | dict(ceilings)) or None, "updated_at": now}  # fmt: skip
+    tx.execute(SET_BUDGET, row)
 
 
 def _admit(
     tx: Tx, identity: Identity, run_id: str, rules: Sequence[RateRule], clock: Callable[[], float]
-) -> float | None:
+) -> tuple[float, RateRule] | None:
     scopes = sorted({ledger.scope_of(identity, rule.kind) for rule in rules})
     for kind, owner in scopes if tx.dialect == "postgresql" else ():  # SQLite: its write lock is held already
         tx.execute(LOCK_SCOPE, {"key": _lock_key(kind, owner)})  # in one order: never waiting on each other
@@ -198,7 +235,7 @@ def _admit(
     for rule in rules:
         wait = _over(tx, identity, rule, now, since)
         if wait is not None:
-            return wait
+            return wait, rule
     for kind, owner in scopes:
         tx.execute(FORGET_OLD, {"kind": kind, "owner": owner, "since": since})
         tx.execute(ADMIT, {"scope_kind": kind, "scope_id": owner, "run_id": run_id, "at": now})

@@ -74,6 +74,7 @@ class StepRecord:
     error: Any = None
     ended_at: float | None = None
     transition: Transition | None = None  # an `llm` step's: why it was made
+    billed: bool = False  # an `llm` step's usage ledger row is written already (a budgeted call's, as it ended)
 
     def to_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type, "status": self.status}

@@ -208,13 +208,31 @@ spend_days = Table(  # what each scope spent per day (USD of known prices): what
     info={"outlives_chats": True},
 )
 
-budgets = Table(  # a team's or user's own spend limits, over app.yml's defaults (CONTRACT §8.2)
+budgets = Table(  # a team's or user's own spend limits (CONTRACT §8.2): the operator's ceilings, an admin's budget
     "budgets",
     metadata,
     Column("scope_kind", String(8), primary_key=True),  # team | user
     Column("scope_id", String(260), primary_key=True),  # a team id, or team/user (the user alone without a team)
-    Column("limits", JSON, nullable=False),  # {"per_day"?: USD | null, "per_month"?: USD | null}: what is set
+    # A team admin's budget, at or below the ceiling: {"per_day"?: USD | null, "per_month"?: USD | null}.
+    Column("limits", JSON, nullable=False),
+    # The operator's ceilings, over app.yml's defaults: the same shape (null: no ceiling in that window).
+    Column("ceilings", JSON, nullable=True),
     Column("updated_at", Float, nullable=False),
+)
+
+# What model calls in flight may still cost, reserved per scope until each ends (CONTRACT §8.2): a call
+# is not made while spend plus these reach a budget. A row outlives a process that dies mid-call only
+# until `expires_at` (its run's `limits.timeout_s`), so a crash never holds a budget for good.
+budget_holds = Table(
+    "budget_holds",
+    metadata,
+    Column("scope_kind", String(8), primary_key=True),
+    Column("scope_id", String(260), primary_key=True),
+    Column("id", String(64), primary_key=True),  # the call's `llm` step
+    Column("run_id", String(64), nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    info={"outlives_chats": True},  # a call in flight keeps its hold if its chat is deleted meanwhile
 )
 
 rate_events = Table(  # runs admitted per scope, for `limits.requests_per_minute` across processes

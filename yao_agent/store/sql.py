@@ -19,6 +19,7 @@ from yao_agent.identity import Operator
 from yao_agent.store import runlog
 from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import Database
+from yao_agent.store.holds import HoldStore
 from yao_agent.store.quota import QuotaStore
 from yao_agent.store.schema import role_settings
 from yao_agent.store.tokens import TokenStore
@@ -62,7 +63,7 @@ def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
     return scope
 
 
-class SqlStore(ChatStore, TokenStore, QuotaStore):
+class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore):
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.clock = clock

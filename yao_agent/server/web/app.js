@@ -24,6 +24,7 @@
     internal_error: "Something went wrong on the server.",
     cancelled: "Stopped before the answer was finished.",
     approval_required: "The assistant is waiting for someone to approve a tool it wants to use.",
+    budget_exceeded: "The spending budget was reached, so the assistant stopped. It can go on once the budget allows.",
   };
   // The same, short, for "This answer was interrupted (…)".
   const CAUSES = {
@@ -37,6 +38,7 @@
     max_turns: "it took too many steps",
     loop_detected: "it kept repeating the same step",
     internal_error: "something went wrong on the server",
+    budget_exceeded: "the spending budget was reached",
   };
 
   const $ = (id) => document.getElementById(id);
