@@ -172,13 +172,14 @@ def record(state: RunState) -> None:
 def _model_call(live: _Set, step: StepRecord) -> None:
     made = as_mapping(step.output)
     hops = [as_mapping(hop) for hop in as_list(made.get("fallbacks"))]
-    for hop in hops:
+    for hop in hops:  # each try it gave up on is a (`recovered`) step of its own, counted as one
         live.fallbacks.labels(str(hop.get("from")), str(hop.get("to"))).inc()
-        live.model_calls.labels(str(hop.get("from")), "error").inc()  # the call it gave up on failed
-    # A failed call's step names no connector (it would be a row of the usage ledger): the one it failed
-    # on is the last it fell back to, else the chain's first.
+    # A failed call's step names no connector in its output (it would be a row of the usage ledger): a
+    # try the call went past names it in its error; the one the call failed on is the last it fell back
+    # to, else the chain's first.
     tried = as_list(as_mapping(step.input).get("connectors"))
-    connector = made.get("connector") or (hops[-1].get("to") if hops else tried[0] if tried else None)
+    connector = (made.get("connector") or as_mapping(step.error).get("connector")
+                 or (hops[-1].get("to") if hops else tried[0] if tried else None))  # fmt: skip
     if not isinstance(connector, str):
         return  # no connector was asked (an empty chain)
     live.model_calls.labels(connector, OUTCOMES.get(step.status, step.status)).inc()

@@ -263,10 +263,11 @@ def _step_span(tracer: Tracer, under: Span, step: StepRecord, name: str, attribu
 
 def _chat(state: RunState, step: StepRecord) -> tuple[str, dict[str, Any]]:
     """A model call's span name and GenAI attributes (what the step kept of who answered and its usage)."""
-    made = as_mapping(step.output)
+    made, failed = as_mapping(step.output), as_mapping(step.error)
     specs = {c.id: c for c in state.chain}
     asked = as_list(as_mapping(step.input).get("connectors"))  # kept by a call that failed before any answer
-    connector = str(made.get("connector") or (asked[0] if asked else ""))
+    # A try the call went past (pipeline/trail.py) names its connector in its error.
+    connector = str(made.get("connector") or failed.get("connector") or (asked[0] if asked else ""))
     model = str(made.get("model") or (specs[connector].model if connector in specs else ""))
     usage = as_mapping(made.get("usage"))
     kinds = {c.id: c.type for c in state.chain}
@@ -281,6 +282,8 @@ def _chat(state: RunState, step: StepRecord) -> tuple[str, dict[str, Any]]:
         attributes["yao.cost_usd"] = usage["cost_usd"]
     if isinstance(made.get("first_token_ms"), int | float):
         attributes["yao.first_token_ms"] = made["first_token_ms"]
+    if isinstance(failed.get("kind"), str):
+        attributes["error.type"] = failed["kind"]  # how it failed: timeout, rate_limit, connection, ...
     return f"chat {model}".strip(), attributes
 
 

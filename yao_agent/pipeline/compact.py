@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from yao_agent.connectors import Fallback, ModelRequest, resolve_connectors, stream_call
+from yao_agent.connectors import FailedTry, Fallback, ModelRequest, resolve_connectors, stream_call
 from yao_agent.connectors.assemble import Assembled
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 from yao_agent.events import FallbackEvent
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import SUMMARY_HEADING, ChatMessage, canonical, text_of
+from yao_agent.pipeline import trail
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.pipeline.window import Window, cut_results, window_of
@@ -194,7 +195,9 @@ async def _call(
     try:
         async for event in stream_call(chain, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
                                        environ=rt.environ, cooldowns=rt.cooldowns):  # fmt: skip
-            if isinstance(event, Fallback):
+            if isinstance(event, FailedTry):  # kept as a step of its own: where the time went
+                step = trail.failed_try(state.buffer, step, event, chain)
+            elif isinstance(event, Fallback):
                 answering = next((c for c in chain if c.id == event.to_connector), answering)
                 await state.emit(FallbackEvent(state.run_id, event.from_connector, event.to_connector, event.reason))
             else:
@@ -202,8 +205,11 @@ async def _call(
     except BaseException as exc:
         cancelled = isinstance(exc, asyncio.CancelledError)
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
-        state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)
-        state.root.usage.add(call_usage(got.usage, answering))
+        used = call_usage(got.usage, answering) or trail.cut_usage(got, request, answering)
+        spent = {"connector": answering.id, "model": answering.model, "assistant": state.assistant.id,
+                 "usage": used} if used is not None and answering is not None else None  # fmt: skip
+        state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent)
+        state.root.usage.add(used)
         raise
     made: dict[str, Any] = {"summary_message_id": summary_id, "finish": got.finish}
     used = call_usage(got.usage, answering)

@@ -11,7 +11,7 @@ and otherwise the reply stands.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from yao_agent.errors import HookError, UsageError
 from yao_agent.jsonvalue import as_mapping
@@ -91,7 +91,7 @@ def _continued(state: RunState, more: Any) -> tuple[dict[str, Any], ...] | None:
         return None
     if not isinstance(more, Mapping):
         raise _bad(state, f"Next returned continue of type {type(more).__name__} (expected {{messages?: [...]}})")
-    given = as_mapping(more).get("messages")
+    given = as_mapping(cast("object", more)).get("messages")
     if given is None or given == []:
         return ()
     try:
