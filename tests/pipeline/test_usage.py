@@ -99,8 +99,9 @@ async def test_a_reply_cut_off_midway_counts_what_was_sent_and_said(
     run's usage, its step and the ledger (not 0 tokens, as if the call were free)."""
     rt = runtime(tmp_path, store, fake)
     try:
-        cut_off = {"cancelled": {"stall_after": 4, "stall_s": 30}, "broke": {"drop_after": 4}}[how]
-        fake.enqueue(Reply(text="word " * 100, chunk_size=5, usage=used(999, 999), **cut_off))
+        said, billed = "word " * 100, used(999, 999)  # the usage the provider would have sent last
+        fake.enqueue(Reply(text=said, chunk_size=5, usage=billed, stall_after=4, stall_s=30) if how == "cancelled"
+                     else Reply(text=said, chunk_size=5, usage=billed, drop_after=4))  # fmt: skip
         asked = [{"role": "user", "content": "tell me"}]
         handle = await runs_of(rt).start(RunRequest("chat", ALICE, asked, chat_id="c1"))
         events: list[Event] = []
