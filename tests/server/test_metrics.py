@@ -153,6 +153,25 @@ async def test_each_metric_counts_what_the_runs_did(live: Live, fake: FakeProvid
         assert ident not in text
 
 
+async def test_a_link_skipped_while_cooling_down_is_a_fallback_not_a_failed_call(
+    live: Live, fake: FakeProvider
+) -> None:
+    """The first run tries the dead link (a failed call) and falls back; the second skips it while it cools
+    down: a fallback, but no call was made to it, so none failed."""
+    fake.enqueue(Reply(text="one"), Reply(text="two"))
+    async with live.client("alice") as alice, live.client("") as anonymous:
+        _, before = await scrape(anonymous)
+        for text in ("first", "second"):
+            assert (await run(alice, "chained", text))["status"] == "completed"
+        _, after = await scrape(anonymous)
+    got = added(after, before)
+    assert {k: v for k, v in got.items() if k[0] in ("yao_model_calls_total", "yao_fallbacks_total")} == {
+        key("yao_model_calls_total", connector="fake.down", outcome="error"): 1,
+        key("yao_model_calls_total", connector="fake.model", outcome="ok"): 2,
+        key("yao_fallbacks_total", **{"from": "fake.down", "to": "fake.model"}): 2,
+    }
+
+
 async def test_calls_answered_without_running_count_as_what_they_are(live: Live, fake: FakeProvider) -> None:
     """A call that waits for a person, and the call beside it that waits with it, count `waiting` (they did
     not run); once decided, the denied one counts `denied` and the other runs (`ok`): every call named by

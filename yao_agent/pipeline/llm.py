@@ -216,7 +216,7 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
                 step = trail.failed_try(state.buffer, step, event, state.chain)
             elif isinstance(event, Fallback):
                 answering = next((c for c in state.chain if c.id == event.to_connector), answering)
-                hops.append({"from": event.from_connector, "to": event.to_connector})
+                hops.append({"from": event.from_connector, "to": event.to_connector, "reason": event.reason})
                 await state.emit(FallbackEvent(state.run_id, event.from_connector, event.to_connector, event.reason))
             else:
                 if first_token is None:

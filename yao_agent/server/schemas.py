@@ -164,6 +164,9 @@ class RunStepOut(BaseModel):
     )
     model: str | None = None
     usage: CallUsageOut | None = Field(None, description="an llm step's tokens and cost")
+    fallbacks: list[dict[str, str]] | None = Field(
+        None, description="an llm step's: the links of its chain it passed, each {from, to, reason}"
+    )
     error: Any = Field(None, description="a failed try's: {connector, model, kind, message}")
     started_at: str | None = Field(None, description="ISO 8601, UTC")
     duration_ms: int | None
