@@ -295,13 +295,16 @@ def _tools(tracer: Tracer, state: RunState, under: Span, step: StepRecord, names
     given = as_mapping(step.input)
     ids = [str(as_mapping(c).get("id")) for c in as_list(given.get("calls"))] or list(results)
     errors = set(_tool_errors(step))
+    unrun = state.buffer.unrun  # calls answered without running: waiting, denied, cancelled, not_run
     for call_id in ids:
         result = results.get(call_id)
         said = result.content if result is not None and isinstance(result.content, str) else None
         failed = said in errors if result is not None else step.status in FAILED
         name = names.get(call_id, "")
+        outcome = unrun.get(call_id) or ("error" if failed else "ok")
         span = _step_span(tracer, under, step, f"execute_tool {name}".strip(), {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
+            "yao.tool.outcome": outcome,
         }, failed)  # fmt: skip
         span.end(end_time=_ns(result.created_at if result is not None else _end(step)))
 
