@@ -199,6 +199,25 @@ async def test_calls_answered_without_running_count_as_what_they_are(live: Live,
     }
 
 
+async def test_a_call_cancelled_while_it_runs_counts_as_cancelled(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(tool_calls=(ToolCall("testing__nap", json.dumps({"seconds": 30}), id="n1"),)))
+    body = {"messages": [{"role": "user", "content": "nap"}]}
+    async with live.client("alice") as alice, live.client("") as anonymous:
+        _, before = await scrape(anonymous)
+        async with alice.stream("POST", "/api/assistants/tooled/runs", json=body) as response:
+            chat_id = response.headers["x-chat-id"]
+            events: list[dict[str, Any]] = []
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if events[-1]["type"] == "message_end" and events[-1]["kind"] == "tool_call":
+                        assert (await alice.post(f"/api/chats/{chat_id}/cancel")).json() == {"cancelled": 1}
+        _, after = await scrape(anonymous)
+    assert (events[-1]["status"], events[-1]["reason"]) == ("cancelled", "cancelled")
+    got = {k: v for k, v in added(after, before).items() if k[0] == "yao_tool_calls_total"}
+    assert got == {key("yao_tool_calls_total", server="testing", tool="nap", outcome="cancelled"): 1}
+
+
 async def test_the_gauges_show_runs_running_and_waiting(live: Live, fake: FakeProvider) -> None:
     """One run holds its chat (its reply stalls); a second request on that chat waits behind it."""
     fake.enqueue(Reply(text="slow reply", stall_after=2, stall_s=1.5), Reply(text="next"))
