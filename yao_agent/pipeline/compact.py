@@ -190,7 +190,7 @@ async def _call(
     """One model call for the summary, recorded as an `llm` step; nothing of it is streamed."""
     given = {"messages": request.messages, "options": dict(request.options), "connectors": [c.id for c in chain]}
     step = state.buffer.begin("llm", given, state.thread_id)
-    got = Assembled()
+    got, hops = Assembled(), list[dict[str, str]]()  # hops: the links passed (metrics count them)
     answering = chain[0] if chain else None
     try:
         async for event in stream_call(chain, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
@@ -199,6 +199,7 @@ async def _call(
                 step = trail.failed_try(state.buffer, step, event, chain)
             elif isinstance(event, Fallback):
                 answering = next((c for c in chain if c.id == event.to_connector), answering)
+                hops.append({"from": event.from_connector, "to": event.to_connector, "reason": event.reason})
                 await state.emit(FallbackEvent(state.run_id, event.from_connector, event.to_connector, event.reason))
             else:
                 got.add(event)
@@ -207,11 +208,13 @@ async def _call(
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
         used = call_usage(got.usage, answering) or trail.cut_usage(got, request, answering)
         spent = {"connector": answering.id, "model": answering.model, "assistant": state.assistant.id,
-                 "usage": used} if used is not None and answering is not None else None  # fmt: skip
-        state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent)
+                 "usage": used} if used is not None and answering is not None else {}  # fmt: skip
+        spent |= {"fallbacks": hops} if hops else {}
+        state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent or None)
         state.root.usage.add(used)
         raise
     made: dict[str, Any] = {"summary_message_id": summary_id, "finish": got.finish}
+    made |= {"fallbacks": hops} if hops else {}
     used = call_usage(got.usage, answering)
     if answering is not None:
         made |= {"connector": answering.id, "model": answering.model, "assistant": state.assistant.id}
