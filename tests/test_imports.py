@@ -4,12 +4,31 @@ open by an import inside a function or under `TYPE_CHECKING`."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from tests.apps import make_app
 from yao_agent.store.protocol import Store
 
 PACKAGE = Path(__file__).resolve().parents[1] / "yao_agent"
+REPO = PACKAGE.parent
+STORE = ("sqlalchemy", "yao_agent.store")
+MODEL_SDKS = ("openai", "litellm", "aiohttp", "httpx")
+# What a command's fresh process imports, as the `yao-agent` script starts it: the list, on stderr's last line.
+LOADED = """
+import json, sys
+from yao_agent.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
 
 
 def module_name(path: Path) -> str:
@@ -105,3 +124,38 @@ def test_the_pipeline_reaches_the_store_only_through_the_store_protocol() -> Non
     inner = {"yao_agent.store.chats", "yao_agent.store.runlog", "yao_agent.store.tx", "yao_agent.store.sql"}
     reached = {(name, t) for name, path in stages.items() for t in imported(name, path, set(found)) if t in inner}
     assert sorted(reached) == []
+
+
+def loaded_by(*args: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", LOADED, *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stderr.splitlines()[-1]))
+
+
+def among(loaded: set[str], packages: tuple[str, ...]) -> list[str]:
+    return sorted(name for name in loaded if name.split(".")[0] in packages or name.startswith(packages))
+
+
+@pytest.mark.parametrize(
+    ("args", "unwanted"),
+    [
+        (["--help"], (*STORE, *MODEL_SDKS, "yao_agent.dsl", "yao_agent.pipeline", "asyncio", "rich")),
+        (["validate", "--app", str(REPO)], (*STORE, *MODEL_SDKS, "yao_agent.pipeline", "rich")),
+        (["schema", "assistant"], (*STORE, *MODEL_SDKS, "yao_agent.pipeline")),
+    ],
+    ids=["help", "validate", "schema"],
+)
+def test_a_command_that_runs_no_assistant_imports_no_store_and_no_model_sdk(
+    args: list[str], unwanted: tuple[str, ...]
+) -> None:
+    """The cold commands people type most stay quick: what they never use is never imported."""
+    loaded = loaded_by(*args)
+    assert "yao_agent.cli" in loaded
+    assert among(loaded, unwanted) == []
+
+
+def test_a_chat_with_a_scripted_connector_imports_no_model_sdk(tmp_path: Path) -> None:
+    app = make_app(tmp_path / "app", {"app.yml": "store: sqlite:///.yao/agent.db\nroles:\n  default: demo.echo\n"})
+    loaded = loaded_by("--app", str(app), "chat", "chat", "hi")
+    assert "sqlalchemy" in loaded  # (the run is stored)
+    assert among(loaded, MODEL_SDKS) == []

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
-from .dsl import App, check_app, load_app
 from .errors import (
     ChatBusy,
     DelegateError,
@@ -44,13 +43,14 @@ from .events import (
 from .identity import Identity
 
 if TYPE_CHECKING:
+    from .dsl import App, check_app, load_app
     from .pipeline import RunHandle, RunRequest, RunResult, Runtime
     from .runs import Runs
 
-# The run service and the pipeline take a third of a second to import; commands that never run an
-# assistant (validate, schema, tokens, ...) do not pay for it: these load on first use.
+# The run service and the pipeline take a third of a second to import, the YAML loader a tenth; a
+# command pays only for what it uses (`--help` for none of them): these load on first use.
 _LAZY = {"Runs": "runs", "RunHandle": "pipeline", "RunRequest": "pipeline", "RunResult": "pipeline",
-         "Runtime": "pipeline"}  # fmt: skip
+         "Runtime": "pipeline", "App": "dsl", "check_app": "dsl", "load_app": "dsl"}  # fmt: skip
 
 
 def __getattr__(name: str) -> object:

@@ -7,7 +7,6 @@ user unless YAO_AGENT_DEBUG=1 asks for one.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import os
@@ -16,8 +15,8 @@ import time
 from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .cli_common import app_dir, app_of, open_store, printable
-from .errors import EnvVarMissing, NotFound, RunError, SpecError, UsageError, YaoAgentError
+from .cli_common import app_dir, app_of, open_store, printable, run_async, said
+from .errors import EnvVarMissing, HookError, NotFound, RunError, SpecError, UsageError, YaoAgentError
 
 if TYPE_CHECKING:
     from .dsl import App
@@ -104,7 +103,7 @@ def cmd_roles_set(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    asyncio.run(work())
+    run_async(work())
     chain = " → ".join(args.connectors)
     print(f"role {args.role} for {scope[0]} {scope[1]}: {chain}", file=out)
     return EXIT_OK
@@ -135,7 +134,7 @@ def cmd_roles_unset(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    if not asyncio.run(work()):
+    if not run_async(work()):
         raise NotFound(f"role {args.role} is not set for {scope[0]} {scope[1]}")
     print(f"role {args.role} unset for {scope[0]} {scope[1]}", file=out)
     return EXIT_OK
@@ -159,7 +158,7 @@ def cmd_roles_list(args: argparse.Namespace, out: TextIO) -> int:
         return [(f"{s.scope_kind}:{s.scope_id}", s.role, " → ".join(s.connectors)) for s in settings]
 
     rows = [("app.yml", role, " → ".join(chain)) for role, chain in app.config.roles.items()]
-    rows += asyncio.run(work())
+    rows += run_async(work())
     table = Table("scope", "role", "connectors", box=None, header_style="bold")
     for row in rows:
         table.add_row(*row)
@@ -171,33 +170,33 @@ def cmd_chat(args: argparse.Namespace, out: TextIO) -> int:
     from .startup import loading
 
     with loading():  # most of a cold chat's start-up is this import
-        from .cli_chat import chat
+        from .cli_repl import chat
 
-    return asyncio.run(chat(args, out))
+    return run_async(chat(args, out))
 
 
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_chat import history
 
-    return asyncio.run(history(args, out))
+    return run_async(history(args, out))
 
 
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_chat import resume
 
-    return asyncio.run(resume(args, out))
+    return run_async(resume(args, out))
 
 
 def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_runs import runs_of_chat
 
-    return asyncio.run(runs_of_chat(args, out))
+    return run_async(runs_of_chat(args, out))
 
 
 def cmd_approvals(args: argparse.Namespace, out: TextIO) -> int:
     from .cli_approvals import approvals
 
-    return asyncio.run(approvals(args, out))
+    return run_async(approvals(args, out))
 
 
 def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
@@ -206,7 +205,7 @@ def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
     with loading():  # the continuation runs the model and the tools: their imports, as for `chat`
         from .cli_approvals import approve
 
-    return asyncio.run(approve(args, out))
+    return run_async(approve(args, out))
 
 
 def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
@@ -225,7 +224,7 @@ def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    token = asyncio.run(work())
+    token = run_async(work())
     print(token, file=out)
     role = "admin of team" if who.admin else "member of team"
     said = f"{who.user_id}, {role} {who.team_id}" if who.team_id else str(who)
@@ -243,7 +242,7 @@ def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    if not asyncio.run(work()):
+    if not run_async(work()):
         raise NotFound("no active token with that value or prefix")
     print("revoked", file=out)
     return EXIT_OK
@@ -262,7 +261,7 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
                           f"{'  admin' if t.admin else ''}  {t.label}")
                 + ("  (revoked)" if t.revoked_at else "") for t in found]  # fmt: skip
 
-    for line in asyncio.run(work()):
+    for line in run_async(work()):
         print(line, file=out)
     return EXIT_OK
 
@@ -279,6 +278,12 @@ def _identity_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user", metavar="U", help="act as this user (default: local)")
     p.add_argument("--team", metavar="T", help="act as a member of this team")
     p.add_argument("--json", action="store_true", help="print one JSON object per line")
+
+
+def _verbose_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show every ctx.log line of the hooks, debug included, also when the output is no terminal "
+                        "(on a terminal, info and up are shown, dimmed)")  # fmt: skip
 
 
 def _global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -319,12 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("message", metavar="MESSAGE", nargs="?")
     p.add_argument("--chat", metavar="ID", help="continue this chat, or start it under this id")
     _identity_options(p)
+    _verbose_option(p)
     p = command("history", cmd_history, "the stored messages of a chat (exit 2: no such chat)")
     p.add_argument("chat_id", metavar="CHAT_ID")
     _identity_options(p)
     p = command("resume", cmd_resume, "continue a failed, cancelled or interrupted run (exit 2: no resume point)")
     p.add_argument("chat_id", metavar="CHAT_ID")
     _identity_options(p)
+    _verbose_option(p)
     p = command("approvals", cmd_approvals, "the tool calls a chat's run waits to have approved (exit 2: none)")
     p.add_argument("chat_id", metavar="CHAT_ID")
     _identity_options(p)
@@ -333,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deny", metavar="TOOL_CALL_ID[:REASON]", action="append",
                    help="deny this call (the model reads the reason); repeat for more")  # fmt: skip
     _identity_options(p)
+    _verbose_option(p)
     p = command("runs", cmd_runs, "a chat's runs, or one run's steps: transitions, who answered, tokens, timing")
     p.add_argument("chat_id", metavar="CHAT_ID")
     p.add_argument("run_id", metavar="RUN_ID", nargs="?")
@@ -434,7 +442,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED if isinstance(exc, EnvVarMissing) else EXIT_USAGE
     except RunError as exc:
-        print(f"failed ({exc.reason}): {exc}", file=sys.stderr)
+        print(f"failed ({exc.reason}): {said(exc.detail()) if isinstance(exc, HookError) else exc}", file=sys.stderr)
         return EXIT_FAILED
     except YaoAgentError as exc:
         print(f"error: {exc}", file=sys.stderr)

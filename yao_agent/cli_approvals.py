@@ -74,7 +74,7 @@ async def approve(args: argparse.Namespace, out: TextIO) -> int:
             if not args.json:  # --json prints events only, one per line
                 for approval, decision in zip(point.pending, decisions, strict=True):
                     print(_said(approval, decision), file=out, flush=True)
-            renderer = Renderer(out, as_json=args.json, started=command_start(args))
+            renderer = Renderer(out, as_json=args.json, started=command_start(args), verbose=args.verbose)
             code = await follow(handle, renderer)
             hint_waiting(args, handle.chat_id, renderer.end, out)  # the continuation may ask for more
             return code

@@ -1,16 +1,15 @@
-"""`yao-agent chat`, `history` and `resume`: a run's events rendered live in the terminal.
+"""A run's events rendered live in the terminal (for `chat`, `resume`, `approve`); `history`, `resume`.
 
 Text streams as it arrives, reasoning dimmed, tool calls and results on their own lines, and a final
 line with the outcome, usage and how long the user waited: since the command started (in the REPL,
 since the line was entered), then the run's own duration, which leaves out start-up. `--json` prints
 the events themselves, one per line, with the run's `duration_ms`. Ctrl-C cancels the run cleanly:
-it is stored as cancelled and can be resumed. The REPL edits lines with readline where Python has
-it, with a history of the last 1,000 lines in ~/.yao-agent_history.
+it is stored as cancelled and can be resumed. A run's hooks' `ctx.log` lines show between the lines
+of the conversation, dimmed, when the output is a terminal (info and up); `--verbose` shows all of
+them, debug included, wherever the output goes (on stderr with `--json`).
 
-A run that ends waiting for a person (tool approvals, CONTRACT §4.8) is no failure: the command exits
-0 and says how to decide (`yao-agent approve`). The REPL on a terminal asks instead, call by call
-(`Run server__tool({...})? [y/N]`; anything but y/yes denies, then an optional reason is asked on the
-next line, Enter for none), decides, and streams the continuation.
+A run that ends waiting for a person (tool approvals) is no failure: the command exits 0 and says how
+to decide (`yao-agent approve`); the REPL (cli_repl.py) asks instead.
 """
 
 from __future__ import annotations
@@ -24,16 +23,15 @@ import os
 import shlex
 import signal
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
 
-from yao_agent.errors import UsageError
+from yao_agent.cli_common import said, visible
 from yao_agent.events import (
     ApprovalRequest,
     Compaction,
@@ -48,15 +46,12 @@ from yao_agent.events import (
 )
 from yao_agent.hooks.host import printable
 from yao_agent.identity import Identity
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage
-from yao_agent.pipeline import RunHandle, RunRequest
+from yao_agent.pipeline import RunHandle
 from yao_agent.runs import Runs
-from yao_agent.startup import loading
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-HISTORY_FILE = "~/.yao-agent_history"  # one history for every app, like the shells' and Python's own
-HISTORY_LINES = 1000
+HOOK_LOGGER = "yao_agent.hook"  # where a hook's ctx.log lines are logged (pipeline/hostapi.py)
 Clock = Callable[[], float]
 
 
@@ -66,16 +61,34 @@ class Renderer:
     `started` is when the user began to wait (`clock`'s time; default: now)."""
 
     def __init__(
-        self, out: TextIO, *, as_json: bool, started: float | None = None, clock: Clock = time.monotonic
+        self,
+        out: TextIO,
+        *,
+        as_json: bool,
+        started: float | None = None,
+        clock: Clock = time.monotonic,
+        verbose: bool = False,
     ) -> None:
         self.as_json = as_json
         self.out = out
         self.clock = clock
         self.started = clock() if started is None else started
-        self.console = Console(file=out, highlight=False, soft_wrap=True)
+        self.console = Console(file=out, highlight=False, soft_wrap=True, emoji=False)  # the text as written
         self.midline = False
         self.streaming: str | None = None  # the message whose text is being printed
         self.end: StreamEnd | None = None
+        self.hook_level = hook_level(verbose=verbose, terminal=self.console.is_terminal and not as_json)
+
+    def hook_line(self, record: logging.LogRecord) -> None:
+        """One `ctx.log` line of the run's hooks, between the lines of the conversation (on stderr with
+        --json: stdout is events). Escaped where it was logged."""
+        text = f"[{record.levelname.lower()}] {record.getMessage()}"
+        if self.as_json:
+            print(f"hook {text}", file=sys.stderr, flush=True)
+            return
+        self._newline()
+        style = "red" if record.levelno >= logging.ERROR else "yellow" if record.levelno >= logging.WARNING else "dim"
+        self.console.print(text, style=style, markup=False)
 
     def show(self, event: Event) -> None:
         if isinstance(event, StreamEnd):
@@ -88,7 +101,7 @@ class Renderer:
                 self._newline()  # reasoning, then the answer: each on its own lines
                 self.streaming = event.message_id
             style = "dim italic" if event.kind == "reasoning" else None
-            self.console.print(event.text, end="", style=style, markup=False)
+            self.console.print(visible(event.text), end="", style=style, markup=False)
             self.midline = True
         elif isinstance(event, MessageEnd):
             self._message_end(event)
@@ -104,7 +117,7 @@ class Renderer:
         if event.kind == "tool_call":
             self._newline()
             call: dict[str, Any] = event.content
-            self.console.print(f"⚙ {call.get('name')}({call.get('arguments')})", style="cyan", markup=False)
+            self.console.print(escaped(f"⚙ {call.get('name')}({call.get('arguments')})"), style="cyan", markup=False)
         elif event.kind in ("text", "reasoning"):
             self._newline()
             if event.status == "incomplete":
@@ -116,10 +129,11 @@ class Renderer:
         elif isinstance(event, ToolResult):
             self._newline()
             shown = event.error if event.error else _short(event.result)
-            self.console.print(f"↳ {shown}", style="red" if event.error else "green", markup=False)
+            self.console.print(visible(f"↳ {shown}"), style="red" if event.error else "green", markup=False)
         elif isinstance(event, FallbackEvent):
             self._newline()
-            self.console.print(f"↪ {event.from_connector} → {event.to}: {event.reason}", style="yellow", markup=False)
+            fell = visible(f"↪ {event.from_connector} → {event.to}: {event.reason}")
+            self.console.print(fell, style="yellow", markup=False)
         elif isinstance(event, ApprovalRequest):
             self._newline()
             name = escaped(f"{event.server}__{event.tool}")
@@ -145,11 +159,13 @@ class Renderer:
             waiting = _plural(len(event.approvals or ()), "call")
             self.console.print(f"{line} · {waiting} waiting for approval", style="yellow", markup=False)
         else:
-            detail = as_mapping(event.error).get("message") or ""
-            why = ": ".join(part for part in (event.reason if event.reason != event.status else "", detail) if part)
+            why = ": ".join(
+                part for part in (event.reason if event.reason != event.status else "", said(event.error)) if part
+            )
             self.console.print(f"{line} · {why}" if why else line, style="red", markup=False)
         if event.next is not None:
-            self.console.print(f"next: {json.dumps(event.next, ensure_ascii=False)}", style="magenta", markup=False)
+            data = visible(json.dumps(event.next, ensure_ascii=False))
+            self.console.print(f"next: {data}", style="magenta", markup=False)
 
 
 def _short(value: object, limit: int = 300) -> str:
@@ -166,15 +182,54 @@ async def open_runs(args: argparse.Namespace) -> Runs:
     return await Runs.open(app_dir, db=args.db)
 
 
+def hook_level(*, verbose: bool, terminal: bool) -> int | None:
+    """Which of the hooks' `ctx.log` lines a chat shows: on a terminal, info and up (dimmed); with
+    `--verbose`, every one, debug included, wherever the output goes; else none here (warnings and
+    errors still reach stderr as any warning does)."""
+    if verbose:
+        return logging.DEBUG
+    return logging.INFO if terminal else None
+
+
+@contextlib.contextmanager
+def hook_lines(renderer: Renderer, logger: logging.Logger | None = None) -> Generator[None]:
+    """While a run is rendered, its hooks' `ctx.log` lines go to the renderer (and only there)."""
+    logger = logger or logging.getLogger(HOOK_LOGGER)
+    if renderer.hook_level is None:
+        yield
+        return
+    handler = _ToRenderer(renderer)
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(renderer.hook_level)
+    logger.propagate = False  # shown here: not a second time as a warning on stderr
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])  # (setLevel, not the attribute: the logger caches what it lets through)
+        logger.propagate = saved[1]
+
+
+class _ToRenderer(logging.Handler):
+    def __init__(self, renderer: Renderer) -> None:
+        super().__init__()
+        self.renderer = renderer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.renderer.hook_line(record)
+
+
 async def follow(handle: RunHandle, renderer: Renderer) -> int:
     """Render a run to its end; Ctrl-C cancels it (stored, resumable) instead of killing the process.
     A run that waits for approvals did not fail: it is 0, like a completed one."""
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, handle.cancel)
     try:
-        async with aclosing(handle.events()) as events:
-            async for event in events:
-                renderer.show(event)
+        with hook_lines(renderer):
+            async with aclosing(handle.events()) as events:
+                async for event in events:
+                    renderer.show(event)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     ok = renderer.end is not None and renderer.end.status in ("completed", "waiting")
@@ -242,173 +297,10 @@ def terminal_logging(root: logging.Logger | None = None, stream: TextIO | None =
         root.removeHandler(handler)
 
 
-async def chat(args: argparse.Namespace, out: TextIO) -> int:
-    with terminal_logging():
-        return await _chat(args, out)
-
-
-async def _chat(args: argparse.Namespace, out: TextIO) -> int:
-    with loading():  # the app and the store
-        runs = await open_runs(args)
-    try:
-        with loading():  # the engines (and their SDKs) the assistant's connectors need
-            await runs.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
-        if args.message is not None:
-            return await _turn(runs, args, args.message, args.chat, out)
-        with line_editing():
-            return await _repl(runs, args, out)
-    finally:
-        await runs.aclose()
-
-
-async def _turn(runs: Runs, args: argparse.Namespace, text: str, chat_id: str | None, out: TextIO) -> int:
-    request = RunRequest(args.assistant, identity_of(args), [{"role": "user", "content": text}], chat_id=chat_id)
-    handle = await runs.start(request)
-    renderer = Renderer(out, as_json=args.json, started=command_start(args))
-    code = await follow(handle, renderer)
-    hint_waiting(args, handle.chat_id, renderer.end, out)
-    return code
-
-
 def command_start(args: argparse.Namespace) -> float | None:
     """When `main` began (time.monotonic), if it said so: the user has waited since then."""
     started = getattr(args, "started", None)
     return started if isinstance(started, float) else None
-
-
-async def _repl(runs: Runs, args: argparse.Namespace, out: TextIO) -> int:
-    loop = asyncio.get_running_loop()
-    chat_id: str | None = args.chat
-    code = EXIT_OK
-    async for line in _lines(loop):
-        if not line.strip():
-            continue
-        entered = time.monotonic()
-        request = RunRequest(args.assistant, identity_of(args), [{"role": "user", "content": line}], chat_id=chat_id)
-        handle = await runs.start(request)
-        chat_id = handle.chat_id
-        renderer = Renderer(out, as_json=args.json, started=entered)
-        code = await follow(handle, renderer)
-        code = await _decide_inline(runs, args, chat_id, renderer.end, out, code)
-    return code
-
-
-async def _decide_inline(
-    runs: Runs, args: argparse.Namespace, chat_id: str, end: StreamEnd | None, out: TextIO, code: int
-) -> int:
-    """While the turn waits for approvals, ask the person at the terminal, decide, and stream the
-    continuation (which may wait again). Without a person to ask (--json, or stdin not a terminal),
-    say how to decide instead. Returns the exit code of the last run."""
-    loop = asyncio.get_running_loop()
-    while end is not None and end.status == "waiting":
-        if args.json or not sys.stdin.isatty():
-            hint_waiting(args, chat_id, end, out, repl=True)
-            break
-        try:
-            decisions = await _ask(loop, [as_mapping(item) for item in end.approvals or ()])
-            handle = await runs.decide(identity_of(args), chat_id, decisions)
-        except EOFError:  # Ctrl-D at a question: nothing is decided, the calls still wait
-            print(file=out)
-            hint_waiting(args, chat_id, end, out, repl=True)
-            break
-        except UsageError as exc:  # decided meanwhile (another person, another process), or a bad reason
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-            break
-        renderer = Renderer(out, as_json=False)
-        code = await follow(handle, renderer)
-        end = renderer.end
-    return code
-
-
-async def _ask(loop: asyncio.AbstractEventLoop, pending: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One question per pending call: y or yes approves it, anything else (Enter too) denies it, and then
-    asks why; an empty answer gives no reason (the model reads `denied: not approved`)."""
-    decisions: list[dict[str, Any]] = []
-    with _no_line_history():
-        for item in pending:
-            answer = await _read_line(loop, f"Run {call_text(item)}? [y/N] ")
-            decision: dict[str, Any] = {"tool_call_id": item.get("tool_call_id"), "approve": True}
-            if answer.strip().lower() not in ("y", "yes"):
-                reason = (await _read_line(loop, "Why not? (optional, Enter to skip) ")).strip()
-                decision = {**decision, "approve": False} | ({"reason": reason} if reason else {})
-            decisions.append(decision)
-    return decisions
-
-
-@contextlib.contextmanager
-def _no_line_history() -> Generator[None]:
-    """Answers to approval questions stay out of the REPL's line history (Up recalls messages, not "y")."""
-    readline = sys.modules.get("readline")  # loaded by line_editing on a terminal only
-    if readline is None:
-        yield
-        return
-    readline.set_auto_history(False)
-    try:
-        yield
-    finally:
-        readline.set_auto_history(True)
-
-
-async def _lines(loop: asyncio.AbstractEventLoop) -> AsyncIterator[str]:
-    while True:
-        try:
-            yield await _read_line(loop, "you> ")
-        except (EOFError, KeyboardInterrupt):
-            return
-
-
-def _read_line(loop: asyncio.AbstractEventLoop, prompt: str) -> asyncio.Future[str]:
-    """`input()` on a daemon thread, so the loop runs meanwhile. Not on the loop's default executor:
-    `asyncio.run` waits for its threads at exit, and Ctrl-C at the prompt would wait for a line."""
-    future: asyncio.Future[str] = loop.create_future()
-
-    def read() -> None:
-        try:
-            line, error = input(prompt), None
-        except BaseException as exc:  # EOFError at Ctrl-D: handed to the REPL, which ends
-            line, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for the line
-            loop.call_soon_threadsafe(_settle, future, line, error)
-
-    threading.Thread(target=read, name="yao-repl-input", daemon=True).start()
-    return future
-
-
-def _settle(future: asyncio.Future[str], line: str | None, error: BaseException | None) -> None:
-    if future.done():  # the REPL was cancelled meanwhile
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(line or "")
-
-
-@contextlib.contextmanager
-def line_editing(history: str = HISTORY_FILE, terminal: TextIO | None = None) -> Generator[None]:
-    """Editing keys (arrows, Home, Ctrl-R …) and the history of earlier lines for `input()`, through
-    readline, when the REPL reads a terminal and Python has readline (Windows' has not)."""
-    tty: TextIO = terminal or sys.stdin
-    if not tty.isatty():
-        yield
-        return
-    try:
-        import readline  # input() uses it from now on, on whichever thread calls it
-        import termios
-    except ImportError:
-        yield
-        return
-    path = os.path.expanduser(history)
-    with contextlib.suppress(OSError):
-        readline.read_history_file(path)
-    readline.set_history_length(HISTORY_LINES)
-    mode = termios.tcgetattr(tty)
-    try:
-        yield
-    finally:
-        # Leaving at Ctrl-C, readline may still hold the terminal in its own mode (no echo): give it back.
-        termios.tcsetattr(tty, termios.TCSADRAIN, mode)
-        with contextlib.suppress(OSError):
-            readline.write_history_file(path)
 
 
 async def history(args: argparse.Namespace, out: TextIO) -> int:
@@ -421,7 +313,7 @@ async def history(args: argparse.Namespace, out: TextIO) -> int:
         for message in messages:
             print(json.dumps(message.to_api(), ensure_ascii=False), file=out)
     else:
-        console = Console(file=out, highlight=False, soft_wrap=True)
+        console = Console(file=out, highlight=False, soft_wrap=True, emoji=False)
         for message in messages:
             if message.role == "summary":
                 _show_summary(console, message, covered(messages, message))
@@ -446,19 +338,19 @@ def _plural(count: int, noun: str) -> str:
 def _show_summary(console: Console, message: ChatMessage, count: int) -> None:
     """A marker where the summary was made; the messages it covers are listed above it, as stored."""
     console.print(f"── summary of {_plural(count, 'earlier message')} ──", style="magenta", markup=False)
-    console.print(str(message.content), style="dim", markup=False)
+    console.print(visible(str(message.content)), style="dim", markup=False)
 
 
 def _show_message(console: Console, message: ChatMessage) -> None:
     style = {"user": "bold", "assistant": None, "tool": "green", "system": "dim"}.get(message.role)
     mark = " (incomplete)" if message.status == "incomplete" else ""
     if message.reasoning:
-        console.print(f"{message.role}: [reasoning] {message.reasoning}", style="dim italic", markup=False)
+        console.print(visible(f"{message.role}: [reasoning] {message.reasoning}"), style="dim italic", markup=False)
     text = message.content if isinstance(message.content, str) else json.dumps(message.content, ensure_ascii=False)
     if message.content is not None:
-        console.print(f"{message.role}{mark}: {text}{_decided(message.approval)}", style=style, markup=False)
+        console.print(visible(f"{message.role}{mark}: {text}{_decided(message.approval)}"), style=style, markup=False)
     for call in message.tool_calls:
-        console.print(f"{message.role}: ⚙ {call.name}({call.arguments})", style="cyan", markup=False)
+        console.print(escaped(f"{message.role}: ⚙ {call.name}({call.arguments})"), style="cyan", markup=False)
 
 
 def _decided(approval: Mapping[str, Any] | None) -> str:
@@ -475,7 +367,7 @@ async def resume(args: argparse.Namespace, out: TextIO) -> int:
         runs = await open_runs(args)
         try:
             handle = await runs.resume(identity_of(args), args.chat_id)
-            renderer = Renderer(out, as_json=args.json, started=command_start(args))
+            renderer = Renderer(out, as_json=args.json, started=command_start(args), verbose=args.verbose)
             code = await follow(handle, renderer)
             hint_waiting(args, handle.chat_id, renderer.end, out)
             return code

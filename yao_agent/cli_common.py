@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import unicodedata
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from yao_agent.jsonvalue import as_mapping
 
 if TYPE_CHECKING:
     from yao_agent.dsl import App
     from yao_agent.store import SqlStore
+
+T = TypeVar("T")
 
 
 def app_dir(args: argparse.Namespace) -> Path:
@@ -33,7 +39,36 @@ async def open_store(args: argparse.Namespace, app: App) -> SqlStore:
     return SqlStore(await open_engine(store_url(db_url(args, app), app.root)))
 
 
+def run_async(work: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run`: asyncio is imported when a command first needs it (`--help` never does)."""
+    import asyncio
+
+    return asyncio.run(work)
+
+
 def printable(text: str) -> str:
     """Text fit for the operator's terminal: what is not printable (ANSI escapes, carriage returns, NUL,
     bidirectional overrides) is written as its escape, so a stored string cannot rewrite the screen."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def visible(text: str) -> str:
+    """What a model or a person wrote, for the terminal as it was written, lines and tabs kept: every
+    other control character (ESC, which would start a sequence rewriting the screen, the clipboard or
+    the title; CR; NUL …) is shown as its escape instead of acting."""
+    if text.isprintable():  # (the common case, checked at C speed)
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" or unicodedata.category(c) != "Cc"
+                   else c.encode("unicode_escape").decode("ascii") for c in text)  # fmt: skip
+
+
+def said(error: object) -> str:
+    """A run's error as one line, led by the place in the author's file it names (a hook's throw, a
+    template's fault): `hooks/bad.js:7: TypeError: …`, as compilers and `validate` say it. Escaped:
+    a hook's author wrote the message."""
+    found = as_mapping(error)
+    message, file, line = str(found.get("message") or ""), found.get("file"), found.get("line")
+    if file:
+        where = f"{file}:{line}" if isinstance(line, int) else str(file)
+        message = f"{where}: {message}" if message else where
+    return printable(message)

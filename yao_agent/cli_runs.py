@@ -12,6 +12,7 @@ import json
 from typing import Any, TextIO
 
 from yao_agent.cli_chat import EXIT_OK, escaped, identity_of, open_runs
+from yao_agent.cli_common import said
 from yao_agent.jsonvalue import as_mapping
 
 
@@ -59,8 +60,8 @@ def _step_line(step: dict[str, Any]) -> str:
     if used:
         parts.append(f"{used.get('input_tokens', 0)}→{used.get('output_tokens', 0)} tokens")
     parts += [_ms(step.get("duration_ms")), step["status"]]
-    if step.get("error"):
-        parts.append(str(step["error"].get("message", step["error"])))
+    if step.get("error"):  # led by the file:line it names, if any (a hook's throw)
+        parts.append(said(step["error"]) or str(step["error"]))
     return "  ".join(p for p in parts if p)
 
 

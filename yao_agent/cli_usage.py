@@ -10,16 +10,14 @@ object `GET /api/usage` answers (`--json`), or a table.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from yao_agent.cli_common import app_of, open_store, printable
+from yao_agent.cli_common import app_of, open_store, printable, run_async
 from yao_agent.errors import UsageError
-from yao_agent.store.ledger import shown
 
 if TYPE_CHECKING:
     from yao_agent.teams import Scope
@@ -55,7 +53,7 @@ def usage(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    report = asyncio.run(work())
+    report = run_async(work())
     if args.json:
         print(json.dumps(report), file=out)
     else:
@@ -95,6 +93,7 @@ def usd(text: str) -> float | None:
 
 
 def budgets_set(args: argparse.Namespace, out: TextIO) -> int:
+    from yao_agent.store.ledger import shown
     from yao_agent.teams import check_limits
 
     scope = scope_of(args, None)
@@ -111,7 +110,7 @@ def budgets_set(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             await store.aclose()
 
-    asyncio.run(work())
+    run_async(work())
     kind, owner = scope.budget_scope
     said = "; ".join(f"{WINDOW_OPTIONS[w][2:]} {money(v)}" for w, v in limits.items())
     print(printable(f"budget of {kind} {shown(owner)}: {said}"), file=out)
@@ -125,6 +124,7 @@ def money(value: float | None) -> str:
 def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
     from yao_agent.identity import OPERATOR
     from yao_agent.messages import iso_time
+    from yao_agent.store.ledger import shown
 
     app = app_of(args)
 
@@ -137,7 +137,7 @@ def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
         return [{"scope": b.scope_kind, "id": shown(b.scope_id), **dict(b.limits), "updated_at": iso_time(b.updated_at)}
                 for b in found]  # fmt: skip
 
-    settings = asyncio.run(work())
+    settings = run_async(work())
     budgets = app.config.budgets
     defaults = {kind: {w: getattr(budgets.of(kind), w) for w in WINDOW_OPTIONS} for kind in ("team", "user")}
     if args.json:

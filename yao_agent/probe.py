@@ -12,7 +12,7 @@ checked even when its assistant has other mistakes. An MCP server file with mist
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ from yao_agent.dsl.checks import items, mapping
 from yao_agent.dsl.discover import Found
 from yao_agent.dsl.source import Document
 from yao_agent.dsl.source import Path as YamlPath
-from yao_agent.dsl.specs import APPROVE_ALL, HookPolicy, McpServerSpec, McpUse
+from yao_agent.dsl.specs import APPROVE_ALL, HookPolicy, HookSource, McpServerSpec, McpUse
 from yao_agent.errors import Problem, ToolError
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ class _HookUse:
     """One hook file and the most any assistant using it allows its load."""
 
     shown: str  # as the first assistant that uses it names it
+    text: str  # as the loader read it
     timeout_ms: int
     memory_mb: int
 
@@ -54,9 +55,18 @@ class _McpUses:
     filters: list[_Filter] = field(default_factory=list[_Filter])
 
 
-def probe(root: Path, docs: Mapping[Found, Document], *, hooks: bool, mcp: bool) -> list[Problem]:
-    """The problems found by loading hooks (`hooks`) and asking MCP servers (`mcp`). Call outside an event loop."""
-    hook_files = _hook_files(root, docs) if hooks else {}
+def probe(
+    root: Path,
+    docs: Mapping[Found, Document],
+    texts: Mapping[Path, str],
+    *,
+    hooks: bool,
+    mcp: bool,
+    trusted: Set[str] = frozenset(),
+) -> list[Problem]:
+    """The problems found by loading hooks (`hooks`: each file's text as the loader read it, except those
+    whose digest is `trusted`, checked already) and asking MCP servers (`mcp`). Call outside an event loop."""
+    hook_files = _hook_files(root, docs, texts, trusted) if hooks else {}
     uses = _mcp_uses(root, docs) if mcp else _McpUses()
     if not hook_files and not uses.servers:
         return []
@@ -72,22 +82,25 @@ async def _probe(root: Path, hook_files: dict[Path, _HookUse], uses: _McpUses) -
     return problems
 
 
-def _hook_files(root: Path, docs: Mapping[Found, Document]) -> dict[Path, _HookUse]:
+def _hook_files(
+    root: Path, docs: Mapping[Found, Document], texts: Mapping[Path, str], trusted: Set[str]
+) -> dict[Path, _HookUse]:
     """Each hook file once, however many assistants use it or however they spell its path."""
     files: dict[Path, _HookUse] = {}
     for item, doc in docs.items():
         if item.kind != "assistant":
             continue
         data = mapping(doc.value)
-        found = refs.locate_hook(root, data.get("hook"))
-        if not isinstance(found, tuple):
-            continue  # no hook, or a reference `refs` reports
+        hook = data.get("hook")
+        text = texts.get(root / hook) if isinstance(hook, str) else None
+        if text is None or HookSource.of(text).digest in trusted:
+            continue  # no hook, a reference `refs` reports, or a text checked already
         # A file with mistakes may hold any value here: its limits are then the defaults.
         policy = HookPolicy() if doc.problems else HookPolicy(**mapping(data.get("hook_policy")))
-        key = found[0].resolve()
+        key = (root / str(hook)).resolve()
         use = files.get(key)
         if use is None:
-            files[key] = _HookUse(str(data["hook"]), policy.timeout_ms, policy.memory_mb)
+            files[key] = _HookUse(str(hook), text, policy.timeout_ms, policy.memory_mb)
         else:
             use.timeout_ms = max(use.timeout_ms, policy.timeout_ms)
             use.memory_mb = max(use.memory_mb, policy.memory_mb)
@@ -95,12 +108,12 @@ def _hook_files(root: Path, docs: Mapping[Found, Document]) -> dict[Path, _HookU
 
 
 async def _check_hooks(files: dict[Path, _HookUse]) -> list[Problem]:
-    from yao_agent.hooks.check import check_hook_file
+    from yao_agent.hooks.check import check_hook_source
 
     problems: list[Problem] = []
-    for path, use in files.items():  # one at a time: a context each, freed before the next
+    for use in files.values():  # one at a time: a context each, freed before the next
         policy = HookPolicy(timeout_ms=use.timeout_ms, memory_mb=use.memory_mb)
-        problems += await check_hook_file(path, use.shown, policy)
+        problems += await check_hook_source(use.text, use.shown, policy)
     return problems
 
 

@@ -53,8 +53,8 @@ def test_every_mistake_of_a_schema_is_named_at_once(tmp_path: Path) -> None:
     """
     assert errors(tmp_path, assistant) == [
         f"{FILE}:5 output.schema.required: not a valid JSON Schema (Draft 2020-12): 'city' is not of type 'array'",
-        f"{FILE}:7 output.schema.properties.zip.pattern: not a valid JSON Schema (Draft 2020-12): "
-        "'[0-9' is not a 'regex'",
+        f"{FILE}:7 output.schema.properties.zip.pattern: the pattern '[0-9' cannot be used: missing ]: [0-9 "
+        "(RE2 syntax: no backreferences or lookaround)",
         f"{FILE}:8 output.schema.properties.days.minItems: not a valid JSON Schema (Draft 2020-12): "
         "-1 is less than the minimum of 0",
     ]
@@ -80,6 +80,34 @@ def test_a_yaml_value_json_has_not_is_named(tmp_path: Path) -> None:
     assistant = "name: Chat\noutput:\n  schema:\n    properties:\n      day: {const: 2024-05-01}\n"
     assert errors(tmp_path, assistant) == [
         f"{FILE}:5 output.schema.properties.day.const: a YAML date is not a JSON value (expected a string: quote it)"
+    ]
+
+
+def test_an_authors_schema_is_held_to_a_requests_rules(tmp_path: Path) -> None:
+    """The rules a request's `response_format` is held to (patterns RE2 runs, no remote `$ref`), said at
+    load with file and line, for `output.schema` and `options.response_format` alike. (Depth: no app file
+    nests more than 64 levels, source.py.)"""
+    assistant = """\
+        name: Chat
+        output:
+          schema:
+            properties:
+              code: {pattern: '^(\\w)\\1$'}
+        options:
+          response_format:
+            type: json_schema
+            json_schema:
+              name: city
+              schema:
+                properties:
+                  city: {$ref: 'https://schemas.example.com/city.json'}
+    """
+    assert errors(tmp_path, assistant) == [
+        f"{FILE}:5 output.schema.properties.code.pattern: the pattern '^(\\\\w)\\\\1$' cannot be used: "
+        "invalid escape sequence: \\1: backreferences are not supported (RE2 syntax: no backreferences or lookaround)",
+        f"{FILE}:13 options.response_format.json_schema.schema.properties.city.$ref: $ref "
+        "'https://schemas.example.com/city.json' is outside this schema, and this server fetches no schema "
+        "(expected a reference inside it, e.g. '#/$defs/<name>')",
     ]
 
 

@@ -231,6 +231,18 @@ async def test_a_hooks_globals_never_reach_another_tenant(tmp_path: Path, host: 
         await runner.aclose()
 
 
+async def test_two_hook_files_alike_keep_their_globals_apart(runner: HookRunner, host: Host, tmp_path: Path) -> None:
+    """Contexts are made per hook text, yet two files with the same text are two hooks."""
+    first, second = write(tmp_path, REMEMBERS, "a.js"), write(tmp_path, REMEMBERS, "b.js")
+
+    async def call(path: Path, shown: str, message: str) -> Any:
+        return (await runner.call(path, shown, "Create", [message], host.context(), FAST)).value
+
+    assert await call(first, "hooks/a.js", "for a") is None
+    assert await call(second, "hooks/b.js", "for b") is None  # never a's message
+    assert await call(first, "hooks/a.js", "again") == "for a"
+
+
 async def test_warm_contexts_per_worker_are_bounded(tmp_path: Path, host: Host) -> None:
     runner = HookRunner(workers=1)
     path = write(tmp_path, REMEMBERS)

@@ -284,3 +284,16 @@ def test_ctrl_c_at_the_prompt_leaves_at_once_and_gives_the_terminal_back(termina
     terminal.process.send_signal(signal.SIGINT)  # what the terminal sends for Ctrl-C
     assert terminal.process.wait(10) == 130  # not waiting for a line nobody will type
     assert termios.tcgetattr(terminal.master) == terminal.mode  # echo and line mode as they were
+
+
+def test_what_the_model_wrote_reaches_the_terminal_as_written_and_never_acts_on_it(
+    app: Path, fake: FakeProvider
+) -> None:
+    """An escape sequence in a reply (clear the screen, set the clipboard or the title) is shown, not
+    obeyed; an emoji code is text; lines stay."""
+    fake.enqueue(Reply(text="one\x1b[2J\x1b]52;c;cHduZWQ=\x07 :smile:\ntwo"))
+    code, shown = cli(app, "chat", "chat", "hi", "--chat", "e1")
+    assert code == 0
+    assert shown.splitlines()[1:3] == ["one\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07 :smile:", "two"]
+    code, shown = cli(app, "history", "e1")
+    assert shown.splitlines()[1:] == ["assistant: one\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07 :smile:", "two"]

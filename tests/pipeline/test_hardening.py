@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from tests.pipeline.conftest import app_files, make_runtime
@@ -29,10 +30,14 @@ async def test_a_prompt_that_fails_to_render_ends_the_run_naming_its_file_and_li
         await rt.engines.aclose()
 
 
-async def test_a_hook_file_replaced_by_a_fifo_fails_the_run_instead_of_blocking_it(
+async def test_a_hook_file_replaced_by_a_fifo_blocks_neither_a_run_nor_a_reload(
     tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
+    """A run compiles the hook text its app version read (it never reads the file again); loading the
+    folder again reads it, and refuses a FIFO instead of waiting for it."""
     import os
+
+    from yao_agent.dsl import check_app
 
     files = app_files(fake.base_url)
     files["hooks/h.js"] = "function Create() { return null }\n"
@@ -44,8 +49,12 @@ async def test_a_hook_file_replaced_by_a_fifo_fails_the_run_instead_of_blocking_
         hook = rt.app.root / "hooks" / "h.js"
         hook.unlink()
         os.mkfifo(hook)  # nobody will ever write to it: a plain read would wait for ever
-        end = end_of(await turn(rt, "again"))
-        assert (end.reason, end.error["message"]) == ("hook_error", "hook file cannot be read: not a regular file")
+        assert end_of(await turn(rt, "again")).status == "completed"
+        [problem] = (await asyncio.to_thread(check_app, rt.app.root)).errors
+        assert (problem.file, problem.message) == (
+            "assistants/chat/assistant.yml",
+            "hook file 'hooks/h.js' is not a regular file (expected a .js file)",
+        )
     finally:
         await rt.engines.aclose()
         await rt.hooks.aclose()

@@ -232,3 +232,43 @@ async def recovered_and_resumed(app: Path, db: str, fake: FakeProvider, tally: P
         assert await runs.rt.store.resume_point(LOCAL, chat_id) is None
     finally:
         await runs.aclose()
+
+
+def endless(record: RecordedRequest) -> Reply:
+    """A model that calls the tool once more after every result, each time with a new label: only
+    `limits.max_turns` stops it."""
+    results = sum(1 for m in record.messages if m.get("role") == "tool")
+    ledger = next(str(m["content"]) for m in record.messages if m.get("role") == "user").split("|")[1]
+    return Reply(tool_calls=(tally_call(Path(ledger), f"x{results}", f"c{results}"),), chunk_size=4, delay_s=0.01)
+
+
+async def test_sigkill_mid_tool_loop_then_resume_keeps_the_turn_budget(tmp_path: Path, store_raw_url: str) -> None:
+    """max_turns 5: whole, the run makes 5 model calls and 5 executions, then ends `max_turns`. Killed
+    after its third execution and resumed, it makes no more than that (and the one step in flight)."""
+    tally = tmp_path / "tally"
+    async with FakeProvider(default=endless) as fake:
+        files = files_for(fake.base_url)
+        files["app.yml"] = files["app.yml"].replace("max_turns: 10", "max_turns: 5")
+        files["assistants/tooled/assistant.yml"] = ASSISTANT.format(max_turns=20)
+        app = make_app(tmp_path / "app", files, base={})
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", store_raw_url,
+            "chat", "tooled", f"count|{tally}", "--chat", "k1",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        try:
+            await wait_until(lambda: len(labels(tally)) >= 3 or process.returncode is not None, within=60)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+        assert len(labels(tally)) < 5  # killed mid-loop, not after the run ended
+        runs = await Runs.open(app, db=store_raw_url)  # the next process marks the run interrupted
+        try:
+            events = [e async for e in (await runs.resume(LOCAL, "k1")).events()]
+            end = events[-1]
+            assert end.type == "stream_end" and (end.status, end.reason) == ("failed", "max_turns")
+        finally:
+            await runs.aclose()
+        assert 5 <= len(labels(tally)) <= 6  # a fresh budget would have made it 8
+        assert 5 <= len(fake.requests) <= 6

@@ -15,6 +15,7 @@ from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
 from yao_agent.events import to_dict
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
+from yao_agent.structured import AnswerProblem, SchemaUnusable, check_answer, parse_answer, schema_problems, unfenced
 from yao_agent.testing import Reply, ScriptedModel
 
 WEATHER = """\
@@ -222,3 +223,172 @@ async def test_a_delegated_childs_reply_is_checked_as_the_roots_answer(
     finally:
         await rt.engines.aclose()
         await rt.hooks.aclose()
+
+
+# Python's `$` also matches before a final newline, RE2's does not: "a\n" tells which engine matched.
+ENGINE = [
+    pytest.param({"type": "string", "pattern": "^a$"}, "a\n", "at $: 'a\\n' does not match '^a$'", id="pattern"),
+    pytest.param(
+        {"patternProperties": {"^a$": {"type": "integer"}}, "additionalProperties": False},
+        {"a\n": 1},
+        "at $: 'a\\n' does not match any of the regexes: '^a$'",
+        id="additionalProperties",
+    ),
+    pytest.param(
+        {"patternProperties": {"^a$": {}}, "unevaluatedProperties": False},
+        {"a\n": 1},
+        "at $: Unevaluated properties are not allowed ('a\\n' was unexpected)",
+        id="unevaluatedProperties",
+    ),
+    pytest.param({"format": "regex"}, "(a)\\1", "at $: '(a)\\\\1' is not a 'regex'", id="format"),
+]
+
+
+@pytest.mark.parametrize(("schema", "answer", "said"), ENGINE)
+def test_every_pattern_of_a_schema_runs_on_re2(schema: dict[str, Any], answer: Any, said: str) -> None:
+    """Each place `jsonschema` matches a regex (the `pattern` keyword, `patternProperties` and the helpers
+    behind `additionalProperties` and `unevaluatedProperties`, the `regex` format) uses RE2."""
+    with pytest.raises(AnswerProblem) as caught:
+        check_answer(schema, answer)
+    assert str(caught.value) == said
+
+
+def test_pattern_properties_match_on_re2() -> None:
+    schema = {"patternProperties": {"^a$": {"type": "integer"}}}
+    check_answer(schema, {"a\n": "not an integer, and not an 'a' for RE2"})
+    with pytest.raises(AnswerProblem):
+        check_answer(schema, {"a": "text"})
+
+
+def test_a_schemas_own_dialect_is_read_as_2020_12_and_counted() -> None:
+    """A `$schema` naming another draft would switch `jsonschema` to that draft's validator, which counts
+    no steps: the answer is checked as Draft 2020-12 (as its schema was), within the budget."""
+    branch = {"type": "array", "items": {"$ref": "#/$defs/n"}}
+    tree = {"$defs": {"n": {"anyOf": [branch, branch, {"type": "integer"}]}}, "$ref": "#/$defs/n"}
+    deep: Any = "leaf"
+    for _ in range(12):
+        deep = [deep]  # every level fails both branches: 2**12 ways to try
+    for schema in (tree, {"$schema": "http://json-schema.org/draft-07/schema#", **tree}):
+        with pytest.raises(SchemaUnusable) as caught:
+            check_answer(schema, deep, steps=20_000)
+        assert str(caught.value).startswith(
+            "checking the answer against the output schema took more than 20,000 steps (its anyOf, oneOf or $ref "
+            "branches multiply with the answer's nesting: expected a simpler schema)"
+        )
+    check_answer(tree, [[[1]]], steps=20_000)
+
+
+def test_a_reference_back_to_itself_makes_the_schema_unusable() -> None:
+    with pytest.raises(SchemaUnusable, match=r"^the output schema cannot be applied: a \$ref leads back to itself"):
+        check_answer({"$anchor": "me", "$ref": "#me"}, 1)
+
+
+def test_an_answer_nested_too_deeply_is_told_to_the_model() -> None:
+    nested: Any = 1
+    for _ in range(65):
+        nested = [nested]
+    with pytest.raises(AnswerProblem, match=r"^the answer nests objects and arrays too deeply \(expected at most 64"):
+        check_answer({}, nested)
+    with pytest.raises(AnswerProblem, match=r"^the answer nests objects and arrays too deeply"):
+        parse_answer("[" * 100_000 + "]" * 100_000)  # past Python's own JSON reader
+
+
+SCHEMA_PROBLEMS = [
+    pytest.param(
+        {"pattern": "(?<=a)b"},
+        [
+            (
+                ("pattern",),
+                "the pattern '(?<=a)b' cannot be used: invalid perl operator: (?<=: lookbehind is not "
+                "supported (RE2 syntax: no backreferences or lookaround)",
+            )
+        ],
+        id="lookbehind",
+    ),
+    pytest.param(
+        {"$defs": {"a": {"$id": "https://example.com/a", "$ref": "b"}}},
+        [
+            (
+                ("$defs", "a", "$ref"),
+                "$ref 'b' is outside this schema, and this server fetches no schema (expected "
+                "a reference inside it, e.g. '#/$defs/<name>')",
+            )
+        ],
+        id="relative-to-a-nested-id",
+    ),
+    pytest.param(
+        {"properties": {"enum": {"$ref": "https://example.com/x"}}},
+        [
+            (
+                ("properties", "enum", "$ref"),
+                "$ref 'https://example.com/x' is outside this schema, and this server "
+                "fetches no schema (expected a reference inside it, e.g. '#/$defs/<name>')",
+            )
+        ],
+        id="property-named-like-a-keyword",
+    ),
+    pytest.param(
+        {"$dynamicRef": "#/$defs/none"},
+        [
+            (
+                ("$dynamicRef",),
+                "$dynamicRef '#/$defs/none' points to nothing in this schema (expected e.g. '#/$defs/<name>')",
+            )
+        ],
+        id="dynamic-ref",
+    ),
+    pytest.param(
+        {"const": "\ud800"},
+        [
+            (
+                ("const",),
+                "the string '\\ud800' holds a lone surrogate, which is not Unicode text (expected a whole character)",
+            )
+        ],
+        id="lone-surrogate",
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "found"), SCHEMA_PROBLEMS)
+def test_a_schema_this_server_will_not_apply_is_named(schema: dict[str, Any], found: list[Any]) -> None:
+    assert schema_problems(schema) == found
+
+
+def test_references_inside_the_schema_are_followed_across_nested_ids() -> None:
+    schema = {
+        "$id": "https://example.com/root",
+        "$defs": {"city": {"$id": "city", "$defs": {"name": {"type": "string"}}}},
+        "properties": {"home": {"$ref": "city#/$defs/name"}, "enum": {"$ref": "#/$defs/city"}},
+        "examples": [{"$ref": "https://example.com/data, not a reference"}],
+    }
+    assert schema_problems(schema) == []
+    check_answer(schema, {"home": "Lima"})
+
+
+@pytest.mark.parametrize(
+    ("said", "read"),
+    [
+        ('```json\n{"a": 1}\n```', '{"a": 1}'),
+        ("  ```JSON \r\n[1]\r\n  ```\n", "[1]"),
+        ("```\n```", ""),
+        ("x```json\n{}\n```", "x```json\n{}\n```"),
+        ("```json {}```", "```json {}```"),
+        ("```json\n" + " " * 100_000 + "x", "```json\n" + " " * 100_000 + "x"),
+    ],
+    ids=["json", "spaces-and-crlf", "empty", "text-before", "one-line", "long-and-open"],
+)
+def test_a_fenced_answer_is_read_without_a_regex(said: str, read: str) -> None:
+    assert unfenced(said) == read
+
+
+async def test_a_catastrophic_pattern_is_refused_at_once_and_corrected(rt: Runtime, fake: ScriptedModel) -> None:
+    """`^(a+)+$` over 40 a's and a "!": Python's `re` would try 2**40 ways (hours), on the event loop."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "pattern": "^(a+)+$"}}}
+    asked = {"type": "json_schema", "json_schema": {"name": "Name", "schema": schema}}
+    fake.enqueue(Reply(text=json.dumps({"name": "a" * 40 + "!"})), Reply(text='{"name": "aaa"}'))
+    request = RunRequest("chat", ALICE, [{"role": "user", "content": "a name"}], chat_id="c1",
+                         options={"response_format": asked})  # fmt: skip
+    result = await runs_of(rt).run(request)
+    assert (result.status, result.output) == ("completed", {"name": "aaa"})
+    assert f"at $.name: '{'a' * 40}!' does not match '^(a+)+$'" in fake.requests[1].messages[-1]["content"]

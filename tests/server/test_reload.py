@@ -8,18 +8,23 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.apps import make_app
+from tests.pipeline.conftest import CHAT, app_files
 from tests.pipeline.helpers import ALICE, end_of
 from tests.pipeline.test_tools import call, close, in_process, tooled
 from tests.server.conftest import Live
+from tests.server.test_serve import said, serving
 from tests.tools.helpers import reached, wait_until
 from yao_agent.events import Event, StreamStart
+from yao_agent.identity import OPERATOR
 from yao_agent.pipeline import RunRequest
 from yao_agent.runs import Runs
 from yao_agent.server.reload import Reloader
 from yao_agent.store import SqlStore
-from yao_agent.testing import Reply, ScriptedModel
+from yao_agent.testing import FakeProvider, Reply, ScriptedModel
 
 TOOLED = "name: Tooled\nmcp:\n  servers: [testing]\nprompts:\n  - role: system\n    content: You are version {n}.\n"
 
@@ -109,6 +114,67 @@ async def test_a_broken_change_keeps_the_last_good_version_and_says_where(
     assert await reloader.reload("test") and reloader.view()["errors"] == [] and runs.app.version != good
 
 
+HOOKED = TOOLED.format(n=1) + "hook: hooks/h.js\n"
+NEXT = "function Next(ctx, payload) {{\n  return {{data: {{hook: {n}}}}};\n}}\n"
+BROKEN = "function Next(ctx, payload) {\n  return {data: {hook: 3} ;\n}\n"
+
+
+@pytest.fixture
+async def hooked(tmp_path: Path, store: SqlStore, model: ScriptedModel) -> AsyncIterator[tuple[Runs, Reloader]]:
+    """A served app whose assistant has a Next hook saying which version of it ran."""
+    files = {"hooks/h.js": NEXT.format(n=1)}
+    rt = in_process(tooled(tmp_path / "app", store, model, assistant=HOOKED, more=files))
+    runs = Runs(rt)
+    reloader = Reloader(runs)
+    try:
+        yield runs, reloader
+    finally:
+        await reloader.aclose()
+        await close(runs.rt)
+
+
+def edit_hook(runs: Runs, source: str) -> None:
+    (runs.app.root / "hooks/h.js").write_text(source)
+
+
+async def test_a_hook_that_does_not_compile_is_held_back_and_says_where(
+    hooked: tuple[Runs, Reloader], model: ScriptedModel
+) -> None:
+    runs, reloader = hooked
+    good = runs.app.version
+    edit_hook(runs, BROKEN)
+    assert not await reloader.reload("test")
+    assert runs.app.version == good
+    [problem] = reloader.view()["errors"]  # type: ignore[misc]
+    assert (problem["file"], problem["line"]) == ("hooks/h.js", 2)  # type: ignore[index]
+    assert problem["text"] == "hooks/h.js:2: SyntaxError: Unexpected token ';'"  # type: ignore[index]
+    model.enqueue(Reply(text="still here"))
+    _, run = await start(runs, "hi", "c1")
+    assert end_of(await run).next == {"hook": 1}  # the last good version's hook still serves
+    edit_hook(runs, NEXT.format(n=2))  # fixed: served, and the errors are gone
+    assert await reloader.reload("test") and reloader.view()["errors"] == []
+    model.enqueue(Reply(text="new"))
+    _, run = await start(runs, "hi", "c2")
+    assert end_of(await run).next == {"hook": 2}
+
+
+async def test_a_run_in_flight_keeps_the_hook_code_it_started_with(
+    hooked: tuple[Runs, Reloader], model: ScriptedModel, tmp_path: Path
+) -> None:
+    runs, reloader = hooked
+    marker = tmp_path / "nap"
+    nap = call("testing__nap_marked", {"seconds": 1, "marker": str(marker)}, "n1")
+    model.enqueue(Reply(tool_calls=(nap,)), Reply(text="done napping"), Reply(text="fresh"))
+    before, in_flight = await start(runs, "nap first", "c1")
+    await wait_until(lambda: reached(marker, "started"))  # its tool runs; its Next hook is still to be called
+    edit_hook(runs, NEXT.format(n=2))
+    assert await reloader.reload("test")
+    after, next_run = await start(runs, "hello", "c2")
+    assert before != after
+    assert end_of(await in_flight).next == {"hook": 1}
+    assert end_of(await next_run).next == {"hook": 2}
+
+
 async def test_the_watcher_reloads_on_a_change_of_the_apps_files_and_ignores_other_files(
     served: tuple[Runs, Reloader], model: ScriptedModel
 ) -> None:
@@ -163,3 +229,34 @@ def test_the_version_is_the_same_for_the_same_files_and_changes_with_a_hook(tmp_
     assert load_app(root).version == first and len(first) == 12
     (root / "hooks/h.js").write_text("function Create() { return {} }\n")
     assert load_app(root).version != first
+
+
+async def test_yao_agent_serve_holds_a_broken_hook_back_until_it_is_fixed(
+    tmp_path: Path, store: SqlStore, store_raw_url: str
+) -> None:
+    """`yao-agent serve` in a process of its own, watching its files: a hook edited into a syntax error is
+    logged as `file:line` and not served (runs keep the last good hook); fixed, it is served."""
+    async with FakeProvider() as fake:
+        files = {**app_files(fake.base_url), "hooks/h.js": NEXT.format(n=1)}
+        files["assistants/chat/assistant.yml"] = CHAT + "hook: hooks/h.js\n"
+        app = make_app(tmp_path / "app", files, base={})
+        token = await store.create_token(OPERATOR, ALICE)
+        err = tmp_path / "serve.err"
+        async with (
+            serving(app, store_raw_url, err) as url,
+            httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client,
+        ):
+
+            async def next_of(text: str) -> object:
+                answer = await client.post("/api/assistants/chat/runs?stream=false", json={
+                    "messages": [{"role": "user", "content": text}]})  # fmt: skip
+                assert answer.status_code == 200, answer.text
+                return answer.json()["next"]
+
+            assert await next_of("one") == {"hook": 1}
+            (app / "hooks/h.js").write_text(BROKEN)
+            await until(lambda: "app not reloaded (files changed): hooks/h.js:2: SyntaxError" in said(err), 30)
+            assert await next_of("two") == {"hook": 1}
+            (app / "hooks/h.js").write_text(NEXT.format(n=2))
+            await until(lambda: "app reloaded (files changed)" in said(err), 30)
+            assert await next_of("three") == {"hook": 2}

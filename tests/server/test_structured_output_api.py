@@ -27,6 +27,14 @@ output:
     required: [name, population]
 """
 
+# Python's `re` tries 2**n ways to match n a's and a "!" against this pattern (RE2 does not backtrack).
+NAMES = """\
+name: Names
+output:
+  schema: {type: array, items: {type: string, pattern: '^(a+)+$'}}
+  retries: 1
+"""
+
 
 class Weather(BaseModel):
     city: str
@@ -40,8 +48,12 @@ ASK: Any = [{"role": "user", "content": "Weather in Paris?"}]
 
 @pytest.fixture
 async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
-    """`chat` (no schema of its own) and `city` (an `output.schema`), both on the loopback fake provider."""
-    files = {**server_files(fake.base_url), "assistants/city/assistant.yml": CITY}
+    """`chat` (no schema of its own), `city` and `names` (an `output.schema`), on the loopback fake provider."""
+    files = {
+        **server_files(fake.base_url),
+        "assistants/city/assistant.yml": CITY,
+        "assistants/names/assistant.yml": NAMES,
+    }
     async with running(make_runtime(tmp_path / "app", store, files)) as served:
         yield served
 
@@ -139,3 +151,95 @@ async def test_a_run_without_a_schema_has_no_output(live: Live, fake: FakeProvid
     async with live.client() as client:
         body = (await client.post("/api/assistants/chat/runs?stream=false", json={"messages": ASK})).json()
     assert body["status"] == "completed" and "output" not in body
+
+
+class Nested:
+    """An object schema with `levels` objects inside one another (2 levels of JSON each), as JSON text:
+    Python's `json` cannot write it when it is deep."""
+
+    def __init__(self, levels: int) -> None:
+        self.text = '{"type":"object","properties":{"a":' * levels + '{"type":"string"}' + "}}" * levels
+
+
+DEEP = "nested more than 64 levels deep (objects and arrays; expected at most 64)"
+REFUSED = [
+    pytest.param(
+        {"type": "string", "pattern": r"^(\w+)\1$"},
+        "schema.pattern: the pattern '^(\\\\w+)\\\\1$' cannot be used: invalid escape sequence: \\1: "
+        "backreferences are not supported (RE2 syntax: no backreferences or lookaround)",
+        id="backreference",
+    ),
+    pytest.param(
+        {"type": "object", "patternProperties": {"^(?!_)": {"type": "string"}}},
+        "schema.patternProperties: the pattern '^(?!_)' cannot be used: invalid perl operator: (?!: "
+        "lookahead is not supported (RE2 syntax: no backreferences or lookaround)",
+        id="lookahead",
+    ),
+    pytest.param(Nested(130), "schema" + ".properties.a" * 32 + f": {DEEP}", id="130-deep"),
+    pytest.param(Nested(400), "schema" + ".properties.a" * 32 + f": {DEEP}", id="400-deep"),
+    pytest.param(
+        {"type": "string", "enum": ["x" * 1000] * 300},
+        "schema: the schema is 300926 bytes of JSON, more than this server takes (262144 bytes at most)",
+        id="size",
+    ),
+    pytest.param(
+        {"type": "object", "properties": {"city": {"$ref": "https://schemas.example.com/city.json"}}},
+        "schema.properties.city.$ref: $ref 'https://schemas.example.com/city.json' is outside this schema, "
+        "and this server fetches no schema (expected a reference inside it, e.g. '#/$defs/<name>')",
+        id="remote-ref",
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "said"), REFUSED)
+async def test_a_schema_this_server_will_not_apply_is_a_400_before_any_model_call(
+    live: Live, fake: FakeProvider, schema: dict[str, Any] | Nested, said: str
+) -> None:
+    asked: Any = {"type": "json_schema", "json_schema": {"name": "W", "schema": "SCHEMA"}}
+    body = json.dumps({"model": "chat", "messages": ASK, "response_format": asked})
+    body = body.replace('"SCHEMA"', schema.text if isinstance(schema, Nested) else json.dumps(schema))
+    async with live.client() as client:
+        response = await client.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error.get("param"), error["message"]) == ("response_format", f"response_format.json_schema.{said}")
+    assert fake.requests == []  # refused before a paid call
+
+
+async def test_a_body_too_deep_to_read_is_a_400(live: Live, fake: FakeProvider) -> None:
+    """Deeper than Python's JSON reader goes: the body is refused as unreadable, never a 500."""
+    body = '{"model": "chat", "messages": [{"role": "user", "content": "hi"}], "metadata": {"x": ' + Nested(5000).text
+    async with live.client() as client:
+        response = await client.post(
+            "/v1/chat/completions", content=body + "}}", headers={"Content-Type": "application/json"}
+        )
+    assert response.status_code == 400
+    assert fake.requests == []
+
+
+async def test_a_catastrophic_pattern_over_a_long_answer_leaves_the_server_answering(
+    live: Live, fake: FakeProvider
+) -> None:
+    """The answer is checked off the event loop, and its patterns on RE2: `/healthz` answers while a long
+    answer is checked, and a pattern that would backtrack for hours in Python's `re` is refused at once."""
+    names = ["a" * 6] * 50_000 + ["a" * 40 + "!"]
+    fake.enqueue(Reply(text=json.dumps(names), chunk_size=1 << 16), Reply(text='["aaa"]'))
+    seen: list[str] = []
+    event: dict[str, Any] = {}
+    async with (
+        live.client() as client,
+        live.client(who="") as probe,
+        client.stream("POST", "/api/assistants/names/runs", json={"messages": ASK}) as streamed,
+    ):
+        async for line in streamed.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            seen.append(event["type"])
+            if event["type"] == "message_end" and "healthz" not in seen:
+                # The first answer is complete, and is being checked: the server answers meanwhile.
+                assert (await probe.get("/healthz")).status_code == 200
+                seen.append("healthz")
+                assert len(fake.requests) == 1  # the check (and the correction after it) still to come
+    assert seen[-1] == "stream_end" and event["status"] == "completed" and event["output"] == ["aaa"]
+    assert "does not match '^(a+)+$'" in fake.requests[1].messages[-1]["content"]

@@ -60,3 +60,18 @@ def test_local_refs_still_check_the_arguments() -> None:
     checker.check(local, {"city": "Lima"})
     with pytest.raises(ArgumentError, match=r"arguments\.city: 1 is not of type 'string'"):
         checker.check(local, {"city": 1})
+
+
+def test_a_tool_schemas_patterns_run_on_re2(caplog: pytest.LogCaptureFixture) -> None:
+    """The arguments are the model's: a pattern runs in linear time over them. (Python's `$` matches before a
+    final newline, RE2's does not: "a\\n" tells which engine matched.)"""
+    checker = ArgumentChecker()
+    anchored = spec({"type": "object", "properties": {"code": {"type": "string", "pattern": "^a$"}}})
+    with pytest.raises(ArgumentError, match=r"^arguments.code: 'a\\n' does not match '\^a\$'$"):
+        checker.check(anchored, {"code": "a\n"})
+    catastrophic = spec({"type": "object", "properties": {"name": {"type": "string", "pattern": "^(a+)+$"}}})
+    with pytest.raises(ArgumentError, match="does not match"):
+        checker.check(catastrophic, {"name": "a" * 40 + "!"})  # 2**40 ways to try for Python's `re`
+    backreference = spec({"type": "object", "properties": {"twice": {"type": "string", "pattern": "^(a)\\1$"}}})
+    checker.check(backreference, {"twice": "ab"})  # RE2 cannot run it: the MCP server checks it its own way
+    assert "tool 'tool' has a schema this server does not apply (the pattern '^(a)\\\\1$' cannot be used" in caplog.text

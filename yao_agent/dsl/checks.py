@@ -80,12 +80,17 @@ def _check_access(doc: Document, data: Mapping[str, Any]) -> None:
 
 
 def _check_output(doc: Document, data: Mapping[str, Any]) -> None:
-    """`output.schema` must itself be a JSON Schema: a broken one would fail every run, far from its cause."""
-    schema = mapping(mapping(data.get("output")).get("schema"))
-    if schema is not mapping(data.get("output")).get("schema"):
-        return  # none, or the wrong shape: the schema said so
-    for where, message in schema_problems(schema):
-        doc.add(("output", "schema", *where), message)
+    """`output.schema` (and an `options.response_format` one) must itself be a JSON Schema this server
+    applies, by the rules a request's `response_format` is held to (structured.py): a broken one would
+    fail every run, far from its cause and after a paid model call."""
+    output = mapping(data.get("output"))
+    if mapping(output.get("schema")) is output.get("schema"):  # else none, or the wrong shape: said already
+        for where, message in schema_problems(mapping(output.get("schema"))):
+            doc.add(("output", "schema", *where), message)
+    given = mapping(mapping(mapping(data.get("options")).get("response_format")).get("json_schema"))
+    if mapping(given.get("schema")) is given.get("schema"):
+        for where, message in schema_problems(mapping(given.get("schema"))):
+            doc.add(("options", "response_format", "json_schema", "schema", *where), message)
 
 
 def _check_context(doc: Document, data: Mapping[str, Any]) -> None:

@@ -7,21 +7,22 @@ them in one round. Only `SpecError` leaves this module for anything wrong with t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from yao_agent.errors import Problem, SpecError, UsageError
-from yao_agent.files import MAX_HOOK_BYTES, NotRegular, TooLarge, read_regular
+from yao_agent.files import NotRegular, TooLarge, read_regular
 
 from . import build, checks, refs
 from .discover import Found, discover
 from .schema import coerce_integers, load_schema, validate
 from .source import Document, decode, parse
-from .specs import App, AppConfig
+from .specs import App, AppConfig, HookSource
 
-# A check that runs the app's code (hooks, MCP servers), given the files as read: see yao_agent/probe.py.
-Probe = Callable[[Path, Mapping[Found, Document]], list[Problem]]
+# A check that runs the app's code (hooks, MCP servers), given the files as read (the YAML documents, and
+# each hook file's text by its path): see yao_agent/probe.py.
+Probe = Callable[[Path, Mapping[Found, Document], Mapping[Path, str]], list[Problem]]
 
 # Files larger than this are not app files; reading them would only hide the real mistake.
 MAX_FILE_BYTES = 1 << 20
@@ -64,14 +65,15 @@ def check_app(root: str | Path, *, probe: Probe | None = None) -> Report:
         _validate(item, doc)
         problems += doc.problems
         docs[item] = doc
-    problems += _cross_references(folder, docs)
+    hooks: dict[Path, str] = {}  # each hook file's text, read once: checked, hashed and served as read
+    problems += _cross_references(folder, docs, hooks)
     if probe is not None:
-        problems += probe(folder, docs)
+        problems += probe(folder, docs, hooks)
     errors = sorted((p for p in problems if not p.warning), key=_order)
     warnings = sorted((p for p in problems if p.warning), key=_order)
     if errors:
         return Report(None, errors, warnings)
-    app = _build(folder, docs, warnings)
+    app = _with_hooks(_build(folder, docs, warnings), hooks)
     return Report(replace(app, version=version(read, app)), errors, warnings)
 
 
@@ -79,21 +81,25 @@ def version(read: Mapping[str, bytes], app: App) -> str:
     """A short hash of the app's YAML files and hooks as read: two loads of the same files agree on it,
     whichever process made them, and any change to a file changes it."""
     digest = hashlib.sha256()
-    hooks = {str(a.hook_path.relative_to(app.root)): a.hook_path for a in app.assistants.values() if a.hook_path}
-    for name, data in sorted([*read.items(), *_hook_bytes(hooks.items())]):
+    hooks = {
+        str(a.hook_path.relative_to(app.root)): a.hook_source.text.encode()
+        for a in app.assistants.values()
+        if a.hook_path is not None and a.hook_source is not None
+    }
+    for name, data in sorted([*read.items(), *hooks.items()]):
         digest.update(f"{name}\0{len(data)}\0".encode())
         digest.update(data)
     return digest.hexdigest()[:12]
 
 
-def _hook_bytes(hooks: Iterable[tuple[str, Path]]) -> list[tuple[str, bytes]]:
-    found: list[tuple[str, bytes]] = []
-    for name, path in hooks:
-        try:
-            found.append((name, read_regular(path, MAX_HOOK_BYTES)))
-        except OSError:  # (too large, not a file, unreadable) its calls will say what is wrong with it
-            found.append((name, b""))
-    return found
+def _with_hooks(app: App, hooks: Mapping[Path, str]) -> App:
+    """Each assistant with its hook file's text as read: what runs of this version compile."""
+    sources = {path: HookSource.of(text) for path, text in hooks.items()}
+    assistants = {
+        key: replace(spec, hook_source=sources.get(spec.hook_path)) if spec.hook_path is not None else spec
+        for key, spec in app.assistants.items()
+    }
+    return replace(app, assistants=assistants)
 
 
 def _order(problem: Problem) -> tuple[str, int, str]:
@@ -151,13 +157,13 @@ def _known(docs: dict[Found, Document]) -> refs.Known:
     )
 
 
-def _cross_references(root: Path, docs: dict[Found, Document]) -> list[Problem]:
+def _cross_references(root: Path, docs: dict[Found, Document], hooks: dict[Path, str]) -> list[Problem]:
     known = _known(docs)
     app_doc = next((d for f, d in docs.items() if f.kind == "app"), None)
     problems = refs.check_roles(app_doc, known)
     for item, doc in docs.items():
         if item.kind == "assistant":
-            problems += refs.check_assistant(doc, root, known)
+            problems += refs.check_assistant(doc, root, known, hooks)
     problems += refs.check_mcp_prefixes({f.id: f.rel for f in docs if f.kind == "mcp"})
     return problems
 

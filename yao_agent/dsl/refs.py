@@ -78,13 +78,14 @@ def check_roles(doc: Document | None, known: Known) -> list[Problem]:
     return problems
 
 
-def check_assistant(doc: Document, root: Path, known: Known) -> list[Problem]:
+def check_assistant(doc: Document, root: Path, known: Known, read: dict[Path, str] | None = None) -> list[Problem]:
+    """Its references to other files; the text of its hook file goes into `read` (path → text)."""
     data = mapping(doc.value)
     problems = _connector_ref(doc, data.get("connector", ROLE_PREFIX + DEFAULT_ROLE), known)
     summarizer = mapping(data.get("context")).get("summarize_with")
     if summarizer is not None:
         problems += _connector_ref(doc, summarizer, known, ("context", "summarize_with"))
-    problems += _hook_ref(doc, data, root, known)
+    problems += _hook_ref(doc, data, root, known, {} if read is None else read)
     seen: set[str] = set()
     for index, entry in items(mapping(data.get("mcp")).get("servers")):
         server = entry if isinstance(entry, str) else mapping(entry).get("server")
@@ -143,13 +144,14 @@ def _role_warning(doc: Document, role: str, known: Known, path: YamlPath) -> lis
     return [doc.problem(path, message, warning=True)]
 
 
-def _hook_ref(doc: Document, data: Mapping[str, Any], root: Path, known: Known) -> list[Problem]:
+def _hook_ref(doc: Document, data: Mapping[str, Any], root: Path, known: Known, read: dict[Path, str]) -> list[Problem]:
     hook = data.get("hook")
     found = locate_hook(root, hook)
     if isinstance(found, str):
         return [doc.problem(("hook",), found)]
     if found is None:
         return []
+    read[found[0]] = found[1]  # read once: what is checked here is what the app's runs compile
     presets = frozenset(mapping(data.get("prompt_presets")))
     return _scan_hook(str(hook), found[1], presets, known)
 
@@ -167,9 +169,11 @@ def locate_hook(root: Path, hook: object) -> tuple[Path, str] | str | None:
     if not inside:
         return f"hook file '{hook}' is outside the app (expected a path under the app)"
     try:
-        found = target.is_file()
+        found, there = target.is_file(), target.exists()
     except OSError as exc:  # e.g. a name longer than the file system allows
         return f"hook file '{hook}' cannot be used: {exc.strerror} (expected a .js file)"
+    if there and not found:  # a folder, a FIFO, a socket: never read (a FIFO would block the read)
+        return f"hook file '{hook}' is not a regular file (expected a .js file)"
     if not found:
         hooks = [p.relative_to(root).as_posix() for p in (root / "hooks").glob("*.js")]
         return f"hook file not found: {hook} (known: {known_list(hooks)})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -226,6 +227,19 @@ class HookPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class HookSource:
+    """A hook file's text as the app version read and checked it. A version's runs compile this text (V8
+    contexts are keyed by `digest`), never the file on disk, which may have changed since (CONTRACT §8.4)."""
+
+    text: str = field(repr=False)
+    digest: str
+
+    @classmethod
+    def of(cls, text: str) -> HookSource:
+        return cls(text, hashlib.sha256(text.encode()).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
 class OutputSpec:
     """An assistant's `output`: its final answer must be JSON valid against `schema` (checked at load to
     be a JSON Schema); an answer that is not is sent back to the model at most `retries` times."""
@@ -264,6 +278,7 @@ class AssistantSpec:
     options: Mapping[str, Any] = field(default_factory=dict[str, Any])
     hook: str | None = None  # as written, relative to the app root
     hook_path: Path | None = None
+    hook_source: HookSource | None = None  # the file's text as this version loaded it (None: read at each call)
     hook_policy: HookPolicy = HookPolicy()
     mcp: McpSettings = McpSettings()
     access: Access = Access()

@@ -1,4 +1,5 @@
-"""Loading a hook file as a run would, without calling it: what `yao-agent validate` reports about hooks.
+"""Loading a hook text as a run would, without calling it: what `yao-agent validate` reports about hooks,
+and what holds a hook that does not load back from a server's reload.
 
 The file goes through the runs' own loading (a fresh context in a worker process, the runtime, then the
 file as its own script, within the assistant's time and memory limits), so validate accepts exactly
@@ -9,14 +10,13 @@ would use it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from yao_agent.dsl.specs import HookPolicy
+from yao_agent.dsl.specs import HookPolicy, HookSource
 from yao_agent.errors import HookError, Problem
 from yao_agent.hooks import errors
 from yao_agent.hooks.bridge import FUNCTIONS
-from yao_agent.hooks.pool import HookFile
-from yao_agent.hooks.procs import WorkerLost, Workers
+from yao_agent.hooks.leases import Workers
+from yao_agent.hooks.pool import Loads
+from yao_agent.hooks.procs import WorkerLost
 
 # A top level that runs longer than this is stopped at validate, even if the assistant allows more:
 # validate must stay quick, and a hook's load is seldom more than a few milliseconds.
@@ -24,15 +24,14 @@ LOAD_LIMIT_MS = 5000
 _EXPECTED = "function Create(ctx, messages, options) or function Next(ctx, payload, options)"
 
 
-async def check_hook_file(path: Path, shown: str, policy: HookPolicy) -> list[Problem]:
-    """Every problem a run would meet loading the hook at `path` (`shown` as the assistant names it)."""
+async def check_hook_source(text: str, shown: str, policy: HookPolicy) -> list[Problem]:
+    """Every problem a run would meet loading this hook text (`shown` as the assistant names its file)."""
     limited = HookPolicy(timeout_ms=min(policy.timeout_ms, LOAD_LIMIT_MS), memory_mb=policy.memory_mb)
     function = FUNCTIONS[0]  # which function a run would be calling only shows in a run's error
-    hook = HookFile(path, shown)
     workers = Workers(1)
     try:
-        hook.refresh(function)
-        engine = await hook.load(await workers.acquire(path), function, limited)
+        engine = await Loads().load(await workers.acquire("check", "check"), HookSource.of(text), shown, function,
+                                    limited)  # fmt: skip
         kinds = dict(engine.kinds)
     except HookError as exc:
         return [_load_problem(exc, shown, policy, limited)]

@@ -83,6 +83,13 @@ def crashed(detail: str, memory_mb: int, *, file: str, function: str) -> HookErr
     return HookError(short(message + f"{memory_mb} MB"), file=file, function=function)
 
 
+def lost_while_waiting(detail: str, *, file: str, function: str) -> HookError:
+    """The process holding the hook's context ended while the hook waited for a `ctx` call: another call
+    in it, or the process itself, failed meanwhile. Nothing of this hook's own is known to be wrong."""
+    message = f"the hook's V8 process ended while the hook waited for a ctx call ({detail}); run it again"
+    return HookError(short(message), file=file, function=function)
+
+
 def host_failure(exc: BaseException) -> str:
     """What a hook sees when a `ctx` method fails on the host: the error's own words, no traceback."""
     return short(str(exc), 300) or type(exc).__name__

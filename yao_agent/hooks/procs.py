@@ -1,16 +1,11 @@
-"""Worker processes for hooks, as seen from the server: started, leased to one hook call at a time, killed.
+"""Worker processes for hooks, as seen from the server: started, asked one request at a time, killed.
 
 A `Worker` is one process running `worker.py`, talked to over its stdin and stdout with the frames that
 module defines. Its replies are read by the event loop's selector (no thread, no blocking read), and
 each request has a hard deadline: the JavaScript budget plus `GRACE_S`, after which the process is
-killed. A process that dies — killed, aborted by V8, out of its data limit — fails only the request in
-flight; its exit is seen through a pidfd, and it is reaped there and then.
-
-`Workers` is the pool: at most `size` processes, each leased to one hook call for the whole call (its
-`ctx` calls included), so a crash can only fail the call that caused it. A call nested in another
-(a hook's `ctx.call` running an assistant with a hook) never waits for a worker, since the one it
-would wait for may be its own caller's: it gets a new process if none is free, and that process is
-stopped when it is given back. A call prefers a free worker that holds its context warm.
+killed. A process that dies — killed, aborted by V8, out of its data limit — fails the request in
+flight and loses its contexts; its exit is seen through a pidfd, and it is reaped there and then.
+Which call may use a worker when is `leases.py`'s.
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from contextvars import ContextVar
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Protocol
@@ -40,14 +34,16 @@ log = logging.getLogger("yao_agent.hook")
 
 GRACE_S = 0.5  # past its JavaScript budget, how long a request may take before its process is killed
 START_S = 30.0  # how long a new process may take to say it is ready (a loaded machine starts slowly)
-CONTEXTS_PER_WORKER = 8  # warm contexts a process keeps (one per hook file version and tenant), LRU
+CONTEXTS_PER_WORKER = 8  # idle warm contexts a process keeps (each for one hook text and tenant), LRU
 _KEEP_STDERR = 4096
 _FATAL = re.compile(r"Fatal [^\n]*")
-_NESTED: ContextVar[int] = ContextVar("yao_agent_hook_nesting", default=0)
 
 
 class Warm(Protocol):
     """A warm context as a worker keeps it (`engine.JsEngine`)."""
+
+    @property
+    def id(self) -> int: ...
 
     def close(self) -> None: ...
 
@@ -82,8 +78,11 @@ class Worker:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.contexts: OrderedDict[Hashable, Warm] = OrderedDict()  # least recently used first
+        # Idle warm contexts by (what they hold, their id), least recently used first: a context in use is
+        # its call's alone and not here. Calls of one text and tenant running together each have one.
+        self.contexts: OrderedDict[tuple[Hashable, int], Warm] = OrderedDict()
         self.busy = True  # leased from the moment it is made
+        self.hosting: dict[Hashable, int] = {}  # tenant → calls in flight whose context is in this process
         self.retired = False  # killed on purpose: never leased again
         self.dead = False
         self.on_gone: Callable[[Worker], None] | None = None  # the pool's: it has exited
@@ -138,10 +137,20 @@ class Worker:
     def leasable(self) -> bool:
         return not (self.busy or self.dead or self.retired or self._abandoned)
 
+    def warm(self, key: Hashable) -> bool:
+        """Whether an idle context holds `key`."""
+        return any(held == key for held, _ in self.contexts)
+
+    def take(self, key: Hashable) -> Warm | None:
+        """The most recently used idle context holding `key`, now the caller's (`keep` gives it back)."""
+        for entry in reversed(self.contexts):
+            if entry[0] == key:
+                return self.contexts.pop(entry)
+        return None
+
     def keep(self, key: Hashable, engine: Warm, limit: int = CONTEXTS_PER_WORKER) -> None:
-        """Remember a warm context; the least recently used beyond `limit` is closed."""
-        self.contexts[key] = engine
-        self.contexts.move_to_end(key)
+        """Remember an idle warm context; the least recently used beyond `limit` is closed."""
+        self.contexts[(key, engine.id)] = engine
         while len(self.contexts) > limit:
             _, oldest = self.contexts.popitem(last=False)
             oldest.close()
@@ -277,6 +286,19 @@ class Worker:
         if self.on_gone is not None:
             self.on_gone(self)
 
+    @property
+    def in_flight(self) -> int:
+        """Calls with a context here now, running or waiting for the host."""
+        return sum(self.hosting.values())
+
+    def hosts_other_than(self, tenant: Hashable) -> bool:
+        """Whether calls of another tenant have a context in flight here (a crash would fail them too)."""
+        return any(other != tenant for other in self.hosting)
+
+    def ending(self) -> str:
+        """How the process ended (or is ending), in words a hook's author can act on."""
+        return self._ending()
+
     def _ending(self) -> str:
         """How the process ended, in words a hook's author can act on."""
         said = self._stderr.decode("utf-8", "replace")
@@ -343,126 +365,3 @@ def _kill_and_reap(proc: subprocess.Popen[bytes], fds: list[int]) -> None:
         if fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-class Workers:
-    """The worker processes of one event loop."""
-
-    def __init__(self, size: int) -> None:
-        self.size = max(1, size)
-        self.loop = asyncio.get_running_loop()
-        self._all: list[Worker] = []  # until reaped, retired ones included
-        self._waiters: list[asyncio.Future[None]] = []
-
-    def idle(self, key: Hashable, *, queued: bool = False) -> Worker | None:
-        """A free worker, preferably one holding `key` warm (no await: the common case). A caller that
-        has not waited yet gets none while others wait: they are served first."""
-        if self._waiters and not queued:
-            return None
-        free: Worker | None = None
-        for candidate in self._all:
-            if candidate.leasable:
-                if key in candidate.contexts:
-                    candidate.busy = True
-                    return candidate
-                if free is None or len(candidate.contexts) < len(free.contexts):
-                    free = candidate
-        if free is not None:
-            free.busy = True
-        return free
-
-    async def acquire(self, key: Hashable) -> Worker:
-        """A worker for this caller alone until `release`: a free one, a new one, or the next given back."""
-        queued = bool(_NESTED.get())  # a nested call goes first: its caller holds a worker already
-        while True:
-            found = self.idle(key, queued=queued)
-            if found is not None:
-                return found
-            if self._running() < self.size or _NESTED.get():
-                return await self._spawn()
-            waiter = self.loop.create_future()
-            self._waiters.append(waiter)
-            queued = True
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                self._wake()  # pass the turn on: what woke this waiter may be the only wake-up
-                raise
-
-    def _running(self) -> int:
-        return sum(1 for worker in self._all if not (worker.dead or worker.retired))
-
-    async def _spawn(self) -> Worker:
-        try:
-            made = Worker(self.loop)
-        except OSError as exc:  # out of processes, of file descriptors
-            raise WorkerLost(f"a process could not be started ({exc.strerror or exc})") from None
-        made.on_gone = self._gone
-        made.on_drained = self._wake
-        self._all.append(made)
-        try:
-            await made.start()
-        except BaseException:
-            made.close_now()
-            raise
-        return made
-
-    def release(self, worker: Worker) -> None:
-        worker.busy = False
-        if not worker.retired and self._running() > self.size:
-            worker.kill("it was an extra worker")  # made for a nested call; reaped when it has exited
-        self._wake()
-
-    def _gone(self, worker: Worker) -> None:
-        if worker in self._all:
-            self._all.remove(worker)
-        self._wake()  # a slot is free for a new process
-
-    def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.pop(0)
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-
-    def enter(self) -> object:
-        """Mark the current task as inside a hook call (see the module's docstring); the token to `leave`."""
-        return _NESTED.set(_NESTED.get() + 1)
-
-    def leave(self, token: object) -> None:
-        _NESTED.reset(token)  # pyright: ignore[reportArgumentType]
-
-    def drop(self, stale: Callable[[Hashable], bool]) -> None:
-        """Free the warm contexts, in free workers, whose keys are `stale` (an old version of a file)."""
-        for worker in self._all:
-            if worker.leasable:
-                for key in [key for key in worker.contexts if stale(key)]:
-                    worker.contexts.pop(key).close()
-
-    def workers(self) -> list[Worker]:
-        return list(self._all)
-
-    async def aclose(self) -> None:
-        """Kill every process and wait until each is reaped."""
-        workers = list(self._all)
-        for worker in workers:
-            worker.kill("the hooks were closed")
-        for worker in workers:
-            try:
-                await asyncio.wait_for(asyncio.shield(worker.exited), 5)
-            except TimeoutError:
-                worker.close_now()
-        self._cancel_waiters()
-
-    def close_now(self) -> None:
-        """The same, blocking: for a pool whose event loop is gone or not this one."""
-        for worker in list(self._all):
-            worker.close_now()
-        self._all.clear()
-        self._cancel_waiters()
-
-    def _cancel_waiters(self) -> None:
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.cancel()
-        self._waiters.clear()

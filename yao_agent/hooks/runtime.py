@@ -1,16 +1,19 @@
-"""Running a hook function: `HookRunner.call(path, shown, "Create", args, ctx, policy)` → `HookCall`.
+"""Running a hook function: `HookRunner.call(source, shown, "Create", args, ctx, policy)` → `HookCall`.
 
 One warm call of a hook that uses no `ctx` method is one string into V8 and one string back (see
 `bridge`). A hook that awaits `ctx` methods goes round: V8 answers with the calls it made, the host
-performs them, delivers the results and asks again, until the hook's promise settles.
+performs them, delivers the results and asks again, until the hook's promise settles. While the host
+performs them the call holds no worker (`leases.py`): its context waits in its worker, and the call
+takes that worker back to deliver the results.
 
 Limits come from the assistant's `HookPolicy`. `timeout_ms` bounds the JavaScript's own running time in
 one call (waiting for a `ctx.call` child run does not count: that run has its own limits); a context
 that timed out or ran out of memory is thrown away and the next call gets a fresh one.
 
-The JavaScript runs in worker processes (`procs.py`). A warm context belongs to one version of one file
-and one tenant — the caller's team, or the user for a caller without a team — so what a hook keeps in
-its globals never reaches another tenant's calls.
+The JavaScript runs in worker processes (`procs.py`). A warm context belongs to one hook text (an app
+version's, `pool.py`) and one tenant — the caller's team, or the user for a caller without a team — so
+what a hook keeps in its globals never reaches another tenant's calls, and a run never meets another
+version's code.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
-from yao_agent.dsl.specs import HookPolicy
+from yao_agent.dsl.specs import HookPolicy, HookSource
 from yao_agent.errors import HookError, UsageError
 from yao_agent.hooks import errors
 from yao_agent.hooks.bridge import FUNCTIONS, POLL, deliver_request, run_request
 from yao_agent.hooks.engine import Budget, JsEngine, ScriptCrash, ScriptFailure, ScriptOutOfMemory, ScriptTimeout
 from yao_agent.hooks.host import MAX_DEPTH, HookContext, HostCalls, TooManyCalls
-from yao_agent.hooks.pool import HookFile
-from yao_agent.hooks.procs import Worker, WorkerLost, Workers
+from yao_agent.hooks.leases import Lease, Workers
+from yao_agent.hooks.pool import HookFile, Loads
+from yao_agent.hooks.procs import Worker, WorkerLost
 from yao_agent.jsonvalue import as_list, as_mapping
 
 __all__ = ["HookCall", "HookContext", "HookRunner"]
@@ -72,15 +76,17 @@ def default_workers() -> int:
 
 
 class ContextKey(NamedTuple):
-    """What a warm context holds: one version of one file, for one tenant."""
+    """What a warm context holds: one hook text (by its digest) of one file (as the app names it; two files
+    alike keep their globals apart), for one tenant."""
 
-    path: Path
-    version: int
+    digest: str
+    file: str
     tenant: tuple[str, str]
 
 
 def tenant_of(snapshot: Mapping[str, object]) -> tuple[str, str]:
-    """Whose hook state a call may see: the caller's team, else the caller (a user without a team)."""
+    """Whose hook state a call may see, and whose share of the workers it uses: the caller's team, else
+    the caller (a user without a team)."""
     team = snapshot.get("team_id")
     return ("team", str(team)) if team else ("user", str(snapshot.get("user_id")))
 
@@ -91,36 +97,54 @@ class HookRunner:
     def __init__(self, workers: int | None = None) -> None:
         self._size = workers if workers is not None else default_workers()
         self._files: dict[Path, HookFile] = {}
+        self._loads = Loads()
         self._pool: Workers | None = None
 
     async def call(
-        self, path: Path, shown: str, function: str, args: Sequence[Any], ctx: HookContext, policy: HookPolicy
+        self,
+        hook: HookSource | Path,
+        shown: str,
+        function: str,
+        args: Sequence[Any],
+        ctx: HookContext,
+        policy: HookPolicy,
     ) -> HookCall:
-        """Call `function(ctx, *args)` of the hook file at `path`; a failure raises `HookError` naming `shown`."""
+        """Call `function(ctx, *args)` of the hook — the text an app version loaded, or the file at a path as
+        it is now; a failure raises `HookError` naming `shown`."""
         if function not in FUNCTIONS:
             raise UsageError(f"a hook function is one of {', '.join(FUNCTIONS)}, not {function!r}")
         pool = self._workers()
-        hook = self._file(path, shown)
-        if hook.refresh(function):
-            current = hook.version.number
-            pool.drop(lambda key: isinstance(key, ContextKey) and key.path == path and key.version != current)
-        loaded = hook.loaded
+        source = hook if isinstance(hook, HookSource) else self._file(hook, shown).current(function)
+        loaded = self._loads.found(source, shown)
         if loaded is not None and loaded.error is None and loaded.kinds.get(function) == "undefined":
             return _ABSENT
         snapshot_json = _to_json(ctx.snapshot)
         args_json = _to_json(args if isinstance(args, list | tuple) else list(args))
-        key = ContextKey(path, hook.version.number, tenant_of(ctx.snapshot))
-        worker = pool.idle(key) or await _acquire(pool, key, shown, function)
+        tenant = tenant_of(ctx.snapshot)
+        key = ContextKey(source.digest, shown, tenant)
+        worker = pool.idle(key, tenant) or await _acquire(pool, key, tenant, shown, function)
+        lease = Lease(pool, worker, tenant)
         engine: JsEngine | None = None
         try:
-            engine = await _engine(worker, key, hook, function, policy)
-            return await _call_in(engine, hook, pool, function, snapshot_json, args_json, ctx, policy)
+            engine = await self._engine(worker, key, source, shown, function, policy)
+            call = _Call(shown, function, policy)
+            return await _call_in(engine, lease, call, snapshot_json, args_json, ctx)
         finally:
-            if engine is not None and (engine.broken or key.version != hook.version.number):
-                if worker.contexts.get(key) is engine:
-                    del worker.contexts[key]
-                engine.close()
-            pool.release(worker)
+            lease.end()
+            if engine is not None:
+                _put_back(worker, key, engine)
+
+    async def _engine(
+        self, worker: Worker, key: ContextKey, source: HookSource, shown: str, function: str, policy: HookPolicy
+    ) -> JsEngine:
+        """The warm context for `key` in `worker`, or a new one with `source` loaded; the call's alone until
+        `_put_back` (a context in use is no warm context another call or the LRU may take)."""
+        found = worker.take(key)
+        if isinstance(found, JsEngine) and not found.broken:
+            return found
+        if found is not None:
+            found.close()
+        return await self._loads.load(worker, source, shown, function, policy)
 
     def _workers(self) -> Workers:
         """The processes of the running loop; those started on another (now gone) loop are stopped."""
@@ -159,56 +183,46 @@ def _close_elsewhere(pool: Workers) -> None:
         pool.close_now()
 
 
-async def _acquire(pool: Workers, key: ContextKey, shown: str, function: str) -> Worker:
+async def _acquire(pool: Workers, key: ContextKey, tenant: tuple[str, str], shown: str, function: str) -> Worker:
     try:
-        return await pool.acquire(key)
+        return await pool.acquire(key, tenant)
     except WorkerLost as exc:
         raise HookError(f"the hook runtime could not be started: {exc.detail}", file=shown,
                         function=function) from None  # fmt: skip
 
 
-async def _engine(worker: Worker, key: ContextKey, hook: HookFile, function: str, policy: HookPolicy) -> JsEngine:
-    """The warm context for `key` in `worker`, or a new one loaded with the file's current version."""
-    found = worker.contexts.get(key)
-    if isinstance(found, JsEngine) and not found.broken:
-        worker.contexts.move_to_end(key)
-        return found
-    engine = await hook.load(worker, function, policy)
-    worker.keep(key, engine)
-    return engine
+def _put_back(worker: Worker, key: ContextKey, engine: JsEngine) -> None:
+    """Keep a context warm for the next call of its text and tenant, unless it cannot serve again."""
+    if engine.broken:
+        engine.close()
+    else:
+        worker.keep(key, engine)
 
 
-async def _call_in(
-    engine: JsEngine,
-    hook: HookFile,
-    pool: Workers,
-    function: str,
-    snapshot: str,
-    args: str,
-    ctx: HookContext,
-    policy: HookPolicy,
-) -> HookCall:
-    """The call proper, on a context of the current version that is this caller's alone."""
+async def _call_in(engine: JsEngine, lease: Lease, call: _Call, snapshot: str, args: str, ctx: HookContext) -> HookCall:
+    """The call proper, on a context that is this caller's alone."""
+    function = call.function
     kind = engine.kinds.get(function, "undefined")
     if kind == "undefined":
         return _ABSENT
     if kind != "function":
-        raise HookError(f"{function} is defined but is not a function (it is a {kind})", file=hook.shown,
+        raise HookError(f"{function} is defined but is not a function (it is a {kind})", file=call.shown,
                         function=function)  # fmt: skip
-    engine.set_memory_limit(policy.memory_mb)
-    call = _Call(hook.shown, function, policy)
+    engine.set_memory_limit(call.policy.memory_mb)
     answer = await _script(engine, [run_request(function, snapshot, args)], call)
     if answer[:1] == "R":  # the common case: a plain function that used no ctx method
         return HookCall(defined=True, value=_decode(answer[1:], call))
-    token = pool.enter()  # only ctx calls can start a child run, whose hooks must not wait for this worker
+    token = lease.pool.enter()  # only ctx calls can start a child run, whose hooks must not wait for room
     try:
-        return HookCall(defined=True, value=await _converse(engine, answer, ctx, call))
+        return HookCall(defined=True, value=await _converse(engine, lease, answer, ctx, call))
     finally:
-        pool.leave(token)
+        lease.pool.leave(token)
 
 
-async def _script(engine: JsEngine, requests: list[str], call: _Call) -> str:
-    """Hand requests to the runtime for one call; V8's failures become the call's `HookError`."""
+async def _script(engine: JsEngine, requests: list[str], call: _Call, *, waited: bool = False) -> str:
+    """Hand requests to the runtime for one call; V8's failures become the call's `HookError`. `waited`:
+    the hook was waiting for the host, so a process found dead now ended while it waited (`WorkerLost`),
+    whether or not its end was noticed before the answer came back."""
     try:
         return await engine.call(requests, call.budget)
     except ScriptTimeout:
@@ -218,23 +232,29 @@ async def _script(engine: JsEngine, requests: list[str], call: _Call) -> str:
     except ScriptFailure as exc:
         raise HookError(errors.short(exc.text), file=call.shown, function=call.function) from None
     except ScriptCrash as exc:
+        if waited:
+            raise WorkerLost(exc.detail) from None
         raise errors.crashed(exc.detail, call.policy.memory_mb, file=call.shown, function=call.function) from None
 
 
-async def _converse(engine: JsEngine, answer: str, ctx: HookContext, call: _Call) -> Any:
+async def _converse(engine: JsEngine, lease: Lease, answer: str, ctx: HookContext, call: _Call) -> Any:
     """Perform the hook's `ctx` calls and hand results back until it settles; its value, or its error.
 
     Every call the hook made is performed even if it did not await it, and even if it then threw (a
     `ctx.log` just before a `throw` is how an author debugs); only a timeout, an overflow or a
-    cancellation abandons calls still running.
+    cancellation abandons calls still running. The worker is let go while the host works.
     """
     host = HostCalls(ctx)
     try:
-        state, body = await _until_settled(engine, answer, host, call)
+        state, body = await _until_settled(engine, lease, answer, host, call)
+        lease.let_go()
         await host.finish()
     except TooManyCalls as exc:
         host.cancel()
         raise HookError(exc.message, file=call.shown, function=call.function) from None
+    except WorkerLost as exc:
+        host.cancel()
+        raise errors.lost_while_waiting(exc.detail, file=call.shown, function=call.function) from None
     except BaseException:
         host.cancel()
         raise
@@ -243,25 +263,26 @@ async def _converse(engine: JsEngine, answer: str, ctx: HookContext, call: _Call
     return body
 
 
-async def _until_settled(engine: JsEngine, answer: str, host: HostCalls, call: _Call) -> tuple[str, Any]:
+async def _until_settled(engine: JsEngine, lease: Lease, answer: str, host: HostCalls, call: _Call) -> tuple[str, Any]:
     """Go round until the hook's promise settles.
 
-    While calls are running, the next step waits for one, delivers it and polls, in one round trip; with
-    none running, one poll shows what the promise's continuations did; if it is still pending after that,
-    nothing will ever wake it.
+    While calls are running, the next step waits for one (without the worker), delivers it and polls, in
+    one round trip; with none running, one poll shows what the promise's continuations did; if it is
+    still pending after that, nothing will ever wake it.
     """
     polled = False
     state, calls, body = _parse(answer, call)
     host.start(calls)
     while state == "P":
-        if host.pending:
-            requests = [deliver_request(await host.next_results()), POLL]
+        waited = bool(host.pending)
+        if waited:
+            requests = [deliver_request(await lease.away(host.next_results())), POLL]
         elif not polled:
             requests = [POLL]
         else:
             raise HookError(f"{call.function} returned a promise that can never settle (it awaits nothing the "
                             "host is doing)", file=call.shown, function=call.function)  # fmt: skip
-        state, calls, body = _parse(await _script(engine, requests, call), call)
+        state, calls, body = _parse(await _script(engine, requests, call, waited=waited), call)
         host.start(calls)
         polled = True
     return state, body

@@ -34,6 +34,7 @@ class Buffer:
     committed: set[str] = field(default_factory=set[str])  # ids of the messages and steps the journal wrote
     journal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # the journal's commits, one at a time
     journal_broken: bool = False  # a commit failed: the rest waits for the flush, in order
+    carried: Any = None  # the run's carry as last committed (pipeline/carry.py): written again only if changed
     # Tool calls answered without running (a stand-in result, a denial), by call id: what they are,
     # which their result's text alone does not say reliably (metrics count them so).
     unrun: dict[str, ToolCallOutcome] = field(default_factory=dict[str, ToolCallOutcome])

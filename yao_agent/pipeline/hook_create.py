@@ -18,7 +18,7 @@ from yao_agent.dsl.specs import ROLE_PREFIX, App, McpUse
 from yao_agent.errors import HookError, UsageError
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import parse_input
-from yao_agent.pipeline import connector
+from yao_agent.pipeline import carry, connector
 from yao_agent.pipeline.answers import CreateChanges, Delegation
 from yao_agent.pipeline.hooking import call_hook
 from yao_agent.pipeline.runtime import Runtime
@@ -45,13 +45,24 @@ def run_options(state: RunState) -> dict[str, Any]:
 async def run(rt: Runtime, state: RunState) -> Delegation | None:
     """Call Create (if the assistant has one) and apply what it returned; the hand-over it asked for, if any."""
     given = [list(state.conversation), run_options(state)]
-    _, changes = await call_hook(rt, state, "hook_create", "Create", given, lambda value: check(rt.app, state, value))
+    _, changes = await call_hook(rt, state, "hook_create", "Create", given, lambda v: _applied(rt.app, state, v))
     if changes is None:
         return None
-    apply(state, changes)
     if changes.options.get("connector"):
         await connector.resolve(rt, state)  # stage 4 again, for the connector the hook chose
     return changes.delegate
+
+
+def _applied(app: App, state: RunState, value: Any) -> CreateChanges | None:
+    """The changes Create asked for, applied to the run before its step is committed: that commit carries
+    what the hook decided (pipeline/carry.py), so a resume holds to it without asking the hook again."""
+    changes = check(app, state, value)
+    if changes is not None:
+        apply(state, changes)
+    if state.parent is None and (changes is None or changes.delegate is None):
+        state.created = True
+        carry.keep_create_messages(state, changes.messages if changes is not None else None)
+    return changes
 
 
 def check(app: App, state: RunState, value: Any) -> CreateChanges | None:

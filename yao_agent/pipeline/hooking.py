@@ -42,8 +42,10 @@ async def call_hook(
         return False, None
     step = state.buffer.begin(step_type, {"function": function, "args": list(args)}, state.thread_id)
     try:
-        outcome = await rt.hooks.call(spec.hook_path, spec.hook or "", function, args, hook_context(rt, state),
-                                      spec.hook_policy)  # fmt: skip
+        # The text this app version loaded (a run keeps its version's hook code); an app not made by the
+        # loader names only the path, read as it is now.
+        hook = spec.hook_source or spec.hook_path
+        outcome = await rt.hooks.call(hook, spec.hook or "", function, args, hook_context(rt, state), spec.hook_policy)
         if not outcome.defined:
             state.buffer.drop(step)
             return False, None

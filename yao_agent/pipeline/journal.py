@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from yao_agent.aio import finish_despite_cancel
 from yao_agent.messages import ChatMessage
+from yao_agent.pipeline import carry
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -41,10 +42,13 @@ async def commit(
         done = [s for s in steps if s.id not in buffer.committed]
         if not new and not done:
             return
+        decided = carry.snapshot(state)  # what the run decided so far goes with its steps: a resume needs both
+        changed = decided if decided != buffer.carried else None
 
         async def write() -> None:
-            await rt.store.commit_steps(state.identity, state.run, new, done)
+            await rt.store.commit_steps(state.identity, state.run, new, done, changed)
             buffer.mark(new, done)  # before a cancel that arrived meanwhile is raised
+            buffer.carried = decided
 
         try:
             await finish_despite_cancel(write())

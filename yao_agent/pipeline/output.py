@@ -21,6 +21,7 @@ its parent's business: a hand-over's reply becomes the root's final answer, and 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Mapping
@@ -78,7 +79,7 @@ def expected(state: RunState) -> Expected | None:
                     output.retries if output is not None else DEFAULT_RETRIES)  # fmt: skip
 
 
-def check(state: RunState) -> tuple[dict[str, Any], ...] | None:
+async def check(state: RunState) -> tuple[dict[str, Any], ...] | None:
     """Where the run would finish: None when there is nothing to check or the final answer fits (its value
     is kept for `stream_end.output`); else the correction to say for one more model turn. OutputError when
     no retry is left, or no retry can help."""
@@ -86,13 +87,12 @@ def check(state: RunState) -> tuple[dict[str, Any], ...] | None:
     if wanted is None:
         return None
     answer = final_answer(state)
-    unusable = schema_problems(wanted.schema)
     try:
-        if unusable:  # a schema from a hook or the assistant's options, which nothing checked before
-            where, message = unusable[0]
-            raise SchemaUnusable(f"the output schema is not usable: at {place(where)}: {message}")
-        value = parse_answer(answer)
-        check_answer(wanted.schema, value)
+        # Off the event loop: a large answer against a large schema takes seconds of CPU, which there would
+        # stop every other run and request. The check bounds itself (MAX_STEPS, patterns on RE2), so the
+        # thread always ends; a thread rather than a process, since a schema and an answer are in memory
+        # here and a process would have to start and be sent both.
+        value = await asyncio.to_thread(_fitting, wanted.schema, answer)
     except SchemaUnusable as exc:
         raise OutputError(str(exc)) from None
     except AnswerProblem as exc:
@@ -106,6 +106,17 @@ def check(state: RunState) -> tuple[dict[str, Any], ...] | None:
         return ({"role": "user", "content": CORRECTION.format(problem=exc, schema=shown)},)
     state.output = value
     return None
+
+
+def _fitting(schema: Mapping[str, Any], answer: str) -> Any:
+    """The answer's JSON value when it fits `schema`; else AnswerProblem, or SchemaUnusable."""
+    unusable = schema_problems(schema)
+    if unusable:  # a schema from a hook or the assistant's options, which nothing checked before
+        where, message = unusable[0]
+        raise SchemaUnusable(f"the output schema is not usable: at {place(where)}: {message}")
+    value = parse_answer(answer)
+    check_answer(schema, value)
+    return value
 
 
 def final_answer(state: RunState) -> str:

@@ -17,7 +17,7 @@ from yao_agent import logs
 from yao_agent.aio import finish_despite_cancel, uncancel
 from yao_agent.errors import RunError, RunTimeout
 from yao_agent.events import StreamStart
-from yao_agent.pipeline import approvals, close, connector, delegate, history, observe, turns
+from yao_agent.pipeline import approvals, carry, close, connector, delegate, history, observe, turns
 from yao_agent.pipeline.admission import Admission, Ticket
 from yao_agent.pipeline.buffer import log
 from yao_agent.pipeline.runtime import Runtime
@@ -66,6 +66,7 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
 
 async def work(rt: Runtime, state: RunState) -> None:
     state.children = delegate.Children(rt, turns.converse)  # how its hooks start child runs
+    carry.restore(state)  # a resume continues the run it resumes: its counters, guards and choices
     await connector.resolve(rt, state)  # 4. connector
     await history.load(rt, state)  # 5. history, and the clean input written ahead
     await turns.converse(rt, state)  # 6–9. Create hook, LLM, tools, Next hook / tool loop
@@ -78,6 +79,7 @@ async def flush(rt: Runtime, state: RunState) -> None:
         if not state.stored:
             await history.load(rt, state)
         messages, steps = state.buffer.pending()  # what the step journal has not committed yet
+        state.run.carry = carry.snapshot(state)  # what the run decided, for a resume of it
         waiting = approvals.to_store(state) if state.run.status == "waiting" else ()  # the calls it stopped for
         await rt.store.finish_run(state.identity, state.run, messages, steps, waiting)
     except Exception:

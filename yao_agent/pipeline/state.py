@@ -110,6 +110,8 @@ class RunState:
     children: ChildRuns = field(default_factory=_NoChildren)
     spend: RunSpend = field(default_factory=RunSpend)  # the root's: what its hooks used of the per-run limits
     waiting: list[Approval] = field(default_factory=list[Approval])  # the root's: calls it stopped for (approvals)
+    created: bool = False  # the root's: its Create hook ran (a resume does not ask it again: pipeline/carry.py)
+    create_messages: list[dict[str, Any]] | None = None  # the root's: the conversation its Create hook wrote
 
     # The context's fields, read where a stage reads them.
     @property

@@ -99,8 +99,8 @@ async def run_round(
     if attempt == limit:
         raise ToolError(_summary(f"tool calls failed after {limit} attempts", failed))
     state.buffer.recovered(step)  # the model is asked to correct it: a resume never runs it again
+    state.tool_attempt = attempt  # before the commit: a resume counts this attempt
     await journal.commit(rt, state, steps=[step])
-    state.tool_attempt = attempt
     return Correct()
 
 
@@ -155,8 +155,8 @@ async def _run_all(
         while journaled[0] in finished:  # committed in call order (a result waits for the earlier calls')
             ready.append(finished[journaled[0]].message)
             journaled[0] += 1
-        if ready:
-            await journal.commit(rt, state, ready)
+        if ready and len(finished) < len(calls):  # the last result goes with the round's own commit (run_round),
+            await journal.commit(rt, state, ready)  # which also carries what the round decided (pipeline/carry.py)
 
     async with asyncio.TaskGroup() as group:  # one call failing (or a cancel) stops the others
         for index, call in enumerate(calls):

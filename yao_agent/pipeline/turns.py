@@ -35,6 +35,7 @@ from yao_agent.pipeline import (
 from yao_agent.pipeline.answers import Delegation, NextDecision
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.journal import ANSWERED
 from yao_agent.store.records import StepRecord
 from yao_agent.vocabulary import Transition
 
@@ -75,7 +76,7 @@ Outcome = Continue | HandOver | Finish
 async def converse(rt: Runtime, state: RunState, resume_at: StepRecord | None = None) -> None:
     """The stages; a resumed run (or a child of one, at `resume_at`) starts at the step it stopped at."""
     outcome = await _opening(rt, state, resume_at)
-    while not isinstance(outcome := _checked(state, outcome), Finish):
+    while not isinstance(outcome := await _checked(state, outcome), Finish):
         if isinstance(outcome, HandOver):
             await state.children.hand_over(state, outcome.target)
             outcome = _unless_appended(state, Finish())
@@ -83,12 +84,12 @@ async def converse(rt: Runtime, state: RunState, resume_at: StepRecord | None = 
             outcome = await _turn(rt, state, outcome)
 
 
-def _checked(state: RunState, outcome: Outcome) -> Outcome:
+async def _checked(state: RunState, outcome: Outcome) -> Outcome:
     """Before the run finishes, its final answer is checked against its output schema (`output`): one
     that does not fit is sent back, without tools, since only the answer's form is at fault."""
     if not isinstance(outcome, Finish):
         return outcome
-    correction = output.check(state)
+    correction = await output.check(state)
     return outcome if correction is None else Continue("output_retry", correction, with_tools=False)
 
 
@@ -101,21 +102,54 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
     if step is not None and step.type in ("hook_next", "tool") and step.input is not None:
         return await _resume_step(rt, state, step)
     if step is not None and step.type == "llm" and step.status == "interrupted":
-        after = _after_journal(step)  # a killed run: on after its last committed step
+        after = await _after_journal(rt, state, step)  # a killed run: on after its last committed step
         if after is not None:
             return after
+    if state.created:  # a resumed run whose Create hook already decided (pipeline/carry.py): not asked again
+        if state.create_messages is not None:
+            state.conversation = list(state.create_messages)
+        return _again(step)
     handed_to = await hook_create.run(rt, state)
     return HandOver(handed_to) if handed_to is not None else Continue("first")
 
 
-def _after_journal(step: StepRecord) -> Outcome | None:
+async def _after_journal(rt: Runtime, state: RunState, step: StepRecord) -> Outcome | None:
     """Where an interrupted run goes on (store/journal.py chose): its last reply was complete (nothing is
-    asked again), or its last round of tool results goes to the model; None: it starts over."""
-    if as_mapping(step.input).get("resume") == "answered":
+    asked again), or its last round of tool results goes on as the uninterrupted run would have (the
+    loop detector, the Next hook and the tool loop see it); None: it starts over."""
+    if as_mapping(step.input).get("resume") == ANSWERED:
         return Finish()
-    if step.transition == "tool_retry":
-        return Continue("tool_retry", ({"role": "system", "content": RETRY_PROMPT},))
-    return Continue(step.transition) if step.transition is not None else None
+    if step.transition == "tool_results":
+        found = await _last_round(rt, state)
+        return await _after_reply(rt, state, *found) if found is not None else Continue("tool_results")
+    return _again(step) if step.transition is not None else None
+
+
+async def _last_round(rt: Runtime, state: RunState) -> tuple[ChatMessage, list[dict[str, Any]]] | None:
+    """The stored reply whose round of tool results ended the journal, and those results as the Next hook
+    is given them (a stored result is text: an error is in it, not beside it)."""
+    reply = next((m for m in reversed(state.history) if m.role == "assistant" and m.tool_calls), None)
+    if reply is None:
+        return None  # beyond the history's window: the results go to the model as they are
+    said = {m.tool_call_id: m.content for m in state.history if m.role == "tool"}
+    tools = (await tool_round.offered(rt, state)).tools
+    results: list[dict[str, Any]] = []
+    for call in reply.tool_calls:
+        spec = rt.tools.find(call.name, tools)
+        server, tool = (spec.server, spec.tool) if spec is not None else ("", call.name)
+        results.append({"tool_call_id": call.id, "server": server, "tool": tool, "arguments": call.arguments,
+                        "result": said.get(call.id), "error": None})  # fmt: skip
+    return reply, results
+
+
+def _again(step: StepRecord | None) -> Continue:
+    """The model call a resumed run makes again: the one that failed, for the reason it was made."""
+    why: Transition = step.transition if step is not None and step.type == "llm" and step.transition else "first"
+    if why == "tool_retry":
+        return Continue(why, ({"role": "system", "content": RETRY_PROMPT},))
+    if why == "last_word":
+        return Continue(why, ({"role": "system", "content": LAST_WORD},), with_tools=False)
+    return Continue(why)
 
 
 async def _turn(rt: Runtime, state: RunState, how: Continue) -> Outcome:

@@ -19,6 +19,7 @@ Types and ranges are checked as OpenAI documents them; a wrong one is a 400 nami
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, cast
@@ -165,15 +166,18 @@ class CompletionBody(BaseModel):
                 check_text(value, name)
             except UsageError as exc:  # its message names the place inside the field
                 raise InvalidParam(str(exc), param=name) from None
-        self._check_output_schema()
 
-    def _check_output_schema(self) -> None:
+    async def check_output_schema(self) -> None:
         """The `json_schema` becomes the run's output schema, which every answer is validated against: one
-        that is no JSON Schema is the caller's mistake, said now rather than as a failed run."""
+        that is no JSON Schema, or that this server will not apply (too deep or big, a pattern RE2 cannot
+        run, a `$ref` outside it), is the caller's mistake, said now rather than after a paid model call.
+
+        In a thread: a schema of MAX_BYTES takes about a second of CPU to check the first time (checked
+        schemas are remembered), which on the event loop would stop every other request."""
         given = self.response_format.json_schema if self.response_format is not None else None
         if given is None or given.schema_ is None:
             return
-        problems = schema_problems(given.schema_)
+        problems = await asyncio.to_thread(schema_problems, given.schema_)
         if problems:
             where, message = problems[0]
             inside = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where)

@@ -89,6 +89,7 @@ ERRORS = sorted({400, 401, 404, 409, 413, 429, *FAILURE_STATUS.values()})
 async def completions(body: CompletionBody, request: Request, who: Caller) -> Any:
     """An OpenAI chat completion by the assistant `model`, streamed (`stream: true`) or not."""
     body.check()
+    await body.check_output_schema()
     check_messages(server_settings(request), body.messages)
     given = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
     ask = RunRequest(body.model, who, body.messages, chat_id=str(given) if given is not None else None,

@@ -1,7 +1,9 @@
 """Changing the app while it serves (CONTRACT §8.4): watch its files, load a change, serve it if it is valid.
 
 A change that validates becomes the app of every run that starts after it (`Runs.adopt`); runs in
-flight finish on the version they started with. A change that does not validate changes nothing: the
+flight finish on the version they started with, their hooks included (a version carries the text of
+each hook file as it was read and loaded in V8 here: a hook that does not compile is a problem like
+bad YAML). A change that does not validate changes nothing: the
 last good version keeps serving, and every problem is logged as `file:line …` and kept for
 `GET /api/app` until a later load succeeds. SIGHUP loads at once (also what a supervisor of several
 workers sends each of them, so that they converge on one version).
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from pathlib import Path
 
-from yao_agent.dsl.loader import check_app
+from yao_agent.dsl.loader import Probe, check_app
 from yao_agent.errors import Problem, UsageError
+from yao_agent.probe import probe
 from yao_agent.runs import Runs
 
 log = logging.getLogger("yao_agent.reload")
@@ -53,7 +57,7 @@ class Reloader:
         """Load the app's files now; serve them if they are valid and differ. Whether the version changed."""
         async with self._lock:  # one load at a time: the newest files win
             try:
-                report = await asyncio.to_thread(check_app, self.root)
+                report = await asyncio.to_thread(check_app, self.root, probe=self._probe())
                 found, errors = report.app, report.errors
             except UsageError as exc:  # the folder itself is gone or emptied
                 found, errors = None, [Problem(str(self.root), 0, "", str(exc))]
@@ -71,6 +75,12 @@ class Reloader:
             self.runs.adopt(found)
             log.info("app reloaded (%s): version %s, was %s", why, found.version, previous)
             return True
+
+    def _probe(self) -> Probe:
+        """Hooks are part of the version: each hook text is loaded in V8 as `validate` loads it, except those
+        the serving version loaded already (checked then), so a hook that does not compile is held back."""
+        served = frozenset(a.hook_source.digest for a in self.runs.app.assistants.values() if a.hook_source)
+        return functools.partial(probe, hooks=True, mcp=False, trusted=served)
 
     def start(self) -> None:
         """Watch the app's files from now on (until `aclose`)."""

@@ -70,7 +70,7 @@ class MessageOut(BaseModel):
 
 
 class UsageOut(BaseModel):
-    """What a run used, its child runs included (CONTRACT §5)."""
+    """What a run used, its child runs included."""
 
     input_tokens: int
     output_tokens: int
@@ -246,7 +246,7 @@ class UsageRowOut(UsageTotalOut):
 
 
 class UsageReportOut(BaseModel):
-    """Usage and cost over a span of days (CONTRACT §8.2)."""
+    """Usage and cost over a span of days."""
 
     scope: UsageScopeOut
     from_: str = Field(alias="from", description="the first day, YYYY-MM-DD")

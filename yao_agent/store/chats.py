@@ -128,7 +128,7 @@ def _run(row: Any) -> RunRecord:
         assistant_id=row.assistant_id, trace_id=row.trace_id, owner=row.owner, started_at=row.started_at,
         status=row.status, reason=row.reason, error=row.error, usage=row.usage or {}, next=row.next,
         resumed_from=row.resumed_from, ended_at=row.ended_at, duration_ms=row.duration_ms,
-        app_version=row.app_version,
+        app_version=row.app_version, carry=row.carry,
     )  # fmt: skip
 
 
@@ -197,16 +197,18 @@ class ChatStore:
         await self.db.write_tx(work)
 
     async def commit_steps(
-        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
-    ) -> None:
-        """The step journal: messages and completed steps of a running run, in one small transaction."""
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
+        carry: Any = None,
+    ) -> None:  # fmt: skip
+        """The step journal: messages and completed steps of a running run, in one small transaction; with
+        the run's carry (what it decided so far) when it changed."""
         identity = _require(identity)
 
         def work(tx: Tx) -> None:
             chat = _locked(tx, identity, run)
             if chat is None:
                 raise NotFound(f"no chat '{run.chat_id}'")
-            runlog.journal(tx, run, chat, new, done)
+            runlog.journal(tx, run, chat, new, done, carry)
 
         await self.db.write_tx(work)
 

@@ -36,8 +36,9 @@ class Store(Protocol):
     async def start_run(self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage]) -> None: ...
 
     async def commit_steps(
-        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord]
-    ) -> None: ...
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
+        carry: Any = None,
+    ) -> None: ...  # fmt: skip
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],

@@ -55,6 +55,7 @@ class RunRecord:
     ended_at: float | None = None
     duration_ms: int | None = None
     app_version: str | None = None  # the app's files it started with (`App.version`)
+    carry: Any = None  # what the run decided, for its resume (pipeline/carry.py); JSON
 
 
 @dataclass(slots=True)

@@ -63,7 +63,8 @@ _STARTED = ("id", "chat_id", "user_id", "team_id", "assistant_id", "trace_id", "
 INSERT_RUN = Sql(runs.insert(), columns=_STARTED)  # its outcome's columns are the flush's
 INSERT_STEP = Sql(steps.insert())
 _RUN = update(runs).where(runs.c.id == bindparam("run_id"))
-FINISH_RUN = Sql(_RUN, columns=("status", "reason", "error", "usage", "next", "ended_at", "duration_ms"))
+FINISH_RUN = Sql(_RUN, columns=("status", "reason", "error", "usage", "next", "ended_at", "duration_ms", "carry"))
+CARRY_RUN = Sql(_RUN, columns=("carry",))
 _OF_CHAT_ROW = update(chats).where(chats.c.id == bindparam("chat_id"))
 START_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status", "last_run_id"))
 FINISH_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status"))
@@ -174,19 +175,21 @@ def finish(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
         ledger.record(tx, run, done)  # the model calls among them, in the usage ledger
     tx.execute(FINISH_RUN, {"status": run.status, "reason": run.reason, "error": run.error, "usage": run.usage,
                             "next": run.next, "ended_at": run.ended_at, "duration_ms": run.duration_ms,
-                            "run_id": run.id})  # fmt: skip
+                            "carry": run.carry, "run_id": run.id})  # fmt: skip
     tx.execute(FINISH_CHAT, {"message_count": count, "updated_at": run.ended_at or now, "last_status": run.status,
                              "chat_id": run.chat_id})  # fmt: skip
 
 
 def journal(tx: Tx, run: RunRecord, chat: ChatRecord, new: Sequence[ChatMessage],
-            done: Sequence[StepRecord]) -> None:  # fmt: skip
+            done: Sequence[StepRecord], carry: Any = None) -> None:  # fmt: skip
     """The step journal: messages and completed steps of a run still going, committed as they complete
-    (its outcome stays the flush's: `finish`)."""
+    (its outcome stays the flush's: `finish`), with what the run decided so far (`carry`) when given."""
     count = _append(tx, run.chat_id, chat.message_count, new)
     if done:
         tx.executemany(INSERT_STEP, [_step_row(step) for step in done])
         ledger.record(tx, run, done)
+    if carry is not None:
+        tx.execute(CARRY_RUN, {"carry": carry, "run_id": run.id})
     if count != chat.message_count:
         tx.execute(COUNT_CHAT, {"message_count": count, "chat_id": run.chat_id})
 

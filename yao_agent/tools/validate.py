@@ -11,6 +11,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
+from yao_agent import schema_bounds
+from yao_agent.safe_regex import RegexRefused
 from yao_agent.tools.catalog import ToolSpec
 
 if TYPE_CHECKING:
@@ -83,10 +85,13 @@ class ArgumentChecker:
         if validator is None:
             return
         try:
-            errors = sorted(validator.iter_errors(arguments), key=_error_order)
-        except Unresolvable as exc:  # a `$ref` we do not fetch: the server checks the arguments its own way
-            log.warning("MCP server '%s': tool '%s' has a schema reference that is not followed: %s", spec.server,
-                        spec.tool, exc)  # fmt: skip
+            # The schema's patterns on RE2: the arguments are the model's, which a user can steer, and Python's
+            # `re` may take hours over them with a pattern such as `(a+)+$` (schema_bounds).
+            with schema_bounds.bounded(steps=None):
+                errors = sorted(validator.iter_errors(arguments), key=_error_order)
+        except (Unresolvable, RegexRefused) as exc:  # the MCP server checks the arguments its own way
+            log.warning("MCP server '%s': tool '%s' has a schema this server does not apply (%s): its arguments "
+                        "go to the server unchecked", spec.server, spec.tool, exc)  # fmt: skip
             self._validators[spec] = None
             return
         if errors:
