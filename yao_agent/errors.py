@@ -134,7 +134,7 @@ class ModelError(RunError):
         partial: str = "",
     ) -> None:
         super().__init__(message, reason="context_overflow" if kind == "context_overflow" else "model_error")
-        self.kind = kind
+        self.kind: ModelErrorKind = kind
         self.retryable = retryable
         self.status = status
         self.connector = connector

@@ -172,13 +172,14 @@ def record(state: RunState) -> None:
 def _model_call(live: _Set, step: StepRecord) -> None:
     made = as_mapping(step.output)
     hops = [as_mapping(hop) for hop in as_list(made.get("fallbacks"))]
-    for hop in hops:
+    for hop in hops:  # each try it gave up on is a (`recovered`) step of its own, counted as one
         live.fallbacks.labels(str(hop.get("from")), str(hop.get("to"))).inc()
-        live.model_calls.labels(str(hop.get("from")), "error").inc()  # the call it gave up on failed
-    # A failed call's step names no connector (it would be a row of the usage ledger): the one it failed
-    # on is the last it fell back to, else the chain's first.
+    # A failed call's step names no connector in its output (it would be a row of the usage ledger): a
+    # try the call went past names it in its error; the one the call failed on is the last it fell back
+    # to, else the chain's first.
     tried = as_list(as_mapping(step.input).get("connectors"))
-    connector = made.get("connector") or (hops[-1].get("to") if hops else tried[0] if tried else None)
+    connector = (made.get("connector") or as_mapping(step.error).get("connector")
+                 or (hops[-1].get("to") if hops else tried[0] if tried else None))  # fmt: skip
     if not isinstance(connector, str):
         return  # no connector was asked (an empty chain)
     live.model_calls.labels(connector, OUTCOMES.get(step.status, step.status)).inc()
@@ -197,17 +198,21 @@ def _model_call(live: _Set, step: StepRecord) -> None:
 
 def _tool_calls(state: RunState) -> Tally[tuple[str, str, str]]:
     """(server, tool, outcome) of every call that got a result. A completed tool step keeps no input, so
-    the calls are read from the messages: each result paired with its call, the tool named by the offer
-    (what a model may call), and an error told by the text the model was sent for it."""
+    the calls are read from the messages: each result paired with its call (made by this run, or by the
+    run it continues: an approval's, a resume's), the tool named by the offer (what a model may call),
+    and an error told by the text the model was sent for it. A result given without running the call
+    (a stand-in, a denial) counts as what it is: `waiting`, `denied`, `cancelled`, `not_run`."""
     offered = {spec.name: (spec.server, spec.tool) for spec in (state.tools.tools if state.tools else ())}
     errors = set(_error_texts(state.buffer.steps))
-    named = {call.id: call.name for message in state.buffer.messages for call in message.tool_calls}
+    named = {call.id: call.name for message in [*state.history, *state.buffer.messages] for call in message.tool_calls}
+    unrun = state.buffer.unrun
     tally: Tally[tuple[str, str, str]] = Tally()
     for message in state.buffer.messages:
-        if message.role != "tool" or message.tool_call_id is None:
+        call_id = message.tool_call_id
+        if message.role != "tool" or call_id is None:
             continue
-        server, tool = offered.get(named.get(message.tool_call_id, ""), (UNKNOWN, UNKNOWN))
-        tally[server, tool, "error" if message.content in errors else "ok"] += 1
+        server, tool = offered.get(named.get(call_id, ""), (UNKNOWN, UNKNOWN))
+        tally[server, tool, unrun.get(call_id) or ("error" if message.content in errors else "ok")] += 1
     return tally
 
 

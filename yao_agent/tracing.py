@@ -263,10 +263,11 @@ def _step_span(tracer: Tracer, under: Span, step: StepRecord, name: str, attribu
 
 def _chat(state: RunState, step: StepRecord) -> tuple[str, dict[str, Any]]:
     """A model call's span name and GenAI attributes (what the step kept of who answered and its usage)."""
-    made = as_mapping(step.output)
+    made, failed = as_mapping(step.output), as_mapping(step.error)
     specs = {c.id: c for c in state.chain}
     asked = as_list(as_mapping(step.input).get("connectors"))  # kept by a call that failed before any answer
-    connector = str(made.get("connector") or (asked[0] if asked else ""))
+    # A try the call went past (pipeline/trail.py) names its connector in its error.
+    connector = str(made.get("connector") or failed.get("connector") or (asked[0] if asked else ""))
     model = str(made.get("model") or (specs[connector].model if connector in specs else ""))
     usage = as_mapping(made.get("usage"))
     kinds = {c.id: c.type for c in state.chain}
@@ -281,6 +282,8 @@ def _chat(state: RunState, step: StepRecord) -> tuple[str, dict[str, Any]]:
         attributes["yao.cost_usd"] = usage["cost_usd"]
     if isinstance(made.get("first_token_ms"), int | float):
         attributes["yao.first_token_ms"] = made["first_token_ms"]
+    if isinstance(failed.get("kind"), str):
+        attributes["error.type"] = failed["kind"]  # how it failed: timeout, rate_limit, connection, ...
     return f"chat {model}".strip(), attributes
 
 
@@ -292,13 +295,16 @@ def _tools(tracer: Tracer, state: RunState, under: Span, step: StepRecord, names
     given = as_mapping(step.input)
     ids = [str(as_mapping(c).get("id")) for c in as_list(given.get("calls"))] or list(results)
     errors = set(_tool_errors(step))
+    unrun = state.buffer.unrun  # calls answered without running: waiting, denied, cancelled, not_run
     for call_id in ids:
         result = results.get(call_id)
         said = result.content if result is not None and isinstance(result.content, str) else None
         failed = said in errors if result is not None else step.status in FAILED
         name = names.get(call_id, "")
+        outcome = unrun.get(call_id) or ("error" if failed else "ok")
         span = _step_span(tracer, under, step, f"execute_tool {name}".strip(), {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
+            "yao.tool.outcome": outcome,
         }, failed)  # fmt: skip
         span.end(end_time=_ns(result.created_at if result is not None else _end(step)))
 

@@ -58,6 +58,10 @@ ModelErrorKind = Literal[
     "config",
     "incomplete",
 ]
+# What became of a tool call (`yao_tool_calls_total{outcome}`): it ran (`ok`, `error`), or it was answered
+# without running — it waits for a person, a person denied it, the run was cancelled under it, or the
+# run ended (failed, or allowed no more calls) before it ran.
+ToolCallOutcome = Literal["ok", "error", "waiting", "denied", "cancelled", "not_run"]
 OnBusy = Literal["queue", "reject", "interrupt"]
 MessageStatus = Literal["completed", "incomplete"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from yao_agent.connectors import CallEvent, Engines, Fallback, ModelRequest, RetryPolicy, stream_call
+from yao_agent.connectors import CallEvent, Engines, FailedTry, Fallback, ModelRequest, RetryPolicy, stream_call
 from yao_agent.connectors.assemble import Assembled
 from yao_agent.dsl.envvars import EnvValue
 from yao_agent.dsl.specs import Capabilities, ConnectorSpec
@@ -76,6 +76,6 @@ async def drain(
 def assemble(events: Sequence[CallEvent]) -> Assembled:
     out = Assembled()
     for event in events:
-        if not isinstance(event, Fallback):
+        if not isinstance(event, Fallback | FailedTry):
             out.add(event)
     return out

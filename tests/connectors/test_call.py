@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.connectors.helpers import ENGINES, EngineName, Sleeps, assemble, drain, fake_connector
-from yao_agent.connectors import CallEvent, Engines, Fallback, ModelRequest, RetryPolicy, stream_call
+from yao_agent.connectors import CallEvent, Engines, FailedTry, Fallback, ModelRequest, RetryPolicy, stream_call
 from yao_agent.connectors.deltas import Finish, TextDelta, ToolCallDelta, Usage
 from yao_agent.errors import ModelError
 from yao_agent.testing import FakeProvider, Reply, ToolCall
@@ -156,6 +156,10 @@ async def test_retryable_errors_are_retried_with_back_off(fake: FakeProvider) ->
     assert assemble(events).content == "third time lucky"
     assert sleeps.calls == [0.5, 1.0]
     assert len(fake.requests) == 3
+    # Each try gone past is said, before its back-off: a run records it.
+    tries = [e for e in events if isinstance(e, FailedTry)]
+    assert [(t.connector, t.kind) for t in tries] == [("fake.model", "server"), ("fake.model", "rate_limit")]
+    assert events.index(tries[-1]) < len(events) - 1 and "HTTP 429" in tries[-1].message
 
 
 async def test_fatal_errors_are_not_retried(fake: FakeProvider) -> None:
@@ -183,6 +187,9 @@ async def test_fallback_before_the_first_token(fake: FakeProvider, engine: Engin
     [fallback] = [e for e in events if isinstance(e, Fallback)]
     assert (fallback.from_connector, fallback.to_connector) == ("a.first", "b.second")
     assert "provider error (HTTP 500)" in fallback.reason and "upstream down" in fallback.reason
+    [failed] = [e for e in events if isinstance(e, FailedTry)]  # the try the chain went past
+    assert (failed.connector, failed.kind, failed.message) == ("a.first", "server", fallback.reason)
+    assert events.index(failed) == events.index(fallback) - 1
     assert assemble(events).content == "from the second"
     assert [r.model for r in fake.requests] == ["first", "second"]
 

@@ -40,3 +40,16 @@ def test_runs_of_a_chat_that_is_not_yours_is_exit_2(cli: Cli, fake: FakeProvider
     assert cli("runs", "r2", "--user", "mallory")[0] == 2
     assert cli("runs", "nope")[0] == 2
     assert cli("runs", "r2", "run_nope")[0] == 2
+
+
+def test_a_try_that_failed_and_was_retried_shows_as_a_step(cli: Cli, fake: FakeProvider) -> None:
+    """The provider's 503, retried: the failed try is a line of its own, with who failed how."""
+    fake.enqueue(Reply(status=503, error_message="overloaded"), Reply(text="Hello."))
+    assert cli("chat", "tooled", "hi", "--chat", "r3")[0] == 0
+    run_id = cli("runs", "r3")[1].split()[0]
+    code, shown = cli("runs", "r3", run_id)
+    assert code == 0
+    tried, answered = shown.splitlines()[1:]
+    assert tried.split()[:4] == ["1", "llm", "first", "fake.model/text"] and "recovered" in tried
+    assert tried.endswith("model call to fake.model failed: provider error (HTTP 503): overloaded")
+    assert answered.split()[:4] == ["2", "llm", "first", "fake.model/text"] and answered.endswith("completed")

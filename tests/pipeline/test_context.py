@@ -324,6 +324,40 @@ async def test_the_connectors_window_is_the_default_and_summaries_may_come_from_
     await rt.tools.aclose()
 
 
+async def test_a_summary_whose_first_link_is_down_records_the_failed_try(
+    tmp_path: Path, store: SqlStore, model: Model
+) -> None:
+    """The summariser's chain falls back past a link that is down: that try is a step of the run's own
+    (`recovered`, who failed how), before the summary the next link wrote."""
+    agent = AGENT.replace("keep_recent_turns: 2}", "keep_recent_turns: 2, summarize_with: 'use::light'}")
+    down = Reply(status=503, error_message="down")
+    double = FunctionModel(lambda request: down if request.connector == "fake.down" else model(request))
+    connector = f"type: openai\nmodel: text\nbase_url: {double.base_url}\napi_key: sk-x\n"
+    rt = agent_runtime(tmp_path, store, double, **{
+        "assistants/agent/assistant.yml": agent,
+        "connectors/fake/light.yml": connector,
+        "connectors/fake/down.yml": connector.replace("model: text", "model: down"),
+        "app.yml": "roles:\n  default: fake.model\n  light: [fake.down, fake.light]\n",
+    })  # fmt: skip
+    try:
+        number, end = 0, None
+        while not model.summarised:
+            number += 1
+            end = end_of(await ask(rt, number))
+            assert end.status == "completed"
+        assert end is not None
+        view = await runs_of(rt).run_view(ALICE, "c1", end.run_id)
+        steps = [s for s in view.to_api()["steps"] if s["type"] == "llm"]
+        at = next(i for i, s in enumerate(steps) if s.get("connector") == "fake.down")
+        tried, summary = steps[at], steps[at + 1]
+        assert (tried["status"], tried["model"], tried["error"]["kind"]) == ("recovered", "down", "server")
+        assert (summary["status"], summary["connector"]) == ("completed", "fake.light")
+        assert summary["fallbacks"] == [{"from": "fake.down", "to": "fake.light", "reason": tried["error"]["message"]}]
+    finally:
+        await rt.engines.aclose()
+        await rt.tools.aclose()
+
+
 async def _transitions(rt: Runtime, run_id: str) -> list[Any]:
     view = await runs_of(rt).run_view(ALICE, "c1", run_id)
     assert view is not None

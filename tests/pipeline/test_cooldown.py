@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import end_of, turn
+from tests.pipeline.helpers import ALICE, end_of, turn
 from yao_agent.connectors import Cooldowns, RetryPolicy
 from yao_agent.events import FallbackEvent, StreamEnd
 from yao_agent.pipeline import Runtime
@@ -48,6 +49,14 @@ async def chained(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> Async
         await rt.engines.aclose()
 
 
+async def steps_shown(rt: Runtime, chat_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's steps as GET /api/chats/{id}/runs/{run_id} shows them."""
+    view = await rt.store.run_view(ALICE, chat_id, run_id)
+    assert view is not None
+    steps: list[dict[str, Any]] = view.to_api()["steps"]
+    return steps
+
+
 def models_asked(fake: ScriptedModel) -> list[str]:
     return [r.model for r in fake.requests]
 
@@ -58,6 +67,11 @@ async def test_a_failed_link_is_skipped_until_its_cooldown_is_over(chained: Chai
     events = await turn(rt, "one", chat_id="c1")
     assert end_of(events).status == "completed"
     assert models_asked(fake) == ["e500", "e500", "e500", "text"]
+    # The run's record says where the time went: three tries of the first link, then the answer.
+    steps = await steps_shown(rt, "c1", end_of(events).run_id)
+    assert [(s["status"], s["connector"], s.get("error", {}).get("kind")) for s in steps] == [
+        *[("recovered", "fake.first", "server")] * 3, ("completed", "fake.model", None)]  # fmt: skip
+    assert steps[-1]["fallbacks"][0]["reason"].startswith("model call to fake.first failed: provider error")
 
     fake.reset()
     events = await turn(rt, "two", chat_id="c2")  # another chat: the process remembers the connector
@@ -65,6 +79,8 @@ async def test_a_failed_link_is_skipped_until_its_cooldown_is_over(chained: Chai
     [skipped] = [e for e in events if isinstance(e, FallbackEvent)]
     assert (skipped.from_connector, skipped.to) == ("fake.first", "fake.model")
     assert skipped.reason == "skipped: it failed lately (30 s more)"
+    [step] = await steps_shown(rt, "c2", end_of(events).run_id)  # no try: the skip is said with the answer
+    assert step["fallbacks"] == [{"from": "fake.first", "to": "fake.model", "reason": skipped.reason}]
 
     fake.reset()
     assert isinstance(clock.clock, Clock)

@@ -434,6 +434,38 @@ async def test_next_continue_stops_at_max_turns(make: Make, fake: ScriptedModel)
     await close(rt)
 
 
+@pytest.mark.parametrize("returned", ["{continue: {messages: []}}", "{continue: {}}"])
+async def test_next_continue_without_messages_asks_the_model_again(
+    make: Make, fake: ScriptedModel, returned: str
+) -> None:
+    """No new message is meaningful: the model is asked again with the conversation as it is, as many
+    times as `max_turns` allows."""
+    rt = make(f"function Next() {{ return {returned} }}",
+              more={"app.yml": "roles:\n  default: fake.model\nlimits: {max_turns: 3}\n"})  # fmt: skip
+    fake.enqueue(Reply(text="one"), Reply(text="two"), Reply(text="three"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.reason) == ("failed", "max_turns")
+    assert [r.messages for r in fake.requests] == [
+        [{"role": "user", "content": "hi"}],
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "one"}],
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "one"},
+         {"role": "assistant", "content": "two"}],
+    ]  # fmt: skip
+    view = await rt.store.run_view(ALICE, "c1", end.run_id)
+    assert view is not None
+    assert [s.transition for s in view.steps if s.type == "llm"] == ["first", "hook_continue", "hook_continue"]
+    await close(rt)
+
+
+async def test_next_continue_that_is_no_object_is_a_hook_error(make: Make, fake: ScriptedModel) -> None:
+    rt = make("function Next() { return {continue: 'yes'} }")
+    fake.enqueue(Reply(text="the reply"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.reason, end.error["message"]) == (
+        "hook_error", "Next returned continue of type str (expected {messages?: [...]})")  # fmt: skip
+    await close(rt)
+
+
 async def test_next_with_on_error_ignore_keeps_the_reply(
     make: Make, fake: ScriptedModel, caplog: pytest.LogCaptureFixture
 ) -> None:

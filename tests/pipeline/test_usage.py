@@ -12,16 +12,18 @@ import pytest
 from sqlalchemy import select
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, turn
+from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
 from yao_agent.dsl.specs import ConnectorSpec, Pricing
+from yao_agent.events import Event, MessageDelta, MessageEnd
 from yao_agent.identity import Identity
-from yao_agent.pipeline import Runtime
+from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.pricing import Price, price_of, published
 from yao_agent.store import SqlStore
 from yao_agent.store.ledger import scope_of, shown
 from yao_agent.store.quota import Own
 from yao_agent.store.schema import usage_ledger
 from yao_agent.testing import Reply, ScriptedModel
+from yao_agent.tokens import counter_for
 
 PRICED = "pricing: {input_per_mtok: 2.0, output_per_mtok: 8.0}\n"
 
@@ -87,6 +89,45 @@ def test_litellms_published_price_is_read_without_importing_litellm() -> None:
     assert price_of(own) == Price(1e-6, 3e-6)  # the connector's own price wins
     scripted = ConnectorSpec(id="s", type="scripted", file="s.yml", model="scripted")
     assert price_of(scripted) == Price(0.0, 0.0)  # a script costs nothing
+
+
+@pytest.mark.parametrize("how", ["cancelled", "broke"])
+async def test_a_reply_cut_off_midway_counts_what_was_sent_and_said(
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel, how: str
+) -> None:
+    """The provider's usage comes with its last chunk, which a cut-off reply never gets: the request and
+    what streamed are counted as the context budget counts them, priced, and marked estimated — in the
+    run's usage, its step and the ledger (not 0 tokens, as if the call were free)."""
+    rt = runtime(tmp_path, store, fake)
+    try:
+        said, billed = "word " * 100, used(999, 999)  # the usage the provider would have sent last
+        fake.enqueue(Reply(text=said, chunk_size=5, usage=billed, stall_after=4, stall_s=30) if how == "cancelled"
+                     else Reply(text=said, chunk_size=5, usage=billed, drop_after=4))  # fmt: skip
+        asked = [{"role": "user", "content": "tell me"}]
+        handle = await runs_of(rt).start(RunRequest("chat", ALICE, asked, chat_id="c1"))
+        events: list[Event] = []
+        async for event in handle.events():
+            events.append(event)
+            if how == "cancelled" and sum(isinstance(e, MessageDelta) for e in events) == 2:
+                handle.cancel()
+        end = end_of(events)
+        assert end.status == ("cancelled" if how == "cancelled" else "failed")
+        [shown] = [e.content for e in events if isinstance(e, MessageEnd)]
+        counter = counter_for(["text"])
+        [sent] = fake.requests
+        tokens_in, tokens_out = counter.request(sent.messages, sent.tools or []), counter.text(str(shown))
+        assert 0 < tokens_out < counter.text("word " * 100)
+        cost = round((tokens_in * 2.0 + tokens_out * 8.0) / 1e6, 8)
+        assert end.usage == {"input_tokens": tokens_in, "output_tokens": tokens_out,
+                             "total_tokens": tokens_in + tokens_out, "cost_usd": cost, "calls": 1}  # fmt: skip
+        assert await ledger_rows(rt) == [("chat", "fake.model", tokens_in, tokens_out, cost)]
+        view = await rt.store.run_view(ALICE, "c1", end.run_id)
+        assert view is not None
+        [step] = view.to_api()["steps"]
+        assert step["usage"] == {"input_tokens": tokens_in, "output_tokens": tokens_out, "cost_usd": cost,
+                                 "estimated": True}  # fmt: skip
+    finally:
+        await rt.engines.aclose()
 
 
 @pytest.mark.parametrize("how", ["delegate", "ctx.call"])

@@ -46,6 +46,7 @@ def metrics_files(base_url: str) -> dict[str, str]:
     files["connectors/fake/model.yml"] += PRICED
     files["mcps/testing.yml"] = f"command: python\nargs: [-m, tests.tools.servers]\ncwd: {REPO}\n"
     files["assistants/tooled/assistant.yml"] = "name: Tooled\nmcp:\n  servers: [testing]\n"
+    files["assistants/approving/assistant.yml"] = "name: A\nmcp:\n  servers: [{server: testing, approve: [add]}]\n"
     files["hooks/h.js"] = textwrap.dedent(HOOK)
     files["assistants/hooked/assistant.yml"] = "name: Hooked\nhook: hooks/h.js\n"
     # Nothing listens on port 1: every call to this connector fails to connect, and the chain goes on.
@@ -150,6 +151,71 @@ async def test_each_metric_counts_what_the_runs_did(live: Live, fake: FakeProvid
     # Bounded labels: no chat, run, user or trace id is anywhere in the scrape.
     for ident in {r[field] for r in done for field in ("chat_id", "run_id")} | {"alice"}:
         assert ident not in text
+
+
+async def test_a_link_skipped_while_cooling_down_is_a_fallback_not_a_failed_call(
+    live: Live, fake: FakeProvider
+) -> None:
+    """The first run tries the dead link (a failed call) and falls back; the second skips it while it cools
+    down: a fallback, but no call was made to it, so none failed."""
+    fake.enqueue(Reply(text="one"), Reply(text="two"))
+    async with live.client("alice") as alice, live.client("") as anonymous:
+        _, before = await scrape(anonymous)
+        for text in ("first", "second"):
+            assert (await run(alice, "chained", text))["status"] == "completed"
+        _, after = await scrape(anonymous)
+    got = added(after, before)
+    assert {k: v for k, v in got.items() if k[0] in ("yao_model_calls_total", "yao_fallbacks_total")} == {
+        key("yao_model_calls_total", connector="fake.down", outcome="error"): 1,
+        key("yao_model_calls_total", connector="fake.model", outcome="ok"): 2,
+        key("yao_fallbacks_total", **{"from": "fake.down", "to": "fake.model"}): 2,
+    }
+
+
+async def test_calls_answered_without_running_count_as_what_they_are(live: Live, fake: FakeProvider) -> None:
+    """A call that waits for a person, and the call beside it that waits with it, count `waiting` (they did
+    not run); once decided, the denied one counts `denied` and the other runs (`ok`): every call named by
+    its tool, also those the continuation runs from the reply of the run it continues."""
+    calls = (ToolCall("testing__add", json.dumps({"a": 2, "b": 3}), id="p1"),
+             ToolCall("testing__echo", json.dumps({"text": "hi"}), id="e1"))  # fmt: skip
+    fake.enqueue(Reply(tool_calls=calls), Reply(text="not added"))
+    async with live.client("alice") as alice, live.client("") as anonymous:
+        _, before = await scrape(anonymous)
+        waited = await run(alice, "approving", "add and echo")
+        assert (waited["status"], waited["reason"]) == ("waiting", "approval_required")
+        _, between = await scrape(anonymous)
+        deny = {"decisions": [{"tool_call_id": "p1", "approve": False, "reason": "no"}]}
+        decided = await alice.post(f"/api/chats/{waited['chat_id']}/approvals?stream=false", json=deny)
+        assert decided.status_code == 200 and decided.json()["status"] == "completed", decided.text
+        _, after = await scrape(anonymous)
+    tool = "yao_tool_calls_total"
+    assert {k: v for k, v in added(between, before).items() if k[0] == tool} == {
+        key(tool, server="testing", tool="add", outcome="waiting"): 1,
+        key(tool, server="testing", tool="echo", outcome="waiting"): 1,
+    }
+    assert {k: v for k, v in added(after, between).items() if k[0] == tool} == {
+        key(tool, server="testing", tool="add", outcome="denied"): 1,
+        key(tool, server="testing", tool="echo", outcome="ok"): 1,
+    }
+
+
+async def test_a_call_cancelled_while_it_runs_counts_as_cancelled(live: Live, fake: FakeProvider) -> None:
+    fake.enqueue(Reply(tool_calls=(ToolCall("testing__nap", json.dumps({"seconds": 30}), id="n1"),)))
+    body = {"messages": [{"role": "user", "content": "nap"}]}
+    async with live.client("alice") as alice, live.client("") as anonymous:
+        _, before = await scrape(anonymous)
+        async with alice.stream("POST", "/api/assistants/tooled/runs", json=body) as response:
+            chat_id = response.headers["x-chat-id"]
+            events: list[dict[str, Any]] = []
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if events[-1]["type"] == "message_end" and events[-1]["kind"] == "tool_call":
+                        assert (await alice.post(f"/api/chats/{chat_id}/cancel")).json() == {"cancelled": 1}
+        _, after = await scrape(anonymous)
+    assert (events[-1]["status"], events[-1]["reason"]) == ("cancelled", "cancelled")
+    got = {k: v for k, v in added(after, before).items() if k[0] == "yao_tool_calls_total"}
+    assert got == {key("yao_tool_calls_total", server="testing", tool="nap", outcome="cancelled"): 1}
 
 
 async def test_the_gauges_show_runs_running_and_waiting(live: Live, fake: FakeProvider) -> None:

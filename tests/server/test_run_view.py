@@ -72,11 +72,21 @@ async def test_a_run_shows_its_steps_transitions_connectors_and_tokens(live: Liv
 
 
 async def test_the_connector_that_answered_after_a_fallback_is_shown(live: Live, fake: ScriptedModel) -> None:
+    """The link that failed is a step of its own (`recovered`: the run went past it), with how it failed
+    and how long it took; the link that answered follows it."""
     fake.enqueue(Reply(status=500, error_message="down"), Reply(text="From the spare."))
     done = await run(live, "hello")
     _, shown = await view(live, done["chat_id"], done["run_id"])
-    [step] = shown["steps"]
+    [tried, step] = shown["steps"]
+    assert (tried["type"], tried["status"], tried["transition"]) == ("llm", "recovered", "first")
+    assert (tried["connector"], tried["model"], tried["error"]["kind"]) == ("fake.model", "text", "server")
+    assert tried["error"]["message"] == "model call to fake.model failed: provider error (HTTP 500): down"
+    assert "usage" not in tried  # nothing answered: nothing billed
     assert (step["transition"], step["connector"], step["model"]) == ("first", "fake.backup", "spare")
+    assert (step["status"], step["usage"]["output_tokens"]) == ("completed", 7)
+    assert tried["seq"] < step["seq"] and tried["started_at"] <= step["started_at"]
+    assert all(isinstance(s["duration_ms"], int) for s in (tried, step))
+    assert shown["usage"]["calls"] == 1  # the try that failed was no call of the run's usage
 
 
 async def test_a_failed_run_shows_its_reason_and_the_failed_step(live: Live, fake: ScriptedModel) -> None:

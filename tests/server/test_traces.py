@@ -197,6 +197,51 @@ async def test_a_failed_model_call_is_an_error_span(tmp_path: Path) -> None:
     assert run_span.status.code == model_calls[-1].status.code == Status.STATUS_CODE_ERROR
 
 
+async def test_a_try_that_failed_and_was_retried_is_a_span_of_its_own(tmp_path: Path) -> None:
+    """The provider's 503 is retried (after a back-off): the failed try and the one that answered are two
+    model-call spans, the first an error saying how it failed, so the trace shows where the time went."""
+    with receiver() as (endpoint, spans):
+        async with FakeProvider() as fake:
+            app = tooled_app(tmp_path / "app", fake.base_url)
+            env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+            headers = await bearer(app)
+            async with (
+                serving(app, tmp_path / "stderr.log", env) as url,
+                httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
+            ):
+                fake.enqueue(Reply(status=503, error_message="overloaded"), Reply(text="fine"))
+                done = await run(client)  # completed
+    tree = of_trace(spans, done["trace_id"])
+    assert [s.name for s in tree] == ["run", "chat text", "chat text", "flush"]
+    _, failed, answered, _ = tree
+    assert failed.status.code == Status.STATUS_CODE_ERROR and "overloaded" in failed.status.message
+    assert (attrs(failed)["error.type"], attrs(failed)["yao.step.status"], attrs(failed)["yao.connector"]) == (
+        "server", "recovered", "fake.model")  # fmt: skip
+    assert answered.status.code != Status.STATUS_CODE_ERROR and "error.type" not in attrs(answered)
+    assert failed.end_time_unix_nano <= answered.start_time_unix_nano
+
+
+async def test_a_call_that_waits_for_a_person_is_traced_as_waiting(tmp_path: Path) -> None:
+    """A call answered by a stand-in (it waits for a person) did not run: its span says so."""
+    with receiver() as (endpoint, spans):
+        async with FakeProvider() as fake:
+            app = tooled_app(tmp_path / "app", fake.base_url)
+            approving = "name: Tooled\nmcp:\n  servers: [{server: testing, approve: [add]}]\n"
+            (app / "assistants/tooled/assistant.yml").write_text(approving)
+            env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+            headers = await bearer(app)
+            async with (
+                serving(app, tmp_path / "stderr.log", env) as url,
+                httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
+            ):
+                fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),)))
+                body = {"messages": [{"role": "user", "content": "add"}]}
+                waited = await client.post("/api/assistants/tooled/runs?stream=false", json=body)
+    assert waited.json()["status"] == "waiting"
+    [tool] = [s for s in spans if s.name == "execute_tool testing__add"]
+    assert attrs(tool)["yao.tool.outcome"] == "waiting"
+
+
 def test_without_otel_env_nothing_is_set_up_and_the_sdk_is_not_imported() -> None:
     script = (
         "import sys\n"

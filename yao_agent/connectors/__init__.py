@@ -6,6 +6,7 @@ from yao_agent.connectors.cooldown import Cooldowns
 from yao_agent.connectors.deltas import (
     CallEvent,
     Delta,
+    FailedTry,
     Fallback,
     Finish,
     ReasoningDelta,
@@ -22,6 +23,7 @@ __all__ = [
     "Delta",
     "Engine",
     "Engines",
+    "FailedTry",
     "Fallback",
     "Finish",
     "ModelRequest",

@@ -2,8 +2,9 @@
 
 Retries and fallbacks happen only before the first token. A retryable failure is retried on the
 same connector with back-off (bounded by its `timeout_s`), then the next connector of the chain is
-tried and a `Fallback` is yielded. After the first token nothing is spliced: the call ends with a
-`ModelError(kind="incomplete")` carrying what was shown.
+tried and a `Fallback` is yielded; each try that failed and was gone past is a `FailedTry` first.
+After the first token nothing is spliced: the call ends with a `ModelError(kind="incomplete")`
+carrying what was shown.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Protocol
 from yao_agent.connectors.capabilities import refusal
 from yao_agent.connectors.classify import FALLBACK, RETRYABLE
 from yao_agent.connectors.cooldown import Cooldowns
-from yao_agent.connectors.deltas import CallEvent, Delta, Fallback
+from yao_agent.connectors.deltas import CallEvent, Delta, FailedTry, Fallback
 from yao_agent.connectors.providers import engine_for, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
@@ -121,7 +122,9 @@ async def stream_call(
                 cooldowns.failed(connector)
             if exc.kind not in FALLBACK or position == len(links) - 1:
                 raise
-            yield Fallback(connector.id, links[position + 1].id, exc.message)
+            failed = exc
+        yield FailedTry(connector.id, failed.kind, failed.message)
+        yield Fallback(connector.id, links[position + 1].id, failed.message)
 
 
 async def _with_retries(
@@ -132,7 +135,7 @@ async def _with_retries(
     sleep: Sleep,
     clock: Clock,
     environ: Mapping[str, str] | None,
-) -> AsyncIterator[Delta]:
+) -> AsyncIterator[Delta | FailedTry]:
     resolve_endpoint(connector, environ)  # a key that is not set fails here, before its engine's SDK is imported
     engine = engines.get(connector)
     deadline = clock() + connector.timeout_s
@@ -145,4 +148,6 @@ async def _with_retries(
             delay = policy.delay(attempt)
             if not exc.retryable or attempt == policy.max_attempts or clock() + delay > deadline:
                 raise
+            failed = exc
+        yield FailedTry(connector.id, failed.kind, failed.message)
         await sleep(delay)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from yao_agent.vocabulary import ModelErrorKind
+
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
@@ -66,5 +68,16 @@ class Fallback:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class FailedTry:
+    """One try of the call failed before any token, and the call goes on: the same connector is tried
+    again (after a back-off), or the chain's next one. A run records each, so its record shows where the
+    time went."""
+
+    connector: str
+    kind: ModelErrorKind
+    message: str  # the error's message, already free of the connector's secrets
+
+
 Delta = TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage
-CallEvent = Delta | Fallback
+CallEvent = Delta | Fallback | FailedTry

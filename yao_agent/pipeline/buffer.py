@@ -19,7 +19,7 @@ from typing import Any
 
 from yao_agent.messages import ChatMessage
 from yao_agent.store.records import StepRecord
-from yao_agent.vocabulary import StepStatus, StepType
+from yao_agent.vocabulary import StepStatus, StepType, ToolCallOutcome
 
 log = logging.getLogger("yao_agent.run")
 
@@ -35,6 +35,9 @@ class Buffer:
     journal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # the journal's commits, one at a time
     journal_broken: bool = False  # a commit failed: the rest waits for the flush, in order
     carried: Any = None  # the run's carry as last committed (pipeline/carry.py): written again only if changed
+    # Tool calls answered without running (a stand-in result, a denial), by call id: what they are,
+    # which their result's text alone does not say reliably (metrics count them so).
+    unrun: dict[str, ToolCallOutcome] = field(default_factory=dict[str, ToolCallOutcome])
 
     def add(self, message: ChatMessage) -> ChatMessage:
         self.messages.append(message)

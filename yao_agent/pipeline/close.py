@@ -14,7 +14,7 @@ from yao_agent.pipeline.approvals import WAITING
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.redact import redact
-from yao_agent.vocabulary import UNFINISHED_STEPS, StepStatus, end_status
+from yao_agent.vocabulary import UNFINISHED_STEPS, StepStatus, ToolCallOutcome, end_status
 
 log = logging.getLogger("yao_agent.run")
 
@@ -78,12 +78,15 @@ def pair_open_calls(rt: Runtime, state: RunState) -> list[ToolResult]:
     answered = {m.tool_call_id for m in state.buffer.messages if m.role == "tool"}
     why = {"completed": "not run: no more tool calls were allowed in this run", "cancelled": "cancelled",
            "waiting": WAITING}.get(state.run.status, f"failed: {state.run.reason}")  # fmt: skip
+    status = state.run.status
+    unrun: ToolCallOutcome = status if status in ("waiting", "cancelled") else "not_run"
     events: list[ToolResult] = []
     for message in list(state.buffer.messages):
         for call in message.tool_calls:
             if call.id in answered:
                 continue
             answered.add(call.id)
+            state.buffer.unrun[call.id] = unrun
             state.buffer.add(ChatMessage(
                 id=rt.ids.new("msg"), role="tool", content=why, run_id=state.run_id, tool_call_id=call.id,
                 thread_id=message.thread_id, created_at=rt.clock()))  # fmt: skip

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from yao_agent.connectors import Fallback, ModelRequest, stream_call
+from yao_agent.connectors import FailedTry, Fallback, ModelRequest, stream_call
 from yao_agent.connectors.assemble import Assembled, PartialCall
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.dsl.specs import ConnectorSpec
@@ -32,7 +32,7 @@ from yao_agent.errors import ModelError, OverBudget
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id
-from yao_agent.pipeline import journal, quota
+from yao_agent.pipeline import journal, quota, trail
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -164,7 +164,8 @@ async def call(
     answered = as_mapping(made[-1].output)  # who answered its last piece: the message's author
     message.connector, message.model = answered.get("connector"), answered.get("model")
     state.buffer.add(message)
-    await journal.commit(rt, state, [message], made)  # the step journal: never requested again
+    # The step journal: never requested again (the tries it went past go with it).
+    await journal.commit(rt, state, [message], [*trail.pending_tries(state.buffer), *made])
     return message
 
 
@@ -190,7 +191,8 @@ def _continuation(request: ModelRequest, reply: LiveReply, dropped: bool) -> Mod
 
 
 async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: LiveReply, why: Transition) -> StepRecord:
-    """One model call of the reply, streamed into it and recorded as an `llm` step."""
+    """One model call of the reply, streamed into it and recorded as an `llm` step (and each try it went
+    past as one of its own: pipeline/trail.py)."""
     step = state.buffer.begin(
         "llm",
         {
@@ -210,13 +212,16 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
     state.turns += 1
     answering = state.chain[0] if state.chain else None
     asked, first_token = rt.monotonic(), None
+    since = (len(reply.got.text), len(reply.got.reasoning))  # what earlier pieces said
     hops: list[dict[str, str]] = []  # the fallbacks this call took: the step keeps them (metrics count them)
     try:
         async for event in stream_call(state.chain, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
                                        environ=rt.environ, cooldowns=rt.cooldowns):  # fmt: skip
-            if isinstance(event, Fallback):
+            if isinstance(event, FailedTry):
+                step = trail.failed_try(state.buffer, step, event, state.chain)
+            elif isinstance(event, Fallback):
                 answering = next((c for c in state.chain if c.id == event.to_connector), answering)
-                hops.append({"from": event.from_connector, "to": event.to_connector})
+                hops.append({"from": event.from_connector, "to": event.to_connector, "reason": event.reason})
                 await state.emit(FallbackEvent(state.run_id, event.from_connector, event.to_connector, event.reason))
             else:
                 if first_token is None:
@@ -226,7 +231,8 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
         await _keep_partial(rt, state, reply)
         cancelled = isinstance(exc, asyncio.CancelledError)
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
-        used = call_usage(reply.piece.usage, answering)
+        # Cut off mid-reply, a provider rarely sent its usage (it comes last): what was sent and said is counted.
+        used = call_usage(reply.piece.usage, answering) or trail.cut_usage(reply.got, request, answering, since)
         spent = _spent(state, answering, used) if used is not None else None  # tokens a failed call was billed
         spent = (spent or {}) | {"fallbacks": hops} if hops else spent
         state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent)

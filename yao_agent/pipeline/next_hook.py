@@ -2,15 +2,16 @@
 
 A `Next` hook may decide: `{delegate}` hands the conversation to another assistant, `{continue:
 {messages}}` runs one more model turn with those messages appended (bounded by `limits.max_turns`),
-`{stop: true}` ends the run with what has been said. `{data}` goes to `stream_end.next`. A hook that
-decides nothing (null, or only `data`) changes nothing: as without a hook, the tool loop feeds tool
-results back to the model, and otherwise the reply stands.
+`{stop: true}` ends the run with what has been said; a `continue` with no messages asks the model again
+with the conversation as it is. `{data}` goes to `stream_end.next`. A hook that decides nothing (null,
+or only `data`) changes nothing: as without a hook, the tool loop feeds tool results back to the model,
+and otherwise the reply stands.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from yao_agent.errors import HookError, UsageError
 from yao_agent.jsonvalue import as_mapping
@@ -83,10 +84,18 @@ def check(state: RunState, value: Any) -> NextDecision | None:
 
 
 def _continued(state: RunState, more: Any) -> tuple[dict[str, Any], ...] | None:
-    if more is None:
+    """The messages a `continue` appends. None or none at all (`{continue: {}}`, `{messages: []}`) is
+    meaningful: the model is asked again with the conversation as it is (a hook that wants another try,
+    or lets a tool's result speak)."""
+    if more is None or more is False:
         return None
+    if not isinstance(more, Mapping):
+        raise _bad(state, f"Next returned continue of type {type(more).__name__} (expected {{messages?: [...]}})")
+    given = as_mapping(cast("object", more)).get("messages")
+    if given is None or given == []:
+        return ()
     try:
-        return tuple(parse_input(as_mapping(more).get("messages"), where="Next continue.messages"))
+        return tuple(parse_input(given, where="Next continue.messages"))
     except UsageError as exc:
         raise _bad(state, str(exc)) from None
 

@@ -204,6 +204,7 @@ async def _one(rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[Too
     said_no = approvals.denied(state, call.id)
     if said_no is not None:  # a person denied it: the model is told so, and the tool never sees the call
         outcome = ToolOutcome(result=said_no, error=None, retryable=False)
+        state.buffer.unrun[call.id] = "denied"
     elif spec is None:
         outcome = failure(_not_offered(rt, state, call.name, tools), retryable=False)
     elif call.invalid is not None:

@@ -83,6 +83,7 @@ class CallUsageOut(BaseModel):
     input_tokens: int
     output_tokens: int
     cost_usd: float | None
+    estimated: bool | None = Field(None, description="counted here: the call was cut off before the provider said")
 
 
 class RunOut(BaseModel):
@@ -158,10 +159,16 @@ class RunStepOut(BaseModel):
     status: Literal["completed", "failed", "recovered", "interrupted", "cancelled", "waiting"]
     transition: str | None = Field(None, description="an llm step's: why it was made (first, tool_results, ...)")
     thread_id: str | None = Field(None, description="the delegated assistant's thread a step ran in")
-    connector: str | None = Field(None, description="an llm step's: the connector that answered")
+    connector: str | None = Field(
+        None, description="an llm step's: the connector that answered (a failed try's: the one that failed)"
+    )
     model: str | None = None
     usage: CallUsageOut | None = Field(None, description="an llm step's tokens and cost")
-    error: Any = None
+    fallbacks: list[dict[str, str]] | None = Field(
+        None, description="an llm step's: the links of its chain it passed, each {from, to, reason}"
+    )
+    error: Any = Field(None, description="a failed try's: {connector, model, kind, message}")
+    started_at: str | None = Field(None, description="ISO 8601, UTC")
     duration_ms: int | None
 
 

@@ -157,7 +157,9 @@ class RunView:
 
 def _step_view(step: StepRecord) -> dict[str, Any]:
     """A step's type, status, transition and timing; an `llm` step's connector, model and tokens (from
-    its output); never what it was given (a resumable step keeps its whole input)."""
+    its output, or for a try the call went past, its error) and the links of its chain it passed, each
+    with why (it failed: a try of its own; it was skipped while cooling down); never what it was given
+    (a resumable step keeps its whole input)."""
     out: dict[str, Any] = {"seq": step.seq, "type": step.type, "status": step.status}
     if step.transition is not None:
         out["transition"] = step.transition
@@ -165,10 +167,15 @@ def _step_view(step: StepRecord) -> dict[str, Any]:
         out["thread_id"] = step.thread_id
     output: object = step.output  # stored JSON: an llm step's is an object
     made = cast("dict[str, Any]", output) if isinstance(output, dict) else {}
-    out |= {key: made[key] for key in ("connector", "model", "usage") if made.get(key) is not None}
+    out |= {key: made[key] for key in ("connector", "model", "usage", "fallbacks") if made.get(key) is not None}
+    failed: object = step.error  # a try the call went past (pipeline/trail.py) names who failed in its error
+    if "connector" not in out and isinstance(failed, dict):
+        tried = cast("dict[str, Any]", failed)
+        out |= {key: tried[key] for key in ("connector", "model") if tried.get(key) is not None}
     if step.error is not None:
         out["error"] = step.error
     ended = step.ended_at
+    out["started_at"] = iso(step.started_at)  # with the durations: where a run's time went, gaps included
     out["duration_ms"] = None if ended is None else max(0, round((ended - step.started_at) * 1000))
     return out
 
