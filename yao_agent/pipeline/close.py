@@ -64,7 +64,7 @@ def _open_round(state: RunState, status: StepStatus) -> None:
         if step.type == "tool" and step.status in UNFINISHED_STEPS:
             answered.update(str(as_mapping(c).get("id")) for c in as_list(as_mapping(step.input).get("calls")))
     for message in state.buffer.messages:
-        open_calls = [c.to_dict() for c in message.tool_calls if c.id not in answered]
+        open_calls = [c.to_step() for c in message.tool_calls if c.id not in answered]
         if open_calls and message.status == "completed":
             step = state.buffer.begin("tool", {"calls": open_calls, "attempt": 1}, message.thread_id)
             state.buffer.end(step, status, error=state.run.error)

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
+from yao_agent.jsonvalue import NotPlainJson, strict_loads
 from yao_agent.tools.catalog import ToolSpec
 
 if TYPE_CHECKING:
@@ -32,11 +33,13 @@ def parse_arguments(text: str) -> dict[str, Any]:
     if not text.strip():
         return {}
     try:
-        value = json.loads(text)
+        value = strict_loads(text)
     except json.JSONDecodeError as exc:
         raise ArgumentError(
             f"invalid JSON in the arguments: {exc.msg} at line {exc.lineno} column {exc.colno} ({EXPECTED})"
         ) from None
+    except NotPlainJson as exc:
+        raise ArgumentError(f"invalid JSON in the arguments: {exc} ({EXPECTED})") from None
     if not isinstance(value, dict):
         raise ArgumentError(f"the arguments are {_json_kind(value)}, not an object ({EXPECTED})")
     return cast(dict[str, Any], value)

@@ -759,8 +759,11 @@
       card.dataset.toolCallId = request.tool_call_id;
       const head = h("div", "card-head");
       head.append(h("span", "card-label", "Tool call"), h("code", "tool-name", name));
-      // Arguments come from the model: shown as text (textContent), laid out as JSON.
-      const args = h("pre", "approval-args", pretty(request.arguments));
+      // Arguments come from the model: shown as text (textContent), laid out as JSON. Text the server
+      // sends as a string is what the model wrote but no plain JSON (a key twice, 1e999): shown verbatim,
+      // since parsing it here would show one reading of it, not what was written.
+      const shown = typeof request.arguments === "string" ? request.arguments : pretty(request.arguments);
+      const args = h("pre", "approval-args", shown);
       const actions = h("div", "approval-actions");
       const approve = h("button", "approve", "Approve");
       approve.type = "button";
