@@ -215,8 +215,12 @@ def test_without_otel_env_nothing_is_set_up_and_the_sdk_is_not_imported() -> Non
 
 # W3C Trace Context, version 00: lowercase hex, 32 and 16 digits, neither all zero, two hex digits of flags;
 # version ff is invalid; a later version may carry more fields after a `-`.
-JOINED = [f"00-{CALLER_TRACE}-{CALLER_SPAN}-01", f"00-{CALLER_TRACE}-{CALLER_SPAN}-00",
-          f"cc-{CALLER_TRACE}-{CALLER_SPAN}-01-what-a-later-version-adds", f"01-{CALLER_TRACE}-{CALLER_SPAN}-09"]  # fmt: skip
+JOINED = [
+    f"00-{CALLER_TRACE}-{CALLER_SPAN}-01",
+    f"00-{CALLER_TRACE}-{CALLER_SPAN}-00",
+    f"cc-{CALLER_TRACE}-{CALLER_SPAN}-01-what-a-later-version-adds",
+    f"01-{CALLER_TRACE}-{CALLER_SPAN}-09",
+]
 NOT_JOINED = [
     f"00-{CALLER_TRACE.upper()}-{CALLER_SPAN}-01",  # uppercase
     f"00-{CALLER_TRACE}-{CALLER_SPAN.upper()}-01",
@@ -232,8 +236,9 @@ NOT_JOINED = [
 ]
 
 
-async def test_a_valid_traceparent_joins_the_callers_trace_and_an_invalid_one_starts_a_new(live: Live,
-                                                                                          fake: FakeProvider) -> None:  # fmt: skip
+async def test_a_valid_traceparent_joins_the_callers_trace_and_an_invalid_one_starts_a_new(
+    live: Live, fake: FakeProvider
+) -> None:
     async with live.client() as alice:
         for traceparent in [*JOINED, *NOT_JOINED]:
             fake.enqueue(Reply(text="hi"))
