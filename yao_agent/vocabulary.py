@@ -22,6 +22,7 @@ TerminalReason = Literal[
     "context_overflow",
     "output_error",
     "approval_required",
+    "prompt_error",
     "internal_error",
 ]
 # A stored run's status; `interrupted` is a run its process left `running` when it died.

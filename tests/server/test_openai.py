@@ -76,6 +76,7 @@ async def test_a_streamed_error_reaches_the_openai_client(live: Live, fake: Fake
 
 TOOLED = "name: Tooled\nmcp: {servers: [testing], max_turns: 20}\n"
 HOOK = "function Create(ctx, messages) { throw new TypeError('no way') }\n"
+PROMPTED = "name: Prompted\nprompts:\n  - role: system\n    content: 'Split {{ 10 // (metadata.parts or 0) }} ways.'\n"
 
 
 @asynccontextmanager
@@ -85,6 +86,7 @@ async def guarded(tmp_path: Path, store: SqlStore, fake: FakeProvider, limits: s
     files["assistants/tooled/assistant.yml"] = TOOLED
     files["hooks/h.js"] = HOOK
     files["assistants/hooked/assistant.yml"] = "name: Hooked\nhook: hooks/h.js\n"
+    files["assistants/prompted/assistant.yml"] = PROMPTED
     rt = make_runtime(tmp_path / "app", store, files)
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
     async with running(rt) as served:
@@ -102,6 +104,7 @@ OUTCOMES: dict[str, tuple[str, str, list[Reply], int]] = {
     "loop_detected": ("tooled", LIMITS, [echo("again", n) for n in range(8)], 508),
     "tool_error": ("tooled", LIMITS, [Reply(tool_calls=(ToolCall("testing__nope", "{}", id="c1"),))], 502),
     "hook_error": ("hooked", LIMITS, [], 502),
+    "prompt_error": ("prompted", LIMITS, [], 502),  # it was an internal_error, a 500: the author's mistake
     "model_error": ("chat", LIMITS, [Reply(status=500, error_message="upstream down")], 502),
     "context_overflow": ("chat", LIMITS, [Reply(status=400, error_code="context_length_exceeded")], 400),
     "timeout": ("chat", "{timeout_s: 1}", [Reply(text="slow " * 50, chunk_size=5, stall_after=3, stall_s=30)], 504),
@@ -133,6 +136,10 @@ async def test_a_run_that_does_not_complete_gets_a_fitting_answer(
     assert native.status_code == 200, native.text
     assert (native.json()["status"], native.json()["reason"]) == ("failed", reason)
     assert native.json()["error"]["message"]
+    if reason == "prompt_error":  # where the author looks
+        assert (
+            native.json()["error"] | {"file": "assistants/prompted/assistant.yml", "line": 4} == native.json()["error"]
+        )
 
 
 PICTURE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from yao_agent.errors import AwaitingApproval, HookError, ModelError, RunError
+from yao_agent.errors import AwaitingApproval, HookError, ModelError, PromptError, RunError
 from yao_agent.events import StreamEnd, ToolResult
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage
@@ -105,7 +105,7 @@ def _attempt_of(state: RunState, call_id: str) -> int:
 
 def error_detail(error: RunError) -> dict[str, Any]:
     """What a run's error shows (in `stream_end`, the store, the OpenAI error body): never a secret."""
-    if isinstance(error, HookError):
+    if isinstance(error, HookError | PromptError):
         return {**error.detail(), "message": redact(error.message)}
     if isinstance(error, ModelError):  # what kind of failure: a client tells its own mistake from the provider's
         return {"message": redact(error.message), "kind": error.kind}
