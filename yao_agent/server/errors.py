@@ -31,6 +31,7 @@ from yao_agent.errors import (
     UsageError,
     YaoAgentError,
 )
+from yao_agent.jsonvalue import as_mapping
 
 log = logging.getLogger("yao_agent.server")
 
@@ -143,11 +144,11 @@ def _plain(value: Any) -> Any:
 def said(error: Any) -> str:
     """One validation error in the API's words: our own validators' messages as they are, pydantic's
     phrasing never."""
-    kind, context = str(error.get("type", "")), error.get("ctx") or {}
+    kind, context = str(error.get("type", "")), as_mapping(error.get("ctx"))
     template = _EXPECTED.get(kind)
     if template is not None:
         try:
-            return template.format(**{str(k): _plain(v) for k, v in context.items()})
+            return template.format(**{k: _plain(v) for k, v in context.items()})
         except (KeyError, IndexError, ValueError):
             pass
     message = str(error.get("msg", "invalid"))
