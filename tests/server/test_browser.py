@@ -100,3 +100,14 @@ def test_cors_origins_must_be_origins(tmp_path: Path, origins: str) -> None:
     root = make_app(tmp_path / "app", {"app.yml": f"server:\n  cors_origins: {origins}\n"})
     errors = [str(p) for p in check_app(root).errors]
     assert errors and all(e.startswith("app.yml:2") and "cors_origins" in e for e in errors), errors
+
+
+async def test_the_api_reference_pages_may_load_what_they_are_made_of(live: Live) -> None:
+    """FastAPI's Swagger UI and ReDoc load their code from a CDN and start it inline: their own policy."""
+    async with live.client("") as anyone:
+        for path in ("/docs", "/redoc"):
+            page = await anyone.get(path)
+            policy = page.headers["content-security-policy"]
+            assert page.status_code == 200 and "https://cdn.jsdelivr.net" in page.text
+            assert "script-src https://cdn.jsdelivr.net 'unsafe-inline'" in policy
+            assert "frame-ancestors 'none'" in policy and page.headers["x-frame-options"] == "DENY"

@@ -23,12 +23,22 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
     "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
-SECURITY: list[tuple[bytes, bytes]] = [
-    (b"content-security-policy", CSP.encode()),
+# The API's reference pages (FastAPI's Swagger UI and ReDoc) load their code from a CDN and start it inline.
+DOCS_CSP = (
+    "default-src 'none'; script-src https://cdn.jsdelivr.net 'unsafe-inline'; "
+    "style-src https://cdn.jsdelivr.net https://fonts.googleapis.com 'unsafe-inline'; "
+    "font-src https://fonts.gstatic.com; "
+    "img-src 'self' data: https://fastapi.tiangolo.com https://cdn.jsdelivr.net; connect-src 'self'; worker-src blob:; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+DOCS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc"})
+_OTHERS: list[tuple[bytes, bytes]] = [
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-content-type-options", b"nosniff"),
 ]
+SECURITY: list[tuple[bytes, bytes]] = [(b"content-security-policy", CSP.encode()), *_OTHERS]
+DOCS_SECURITY: list[tuple[bytes, bytes]] = [(b"content-security-policy", DOCS_CSP.encode()), *_OTHERS]
 METHODS = b"GET, POST, PUT, PATCH, DELETE"
 # What a script on another origin may read of an answer besides the simple headers.
 EXPOSED = b"X-Chat-Id, X-Yao-Status, Retry-After, X-Should-Retry"
@@ -57,7 +67,7 @@ class BrowserHeaders:
 
         async def marked(message: Message) -> None:
             if message["type"] == "http.response.start":
-                extra = [*SECURITY, (b"vary", b"Origin")]
+                extra = [*(DOCS_SECURITY if scope["path"] in DOCS else SECURITY), (b"vary", b"Origin")]
                 if allowed and origin is not None:
                     extra += [(b"access-control-allow-origin", origin), (b"access-control-expose-headers", EXPOSED)]
                 message = {**message, "headers": [*message.get("headers", []), *extra]}
