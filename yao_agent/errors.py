@@ -23,6 +23,7 @@
         ├── HookError        a JS hook threw, timed out or ran out of memory; carries file and line
         ├── DelegateError    delegation failed (unknown assistant, depth limit, cycle)
         ├── RenderError      a prompt or scripted template failed while rendering
+        │   └── PromptError  a prompt template did (terminal reason `prompt_error`); carries file and line
         ├── MaxTurns         the run used `limits.max_turns` model calls
         ├── RunTimeout       the run took longer than `limits.timeout_s`
         ├── LoopDetected     the same tool calls with the same results, again and again
@@ -166,6 +167,21 @@ class DelegateError(RunError):
 
 class RenderError(RunError):
     """A template that passed the load-time check failed while rendering."""
+
+
+class PromptError(RenderError):
+    """A prompt template failed or ran past its bounds while rendering: the author's mistake, at `file:line`
+    of the YAML that holds it (never an internal error)."""
+
+    reason = "prompt_error"
+
+    def __init__(self, message: str, *, file: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.file = file
+        self.line = line
+
+    def detail(self) -> dict[str, object]:
+        return {"file": self.file, "line": self.line, "message": self.message}
 
 
 class MaxTurns(RunError):

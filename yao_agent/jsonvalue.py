@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -16,3 +18,37 @@ def as_mapping(value: object) -> Mapping[str, Any]:
 def as_list(value: object) -> list[Any]:
     """`value` if it is a list, else an empty one."""
     return cast(list[Any], value) if isinstance(value, list) else []
+
+
+class NotPlainJson(ValueError):
+    """Text that Python's JSON reader takes but that is no plain JSON; `str(error)` says why."""
+
+
+def strict_loads(text: str) -> Any:
+    """The JSON value `text` is, read as every other reader of it would: `json.JSONDecodeError` for text
+    that is no JSON, `NotPlainJson` for what Python's reader takes but JSON has not — NaN, Infinity, a
+    number beyond a double (`1e999`) — and for an object naming a key twice (readers disagree on which
+    value wins, and a person approving a call must see the value that runs)."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_once)
+
+
+def _no_constant(literal: str) -> Any:
+    raise NotPlainJson(f"{literal} is not a JSON number")
+
+
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise NotPlainJson(f"{literal} is beyond what a JSON number may hold (a double)")
+    return value
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise NotPlainJson(f"the key {key!r} is given twice in one object")
+            seen.add(key)
+    return out

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, cast
 
 from yao_agent.errors import UsageError
-from yao_agent.jsonvalue import as_list, as_mapping
+from yao_agent.jsonvalue import NotPlainJson, as_list, as_mapping, strict_loads
 
 # `summary`: earlier turns of the chat, summarised to fit the model's window; never taken as input.
 Role = Literal["system", "user", "assistant", "tool", "summary"]
@@ -48,6 +48,11 @@ class ToolCall:
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    def to_step(self) -> dict[str, str]:
+        """The call as a step keeps it for the run's continuation: with what the model wrote, so a resumed
+        or approved round answers an invalid call with its error again instead of running it with `{}`."""
+        return {"id": self.id, "name": self.name, "arguments": self.arguments if self.invalid is None else self.invalid}
 
     def to_provider(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
@@ -108,11 +113,12 @@ class ChatMessage:
 
 
 def is_json_object(text: str) -> bool:
-    """Whether `text` is a JSON object: the only arguments a tool call may carry to a provider."""
+    """Whether `text` is a plain JSON object: the only arguments a tool call may carry to a provider or a
+    tool (no NaN, no number beyond a double, no key given twice: readers differ on those)."""
     if not text.lstrip().startswith("{"):  # a cheap first look: anything else is no object
         return False
     try:
-        return isinstance(json.loads(text), dict)
+        return isinstance(strict_loads(text), dict)
     except ValueError:
         return False
 
@@ -258,7 +264,14 @@ def _arguments(text: str, where: str) -> str:
         return "{}"
     check_text(text, where)  # first: a lone surrogate cannot even be quoted back in the message below
     if not is_json_object(text):
-        raise UsageError(f"{where}: expected a JSON object as text, got {text[:80]!r}")
+        why = ""
+        try:
+            strict_loads(text)
+        except NotPlainJson as exc:
+            why = f" ({exc})"
+        except ValueError:
+            pass
+        raise UsageError(f"{where}: expected a JSON object as text, got {text[:80]!r}{why}")
     return text
 
 

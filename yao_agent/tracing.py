@@ -52,8 +52,11 @@ class Parent(NamedTuple):
 
 
 def parse_traceparent(value: str | None) -> Parent | None:
-    """A W3C `traceparent` header's trace id, span id and sampled flag; None for anything invalid."""
-    found = TRACEPARENT.fullmatch(value.strip().lower()) if value else None
+    """A W3C `traceparent` header's trace id, span id and sampled flag; None for anything invalid, which
+    starts a trace of its own (W3C Trace Context: lowercase hex only — `4BF9…` is no trace id — ids not
+    all zero, version `ff` invalid, version `00` exactly four fields, a later version's extra fields
+    after a `-`)."""
+    found = TRACEPARENT.fullmatch(value.strip(" \t")) if value else None
     if found is None:
         return None
     version, trace_id, span_id, flags, rest = found.groups()

@@ -23,6 +23,7 @@ TerminalReason = Literal[
     "output_error",
     "approval_required",
     "budget_exceeded",
+    "prompt_error",
     "internal_error",
 ]
 # A stored run's status; `interrupted` is a run its process left `running` when it died.

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import end_of, turn
+from tests.pipeline.helpers import ALICE, end_of, turn
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel
 
@@ -20,12 +20,16 @@ async def test_a_prompt_that_fails_to_render_ends_the_run_naming_its_file_and_li
     fake.enqueue(Reply(text="never"))
     try:
         end = end_of(await turn(rt, "hi"))
-        assert end.status == "failed"
-        assert end.error["message"] == (
-            "assistants/chat/assistant.yml:4 template failed to render (line 1 of the template): "
-            "ZeroDivisionError: division by zero"
-        )
+        assert (end.status, end.reason) == ("failed", "prompt_error")  # the author's mistake, not ours
+        assert end.error == {
+            "file": "assistants/chat/assistant.yml",
+            "line": 4,
+            "message": "assistants/chat/assistant.yml:4 template failed to render (line 1 of the template): "
+            "ZeroDivisionError: division by zero",
+        }
         assert fake.requests == []
+        run = await rt.store.latest_run(ALICE, "c1")
+        assert run is not None and (run.status, run.reason) == ("failed", "prompt_error")
     finally:
         await rt.engines.aclose()
 

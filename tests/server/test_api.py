@@ -330,3 +330,22 @@ async def test_the_server_leaves_the_checks_to_the_run(tmp_path: Path, store: Sq
 
 def says(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
+
+
+PYDANTIC_WORDS = ("Input should", "Field required", "Extra inputs", "Value error", "valid dictionary", "[type=")
+
+
+@pytest.mark.parametrize("body", [[], "text", 5, {"messages": 5}, {"model": ["chat"], "messages": {}}])
+async def test_a_body_of_the_wrong_shape_is_told_in_the_apis_words(live: Live, body: Any) -> None:
+    """It was pydantic's `Input should be a valid dictionary or object to extract fields from`."""
+    routes = [("POST", "/api/assistants/chat/runs"), ("POST", "/v1/chat/completions"), ("PUT", "/api/roles/light"),
+              ("PUT", "/api/budgets"), ("POST", "/api/chats/c1/append"), ("PATCH", "/api/chats/c1")]  # fmt: skip
+    shaped = isinstance(body, dict)
+    async with live.client() as client:
+        for method, path in routes:
+            response = await client.request(method, path, json=body)
+            error = response.json()["error"]
+            assert response.status_code in (400, 404), (path, response.text)
+            assert not any(words in error["message"] for words in PYDANTIC_WORDS), (path, error)
+            if not shaped and response.status_code == 400:
+                assert "expected" in error["message"], (path, error)

@@ -21,6 +21,7 @@ from tests.server.test_serve import serving
 from tests.tools.servers import server as testing_server
 from yao_agent.identity import Identity
 from yao_agent.ids import RandomIds
+from yao_agent.jsonvalue import strict_loads
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply, ToolCall
@@ -396,3 +397,40 @@ async def test_a_decision_in_another_process_continues_the_run(
     assert said[-1]["content"] == "Paid over there."
     run = await live.rt.store.latest_run(ALICE, chat_id)
     assert run is not None and (run.status, run.resumed_from) == ("completed", events[-1]["run_id"])
+
+
+# --- arguments that are no plain JSON ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [('"label": 1e999', "1e999 is beyond what a JSON number may hold"),
+     ('"label": "cheap", "label": "dear"', "the key 'label' is given twice"),
+     ('"label": NaN', "NaN is not a JSON number")],
+)  # fmt: skip
+async def test_the_approver_sees_what_the_model_wrote_when_it_is_no_plain_json(
+    live: Live, fake: FakeProvider, ledger: Path, written: str, why: str
+) -> None:
+    """Readers differ on such text (which `label` wins; a number no double holds): the person is shown
+    the very text, never one reading of it, nothing answers 500, and approving it runs no tool — the model
+    is told why its arguments were refused."""
+    arguments = f'{{"path": {json.dumps(str(ledger))}, {written}}}'
+    fake.enqueue(Reply(tool_calls=(ToolCall("testing__tally", arguments, id="t1"),)))
+    shown = [{"tool_call_id": "t1", "server": "testing", "tool": "tally", "arguments": arguments}]
+    async with live.client() as alice:
+        async with alice.stream("POST", "/api/assistants/payer/runs", json={"messages": says("pay")}) as response:
+            frames = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]
+        events = [strict_loads(frame) for frame in frames]  # every frame is plain JSON
+        chat_id = events[0]["chat_id"]
+        assert [{k: e[k] for k in shown[0]} for e in by_type(events, "approval_request")] == shown
+        assert events[-1]["approvals"] == shown
+        waiting = await alice.get(f"/api/chats/{chat_id}/approvals")
+        assert waiting.status_code == 200, waiting.text
+        assert waiting.json()["approvals"] == shown
+        fake.enqueue(Reply(text="I will write it properly."))
+        done = await alice.post(f"/api/chats/{chat_id}/approvals?stream=false", json=APPROVE)
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "completed"
+    assert counted(ledger) == []
+    told = tool_messages(fake)["t1"]
+    assert f"invalid JSON in the arguments: {why}" in told and arguments[:150] in told

@@ -182,3 +182,55 @@ def test_json_formatter_keeps_safe_extras_and_redacts_messages_extras_and_traceb
     assert line["nested"] == {"keys": ["****", 1.5]} and "obj" not in line and "nan" not in line
     assert "ValueError: bad key ****" in line["exc"] and "Traceback" in line["exc"]
     assert logs.current_format() == "text"  # undone: logging is left as it was found
+
+
+async def test_every_line_is_json_also_the_banner_and_a_drain_past_a_client_that_never_reads(tmp_path: Path) -> None:
+    """The banner on stdout was a plain line; a drain that cancelled the stream of a client that stopped
+    reading logged a traceback. Every line of both streams is a JSON object, and no traceback is written."""
+    async with FakeProvider() as fake:
+        app = make_app(tmp_path / "app", files(fake.base_url), base={})
+        code, token = await asyncio.to_thread(cli, app, "tokens", "create", "--user", "alice")
+        assert code == 0
+        port = free_port()
+        out, err = tmp_path / "stdout.log", tmp_path / "stderr.log"
+        env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_KEY": SECRET}
+        with out.open("w") as stdout, err.open("w") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port),
+                "--log-format", "json", "--drain-s", "0.5", stdout=stdout, stderr=stderr, env=env, cwd=REPO,
+            )  # fmt: skip
+        try:
+            while not out.read_text():  # noqa: ASYNC110 (another process writes it)
+                await asyncio.sleep(0.05)
+            # A client that asks for a long answer and never reads it: the server's writes back up.
+            fake.enqueue(Reply(text="w" * 4_000_000, chunk_size=20_000))
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = json.dumps({"messages": [{"role": "user", "content": "long"}]}).encode()
+            writer.write(b"POST /api/assistants/chat/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         + f"Authorization: Bearer {token.strip()}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                         + body)  # fmt: skip
+            await writer.drain()
+            await asyncio.wait_for(reader.readline(), 30)  # its head is sent: the run is streaming
+            await asyncio.sleep(1)
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 30) == 0, said(err)
+            writer.close()
+        finally:
+            await stopped(process)
+    banner, *rest = [json.loads(line) for line in out.read_text().splitlines()]  # JSON, or this fails
+    assert rest == [] and banner["level"] == "info" and banner["url"] == f"http://127.0.0.1:{port}/"
+    assert banner["msg"] == f"yao-agent serving {app.resolve()} on http://127.0.0.1:{port}/"
+    text = said(err)
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert "Traceback" not in text and all("exc" not in line for line in lines), text
+    assert any(line["msg"] == "closing 1 connections whose clients stopped reading their answers" for line in lines)
+
+
+def test_why_serving_could_not_start_is_json_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    app = make_app(tmp_path / "app", {"assistants/chat/assistant.yml": "name: [unclosed\n"})
+    code, out = cli(app, "serve", "--port", str(free_port()), "--log-format", "json")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]  # JSON, or this fails
+    assert (code, out) == (2, "")
+    assert [(line["level"], line["file"], line["line"]) for line in lines] == [
+        ("error", "assistants/chat/assistant.yml", 1)]  # fmt: skip
+    assert lines[0]["msg"].startswith("assistants/chat/assistant.yml:1: malformed YAML")

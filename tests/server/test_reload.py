@@ -23,6 +23,7 @@ from yao_agent.identity import OPERATOR
 from yao_agent.pipeline import RunRequest
 from yao_agent.runs import Runs
 from yao_agent.server.reload import Reloader
+from yao_agent.server.serve import listen, server
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ScriptedModel
 
@@ -260,3 +261,35 @@ async def test_yao_agent_serve_holds_a_broken_hook_back_until_it_is_fixed(
             (app / "hooks/h.js").write_text(NEXT.format(n=2))
             await until(lambda: "app reloaded (files changed)" in said(err), 30)
             assert await next_of("three") == {"hook": 2}
+
+
+async def test_app_state_shows_a_caller_the_problems_of_what_it_may_use_only(live: Live) -> None:
+    """The problems name the app's files: a hidden assistant's, every connector's. A team admin sees those of
+    the assistants and connectors its team may use; the rest is a count (the operator reads the log)."""
+    root = live.runs.app.root
+    (root / "assistants/private/assistant.yml").write_text("name: Private\naccess: {teams: [acme]}\nmodel: [\n")
+    (root / "assistants/chat/assistant.yml").write_text("name: [unclosed\n")
+    (root / "assistants/secret-plans").mkdir()
+    (root / "assistants/secret-plans/assistant.yml").write_text("name: [unclosed\n")  # new: nobody's yet
+    (root / "connectors/demo/echo.yml").write_text("type: scripted\nrules: [\n")
+    sock = listen("127.0.0.1", 0)
+    served = server(live.runs, "127.0.0.1", sock.getsockname()[1])
+    task = asyncio.create_task(served.serve(sockets=[sock]))
+    try:
+        while not served.started:  # noqa: ASYNC110 (uvicorn says so by a flag alone)
+            await asyncio.sleep(0.01)
+        assert not await served.reloader.reload("test")
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        seen: dict[str, tuple[list[str], int]] = {}
+        for name in ("alice", "bob_admin"):
+            headers = {"Authorization": f"Bearer {live.tokens[name]}"}
+            async with httpx.AsyncClient(base_url=url, headers=headers) as client:
+                state = (await client.get("/api/app")).json()
+            seen[name] = (sorted(e["file"] for e in state["errors"]), state["other_errors"])
+    finally:
+        served.should_exit = True
+        await task
+    everything = 4
+    assert seen["alice"] == (["assistants/chat/assistant.yml", "connectors/demo/echo.yml"], everything - 2)
+    assert seen["bob_admin"] == (["assistants/chat/assistant.yml", "assistants/private/assistant.yml",
+                                  "connectors/demo/echo.yml"], everything - 3)  # fmt: skip

@@ -30,6 +30,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from tests.pipeline.test_tools import ASSISTANT, call
+from tests.server.conftest import Live
 from tests.server.test_serve import REPO, cli, free_port, said, stopped
 from yao_agent.testing import FakeProvider, Reply
 
@@ -255,3 +256,41 @@ def test_without_otel_env_nothing_is_set_up_and_the_sdk_is_not_imported() -> Non
     done = subprocess.run([sys.executable, "-c", script], env={**clean, "PYTHONPATH": str(REPO)}, cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert done.stdout.split() == ["False", "0", "[]"]
+
+
+# W3C Trace Context, version 00: lowercase hex, 32 and 16 digits, neither all zero, two hex digits of flags;
+# version ff is invalid; a later version may carry more fields after a `-`.
+JOINED = [
+    f"00-{CALLER_TRACE}-{CALLER_SPAN}-01",
+    f"00-{CALLER_TRACE}-{CALLER_SPAN}-00",
+    f"cc-{CALLER_TRACE}-{CALLER_SPAN}-01-what-a-later-version-adds",
+    f"01-{CALLER_TRACE}-{CALLER_SPAN}-09",
+]
+NOT_JOINED = [
+    f"00-{CALLER_TRACE.upper()}-{CALLER_SPAN}-01",  # uppercase
+    f"00-{CALLER_TRACE}-{CALLER_SPAN.upper()}-01",
+    f"00-{CALLER_TRACE}-{CALLER_SPAN}-0A",
+    f"00-{'0' * 32}-{CALLER_SPAN}-01",  # all zero
+    f"00-{CALLER_TRACE}-{'0' * 16}-01",
+    f"ff-{CALLER_TRACE}-{CALLER_SPAN}-01",  # the version no traceparent may have
+    f"00-{CALLER_TRACE}-{CALLER_SPAN}-01-more",  # version 00 has four fields
+    f"00-{CALLER_TRACE}-{CALLER_SPAN}-1",
+    f"00-{CALLER_TRACE[:-1]}-{CALLER_SPAN}-01",
+    f"0-{CALLER_TRACE}-{CALLER_SPAN}-01",
+    f"cc-{CALLER_TRACE}-{CALLER_SPAN}-01more",  # a later version's fields follow a `-`
+]
+
+
+async def test_a_valid_traceparent_joins_the_callers_trace_and_an_invalid_one_starts_a_new(
+    live: Live, fake: FakeProvider
+) -> None:
+    async with live.client() as alice:
+        for traceparent in [*JOINED, *NOT_JOINED]:
+            fake.enqueue(Reply(text="hi"))
+            async with alice.stream("POST", "/api/assistants/chat/runs", headers={"traceparent": traceparent},
+                                    json={"messages": [{"role": "user", "content": "hi"}]}) as response:  # fmt: skip
+                frames = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]
+            first = json.loads(frames[0])
+            joined = first["trace_id"] == CALLER_TRACE
+            assert joined == (traceparent in JOINED), traceparent
+            assert len(first["trace_id"]) == 32 and first["trace_id"] != "0" * 32

@@ -222,3 +222,17 @@ async def test_a_new_message_while_calls_wait_denies_them(
     await expect(later.locator(".kind-text .bubble")).to_have_text("All right, I will not pay.")
     assert tool_messages(fake) == {"t1": "denied: the user sent a new message"}
     assert counted(ledger) == []
+
+
+async def test_arguments_that_are_no_plain_json_are_shown_as_the_model_wrote_them(
+    approving: Live, fake: FakeProvider, page: Page, ledger: Path
+) -> None:
+    """A key given twice: parsed on the page, only one value would show; the card shows the very text."""
+    from yao_agent.testing import ToolCall
+
+    written = f'{{"path": {json.dumps(str(ledger))}, "label": "cheap", "label": "dear"}}'
+    await sign_in(page, approving, approving.tokens["alice"])
+    fake.enqueue(Reply(tool_calls=(ToolCall("testing__tally", written, id="t1"),)))
+    await send(page, "pay", "payer")
+    card = page.locator("#transcript .turn").first.locator(".approvals .approval-card")
+    await expect(card.locator(".approval-args")).to_have_text(written, use_inner_text=False)

@@ -84,9 +84,15 @@ def build_app_config(doc: Document) -> AppConfig:
             requests_per_minute=PerScope(**cast(Data, limits.get("requests_per_minute", {}))),
             tokens_per_minute=PerScope(**cast(Data, limits.get("tokens_per_minute", {}))),
         ),
-        server=ServerSettings(**cast(Data, data.get("server", {}))),
+        server=_server(cast(Data, data.get("server", {}))),
         budgets=_budgets(cast(Data, data.get("budgets", {}))),
     )
+
+
+def _server(data: Data) -> ServerSettings:
+    settings: dict[str, Any] = dict(data)
+    settings["cors_origins"] = tuple(str(o) for o in cast(list[Any], data.get("cors_origins", [])))
+    return ServerSettings(**settings)
 
 
 def _budgets(data: Data) -> Budgets:

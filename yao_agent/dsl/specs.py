@@ -86,6 +86,7 @@ class ServerSettings:
     keep_alive_s: float = 5.0  # an idle connection between two requests
     max_connections: int = 4096  # open at once; more are closed as they come
     max_requests: int = 2048  # in progress at once, streams included; more are a 503 (health checks never)
+    cors_origins: tuple[str, ...] = ()  # origins whose pages may call the API from a browser (`*`: any); none
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ A decision continues the run as a resume of it (runs.py): approved calls run, de
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -23,7 +22,7 @@ from typing import Any, NoReturn
 from yao_agent.dsl.specs import APPROVE_ALL, McpUse
 from yao_agent.errors import AwaitingApproval, DelegateError, UsageError
 from yao_agent.events import ApprovalRequest
-from yao_agent.jsonvalue import as_list, as_mapping
+from yao_agent.jsonvalue import as_list, as_mapping, strict_loads
 from yao_agent.messages import ToolCall
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.approvals import denial
@@ -56,7 +55,7 @@ async def wait(state: RunState, calls: Sequence[ToolCall], waiting: Sequence[App
             f"assistant '{state.assistant.id}' was asked through ctx.call to use {names}, which needs a "
             "person's approval; a ctx.call cannot wait for one (delegate to the assistant instead)"
         )
-    given: dict[str, Any] = {"calls": [c.to_dict() for c in calls], "attempt": attempt}
+    given: dict[str, Any] = {"calls": [c.to_step() for c in calls], "attempt": attempt}
     named = state.options.get("require_approval")
     if named:
         given["require_approval"] = list(named)  # the continuation skips Create: its policy goes with the round
@@ -152,8 +151,9 @@ def _needs(rules: tuple[tuple[McpUse, ...], frozenset[str]], spec: ToolSpec) -> 
 
 
 def _arguments(call: ToolCall) -> Any:
-    """The call's arguments as a person reads them: the JSON object the model wrote ({} if it was not one)."""
-    try:
-        return json.loads(call.arguments)
-    except ValueError:
-        return {}
+    """The call's arguments as a person reads them: the JSON object the model wrote, or — when it wrote
+    none, or one that readers could read differently (NaN, `1e999`, a key given twice) — its very text,
+    so the person sees what the model sent (such a call runs no tool: it is answered with an error)."""
+    if call.invalid is not None:
+        return call.invalid
+    return strict_loads(call.arguments)

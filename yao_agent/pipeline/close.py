@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from yao_agent.errors import AwaitingApproval, HookError, ModelError, OverBudget, RunError
+from yao_agent.errors import AwaitingApproval, HookError, ModelError, OverBudget, PromptError, RunError
 from yao_agent.events import StreamEnd, ToolResult
 from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, iso_time
@@ -64,7 +64,7 @@ def _open_round(state: RunState, status: StepStatus) -> None:
         if step.type == "tool" and step.status in UNFINISHED_STEPS:
             answered.update(str(as_mapping(c).get("id")) for c in as_list(as_mapping(step.input).get("calls")))
     for message in state.buffer.messages:
-        open_calls = [c.to_dict() for c in message.tool_calls if c.id not in answered]
+        open_calls = [c.to_step() for c in message.tool_calls if c.id not in answered]
         if open_calls and message.status == "completed":
             step = state.buffer.begin("tool", {"calls": open_calls, "attempt": 1}, message.thread_id)
             state.buffer.end(step, status, error=state.run.error)
@@ -108,7 +108,7 @@ def _attempt_of(state: RunState, call_id: str) -> int:
 
 def error_detail(error: RunError) -> dict[str, Any]:
     """What a run's error shows (in `stream_end`, the store, the OpenAI error body): never a secret."""
-    if isinstance(error, HookError):
+    if isinstance(error, HookError | PromptError):
         return {**error.detail(), "message": redact(error.message)}
     if isinstance(error, ModelError):  # what kind of failure: a client tells its own mistake from the provider's
         return {"message": redact(error.message), "kind": error.kind}

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from yao_agent.errors import LoopDetected, MaxTurns
+from yao_agent.jsonvalue import strict_loads
 from yao_agent.pipeline.state import RunState
 
 LOOP_WINDOW = 10  # tool steps looked at
@@ -42,7 +43,7 @@ def _json_value(arguments: str) -> Any:
     if not arguments.strip():
         return {}  # no arguments means an empty object, as the tool sees it
     try:
-        return json.loads(arguments)
+        return strict_loads(arguments)
     except ValueError:
         return arguments  # invalid JSON: only the same text is the same input
 

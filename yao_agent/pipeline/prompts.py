@@ -7,6 +7,7 @@ from typing import Any
 
 from yao_agent.dsl.specs import PromptSpec
 from yao_agent.dsl.templates import render
+from yao_agent.errors import PromptError, RenderError
 from yao_agent.pipeline import output
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -36,11 +37,21 @@ def system_messages(rt: Runtime, state: RunState) -> list[dict[str, Any]]:
     values = variables(rt, state)
     out: list[dict[str, Any]] = []
     for prompt in chosen:
-        message: dict[str, Any] = {"role": prompt.role, "content": render(prompt.content, values, prompt.origin)}
+        message: dict[str, Any] = {"role": prompt.role, "content": _rendered(prompt, values)}
         if prompt.name:
             message["name"] = prompt.name
         out.append(message)
     return out
+
+
+def _rendered(prompt: PromptSpec, values: dict[str, Any]) -> str:
+    try:
+        return render(prompt.content, values, prompt.origin)
+    except RenderError as exc:  # the author's template: the run ends `prompt_error`, pointing at it
+        file, _, line = prompt.origin.rpartition(":")
+        if not line.isdigit():
+            file, line = prompt.origin, ""
+        raise PromptError(exc.message, file=file, line=int(line) if line else None) from None
 
 
 # What a run's options (the request's, or the Create hook's) may set for each model call.

@@ -117,7 +117,7 @@ async def execute(
     stores the results it got; only the calls that had none are left for `close` to pair.
     """
     tools = (await offered(rt, state)).tools
-    step = state.buffer.begin("tool", {"calls": [c.to_dict() for c in calls], "attempt": attempt}, state.thread_id)
+    step = state.buffer.begin("tool", {"calls": [c.to_step() for c in calls], "attempt": attempt}, state.thread_id)
     finished: dict[int, _Done] = {}
     try:
         await _run_all(rt, state, calls, tools, attempt, finished, replacing or {})
@@ -176,7 +176,7 @@ def _cut_short(
 ) -> None:  # fmt: skip
     """The round stopped early: keep what finished; a resume runs only the calls that had no result."""
     _keep(state, [finished[index] for index in sorted(finished)])
-    step.input = {"calls": [c.to_dict() for i, c in enumerate(calls) if i not in finished], "attempt": attempt}
+    step.input = {"calls": [c.to_step() for i, c in enumerate(calls) if i not in finished], "attempt": attempt}
     cancelled = isinstance(exc, asyncio.CancelledError)
     error = None if cancelled else {"message": type(_first(exc)).__name__}
     state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)

@@ -13,6 +13,7 @@ from yao_agent.runs import Runs
 from yao_agent.server import errors, lifecycle, metrics_route, native, openai_compat, operating, schemas
 from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
+from yao_agent.server.browser import BrowserHeaders
 from yao_agent.server.limits import Admission, RequestBody
 from yao_agent.server.reload import Reloader
 
@@ -44,9 +45,11 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
 
     schemas.install(app)
     # Each one added wraps the ones before: a request meets AccessLog (which sees every answer, refusals
-    # included), then Admission, then Authenticate, then RequestBody.
+    # included), then BrowserHeaders (refusals carry them too: a page elsewhere reads why), then Admission,
+    # then Authenticate, then RequestBody.
     app.add_middleware(RequestBody, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(Authenticate, runs=runs)
     app.add_middleware(Admission, limit=settings.max_requests)
+    app.add_middleware(BrowserHeaders, origins=settings.cors_origins)
     app.add_middleware(AccessLog)
     return app

@@ -31,6 +31,7 @@ from yao_agent.errors import (
     UsageError,
     YaoAgentError,
 )
+from yao_agent.jsonvalue import as_mapping
 
 log = logging.getLogger("yao_agent.server")
 
@@ -119,8 +120,55 @@ def _validation_message(exc: RequestValidationError) -> str:
     for error in exc.errors()[:5]:
         if error.get("type") == "json_invalid":
             return "the request body is not valid JSON"
-        parts.append(f"{_where(error) or 'body'}: {error.get('msg', 'invalid')}")
+        parts.append(f"{_where(error) or 'body'}: {said(error)}")
     return "; ".join(parts) or "invalid request"
+
+
+# What a request's field should have been, in the API's own words (pydantic's read "Input should be a valid
+# dictionary or object to extract fields from"); `{}` takes the limit the error carries.
+_OBJECT, _LIST, _WHOLE, _NUMBER, _BOOL = ("expected an object", "expected a list", "expected a whole number",
+                                         "expected a number", "expected true or false")  # fmt: skip
+_EXPECTED = {
+    "dict_type": _OBJECT, "model_type": _OBJECT, "model_attributes_type": _OBJECT, "mapping_type": _OBJECT,
+    "list_type": _LIST, "tuple_type": _LIST, "string_type": "expected a string",
+    "int_type": _WHOLE, "int_parsing": _WHOLE, "int_from_float": _WHOLE,
+    "float_type": _NUMBER, "float_parsing": _NUMBER,
+    "bool_type": _BOOL, "bool_parsing": _BOOL, "missing": "required",
+    "extra_forbidden": "unknown field", "none_required": "expected null",
+    "literal_error": "expected {expected}", "enum": "expected {expected}",
+    "greater_than": "expected a number greater than {gt}", "greater_than_equal": "expected a number of at least {ge}",
+    "less_than": "expected a number less than {lt}", "less_than_equal": "expected a number of at most {le}",
+    "string_too_short": "expected at least {min_length} characters",
+    "string_too_long": "expected at most {max_length} characters",
+    "too_short": "expected at least {min_length} items", "too_long": "expected at most {max_length} items",
+    "string_pattern_mismatch": "expected text matching {pattern}",
+}  # fmt: skip
+_JSON_WORDS = {"True": "true", "False": "false", "None": "null"}  # a literal as the body writes it
+
+
+def _plain(value: Any) -> Any:
+    """A limit as a person writes it: 2, not 2.0; false, not False."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return int(value)
+    return _JSON_WORDS.get(value, value) if isinstance(value, str) else value
+
+
+def said(error: Any) -> str:
+    """One validation error in the API's words: our own validators' messages as they are, pydantic's
+    phrasing never."""
+    kind, context = str(error.get("type", "")), as_mapping(error.get("ctx"))
+    template = _EXPECTED.get(kind)
+    if template is not None:
+        try:
+            return template.format(**{k: _plain(v) for k, v in context.items()})
+        except (KeyError, IndexError, ValueError):
+            pass
+    message = str(error.get("msg", "invalid"))
+    for prefix in ("Value error, ", "Assertion failed, "):  # what our own validators raised, said by pydantic
+        message = message.removeprefix(prefix)
+    if message.startswith("Input should be "):
+        message = "expected " + message.removeprefix("Input should be ")
+    return message
 
 
 def _validation_param(exc: RequestValidationError) -> str | None:

@@ -11,25 +11,56 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import socket
 from pathlib import Path
 from typing import TextIO
 
 from yao_agent import logs
-from yao_agent.errors import UsageError
+from yao_agent.errors import SpecError, UsageError, YaoAgentError
 
-EXIT_OK = 0
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # as every command's
+log = logging.getLogger("yao_agent.serve")
 
 
 def serve(root: Path, args: argparse.Namespace, out: TextIO) -> int:
     fmt = logs.chosen(args.log_format)
     with logs.configured(fmt):  # before the app loads: its warnings are log lines too
-        if args.listen_fd is not None:
-            return asyncio.run(_worker(root, args, out))
-        if args.workers > 1:
-            return asyncio.run(_supervise(root, args, fmt, out))
-        return asyncio.run(_single(root, args, out))
+        try:
+            if args.listen_fd is not None:
+                return asyncio.run(_worker(root, args, out))
+            if args.workers > 1:
+                return asyncio.run(_supervise(root, args, fmt, out))
+            return asyncio.run(_single(root, args, out))
+        except YaoAgentError as exc:
+            if fmt != "json":
+                raise  # the command's plain `error: …` line
+            return _logged(exc)
+
+
+def _logged(exc: YaoAgentError) -> int:
+    """Why serving could not start, as JSON log lines like every other (the exit code is the command's)."""
+    if isinstance(exc, SpecError):
+        for problem in exc.problems:
+            log.error("%s", problem, extra={"file": problem.file, "line": problem.line})
+        return EXIT_USAGE
+    log.error("error: %s", exc)
+    return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED
+
+
+def banner(out: TextIO, root: Path, url: str, workers: int | None = None) -> None:
+    """The line saying it serves, on stdout: in the log's format, so that with `--log-format json` every
+    line the command writes is a JSON object (the URL and the app as fields of their own)."""
+    text = f"yao-agent serving {root} on {url}" + (f" ({workers} workers)" if workers else "")
+    if logs.current_format() == "json":
+        fields: dict[str, object] = {"app": str(root), "url": url}
+        if workers:
+            fields["workers"] = workers
+        record = logging.makeLogRecord({"name": "yao_agent.serve", "levelno": logging.INFO, "levelname": "INFO",
+                                        "msg": text, **fields})  # fmt: skip
+        text = logs.JsonFormatter().format(record)
+    print(text, file=out, flush=True)
 
 
 async def _single(root: Path, args: argparse.Namespace, out: TextIO) -> int:
@@ -44,7 +75,7 @@ async def _single(root: Path, args: argparse.Namespace, out: TextIO) -> int:
         where = f"http://{address(host, sock.getsockname()[1])}/"  # (the port the system chose for port 0)
 
         def started() -> None:  # said only once the server listens, never before a failure
-            print(f"yao-agent serving {runs.app.root.resolve()} on {where}", file=out, flush=True)
+            banner(out, runs.app.root.resolve(), where)
 
         settle_memory()
         await server(runs, host, sock.getsockname()[1], started, args.drain_s).serve(sockets=[sock])
@@ -94,7 +125,7 @@ async def _supervise(root: Path, args: argparse.Namespace, fmt: logs.Format, out
     options = ["--drain-s", str(args.drain_s)]
 
     def ready() -> None:
-        print(f"yao-agent serving {app.root.resolve()} on {where} ({args.workers} workers)", file=out, flush=True)
+        banner(out, app.root.resolve(), where, args.workers)
 
     with sock, metrics_folder(env):
         supervisor = Supervisor(worker_command(sock.fileno(), options), sock, args.workers, env, ready)

@@ -3,16 +3,25 @@
 `GET /readyz` answers 503 while the server drains (SIGTERM) so that a load balancer sends new requests
 elsewhere; `/healthz` (liveness) stays 200 to the end. `GET /api/app` shows a team admin the app version
 being served and, when the files on disk did not validate, why they are not served.
+
+The whole list of problems names every file of the app — hidden assistants, every connector — which is
+the operator's to see (the server log and `yao-agent validate` have it all). Until operator tokens exist
+(§9.3), a caller sees the problems in the files of what it may use: the folders of the assistants whose
+`access` admits it, their hook files, the connectors whose `access` admits it; the rest is a count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import PurePosixPath
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from yao_agent.dsl.specs import App
 from yao_agent.errors import Forbidden
+from yao_agent.identity import Identity
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_response
@@ -48,4 +57,24 @@ async def app_state(request: Request, who: Caller) -> dict[str, Any]:
     not validate, every problem as `file:line …` (the last good version keeps serving). Team admins only."""
     if not who.administers_team:
         raise Forbidden(f"only a team admin sees the app's state: use {ADMIN_TOKEN}")
-    return reloader_of(request).view()
+    return reloader_of(request).view(readable(runs_of(request).app, who))
+
+
+def readable(app: App, who: Identity) -> Callable[[str], bool]:
+    """Whether a file of the app is one of what `who` may use (its problems are then theirs to see)."""
+    assistants = {PurePosixPath(a.file).parent: a.id for a in app.assistants.values()}
+    mine = set(app.assistants_for(who.user_id, who.team_id))
+    files = {
+        PurePosixPath(c.file) for c in app.connectors.values() if c.id in app.connectors_for(who.user_id, who.team_id)
+    }
+    files |= {PurePosixPath(a.hook) for a in app.assistants.values() if a.hook and a.id in mine}
+
+    def shown(file: str) -> bool:
+        path = PurePosixPath(file)
+        if path in files:
+            return True
+        # the assistant whose folder holds the file (the deepest: one assistant's folder may hold another's)
+        owner = next((assistants[f] for f in path.parents if f in assistants), None)
+        return owner in mine
+
+    return shown

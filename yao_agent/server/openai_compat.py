@@ -54,9 +54,10 @@ from yao_agent.structured import unfenced
 router = APIRouter()
 # output_error: the model's answers did not fit the schema, retries included; like any answer a model failed
 # to give, a 502 (a schema that is no JSON Schema is refused before the run, with a 400).
+# prompt_error: the app's prompt template failed, as a hook may: the server's side, and no retry mends it.
 FAILURE_STATUS = {"model_error": 502, "tool_error": 502, "hook_error": 502, "delegate_error": 502, "timeout": 504,
                   "loop_detected": 508, "context_overflow": 400, "cancelled": 409, "output_error": 502,
-                  "budget_exceeded": 429}  # fmt: skip
+                  "budget_exceeded": 429, "prompt_error": 502}  # fmt: skip
 CUT_SHORT = {"max_turns"}  # a 200 with finish_reason "length"
 RETRYABLE = {"model_error", "timeout"}
 OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI clients look for

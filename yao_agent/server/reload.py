@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from yao_agent.dsl.loader import Probe, check_app
@@ -44,13 +45,16 @@ class Reloader:
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
 
-    def view(self) -> dict[str, object]:
-        """What `GET /api/app` shows: the version serving, since when, and why a newer one is not."""
+    def view(self, shown: Callable[[str], bool] = lambda _file: True) -> dict[str, object]:
+        """What `GET /api/app` shows: the version serving, since when, and why a newer one is not — the
+        problems in the files `shown` admits, and how many others there are."""
+        mine = [p for p in self.errors if shown(p.file)]
         return {
             "app_version": self.runs.app.version,
             "loaded_at": _iso(self.runs.loaded_at),
             "checked_at": _iso(self.checked_at),
-            "errors": [_problem(p) for p in self.errors],
+            "errors": [_problem(p) for p in mine],
+            "other_errors": len(self.errors) - len(mine),
         }
 
     async def reload(self, why: str) -> bool:

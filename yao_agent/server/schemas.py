@@ -307,7 +307,11 @@ class AppStateOut(BaseModel):
     app_version: str = Field(description="short hash of the YAML and hook files being served")
     loaded_at: str = Field(description="when that version was loaded (UTC)")
     checked_at: str = Field(description="when the files were last read (UTC)")
-    errors: list[AppProblemOut] = Field(description="why the files as they are now are not served; empty when they are")
+    errors: list[AppProblemOut] = Field(
+        description="why the files as they are now are not served (those in the files of what the caller may "
+        "use: its assistants' folders and hooks, its connectors); empty when they are"
+    )
+    other_errors: int = Field(description="problems in other files (the server log and `yao-agent validate` show them)")
 
 
 class ModelOut(BaseModel):

@@ -36,7 +36,7 @@ from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import CannotListen
 from yao_agent.runs import Runs
 from yao_agent.server.app import create_app
-from yao_agent.server.protocol import protocol
+from yao_agent.server.protocol import GuardedH11, protocol
 from yao_agent.server.reload import Reloader
 
 log = logging.getLogger("yao_agent.server")
@@ -44,6 +44,10 @@ GC_THRESHOLD = 20_000  # allocations between two young collections (Python's def
 BACKLOG = 2048  # uvicorn's default
 FD_RESERVE = 256  # file descriptors kept for the process's own use: the database, MCP servers, logs
 DRAIN_S = 30.0  # how long runs in flight may take to finish after SIGTERM (`--drain-s`)
+# Once every run has ended, how long the answers still being written may take before their connections
+# are cut (before uvicorn's own `timeout_graceful_shutdown`, which would cancel them mid-write).
+LAST_WRITES_S = 5.0
+GRACEFUL_S = 15
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -94,7 +98,22 @@ class Server(uvicorn.Server):
         if self._loop is not None:
             self._loop.remove_signal_handler(signal.SIGHUP)
         await self.reloader.aclose()
-        await super().shutdown(sockets)
+        # Every run has ended by now (drained or cancelled); a response still being written is one whose
+        # client stopped reading. uvicorn would wait for it, then cancel its task mid-write and log that as
+        # a failure with a traceback: its connection is cut first, which ends the stream as a client that
+        # left ends it.
+        cut = asyncio.get_running_loop().call_later(LAST_WRITES_S, self._cut_stalled)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            cut.cancel()
+
+    def _cut_stalled(self) -> None:
+        stalled = [c for c in list(self.server_state.connections) if isinstance(c, GuardedH11)]
+        if stalled:
+            log.warning("closing %d connections whose clients stopped reading their answers", len(stalled))
+        for connection in stalled:
+            connection.transport.abort()  # (close() would wait to write what the client does not read)
 
     def _reload(self) -> None:
         task = asyncio.ensure_future(self.reloader.reload("SIGHUP"))
@@ -146,7 +165,7 @@ def config(runs: Runs, host: str, port: int, settings: ServerSettings | None = N
     settings = settings or runs.app.config.server
     return uvicorn.Config(create_app(runs, settings), host=host, port=port, log_level="warning",
                           log_config=logs.uvicorn_log_config(),
-                          timeout_graceful_shutdown=15, lifespan="off", http=protocol(settings),
+                          timeout_graceful_shutdown=GRACEFUL_S, lifespan="off", http=protocol(settings),
                           ws="none", backlog=BACKLOG)  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from yao_agent import schema_bounds
+from yao_agent.jsonvalue import NotPlainJson, strict_loads
 from yao_agent.safe_regex import RegexRefused
 from yao_agent.tools.catalog import ToolSpec
 
@@ -34,11 +35,13 @@ def parse_arguments(text: str) -> dict[str, Any]:
     if not text.strip():
         return {}
     try:
-        value = json.loads(text)
+        value = strict_loads(text)
     except json.JSONDecodeError as exc:
         raise ArgumentError(
             f"invalid JSON in the arguments: {exc.msg} at line {exc.lineno} column {exc.colno} ({EXPECTED})"
         ) from None
+    except NotPlainJson as exc:
+        raise ArgumentError(f"invalid JSON in the arguments: {exc} ({EXPECTED})") from None
     if not isinstance(value, dict):
         raise ArgumentError(f"the arguments are {_json_kind(value)}, not an object ({EXPECTED})")
     return cast(dict[str, Any], value)

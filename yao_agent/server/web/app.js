@@ -16,6 +16,7 @@
     timeout: "The answer took too long and was stopped.",
     tool_error: "A tool the assistant needed did not work.",
     hook_error: "The assistant's script failed.",
+    prompt_error: "The assistant's instructions could not be prepared.",
     delegate_error: "Another assistant this one relies on could not answer.",
     context_overflow: "This conversation has grown too long for the model. Start a new chat to go on.",
     output_error: "The model's answer did not have the expected form.",
@@ -32,6 +33,7 @@
     timeout: "it took too long",
     tool_error: "a tool the assistant needed did not work",
     hook_error: "the assistant's script failed",
+    prompt_error: "the assistant's instructions could not be prepared",
     delegate_error: "another assistant could not answer",
     context_overflow: "the conversation is too long for the model",
     output_error: "the answer did not have the expected form",
@@ -761,8 +763,11 @@
       card.dataset.toolCallId = request.tool_call_id;
       const head = h("div", "card-head");
       head.append(h("span", "card-label", "Tool call"), h("code", "tool-name", name));
-      // Arguments come from the model: shown as text (textContent), laid out as JSON.
-      const args = h("pre", "approval-args", pretty(request.arguments));
+      // Arguments come from the model: shown as text (textContent), laid out as JSON. Text the server
+      // sends as a string is what the model wrote but no plain JSON (a key twice, 1e999): shown verbatim,
+      // since parsing it here would show one reading of it, not what was written.
+      const shown = typeof request.arguments === "string" ? request.arguments : pretty(request.arguments);
+      const args = h("pre", "approval-args", shown);
       const actions = h("div", "approval-actions");
       const approve = h("button", "approve", "Approve");
       approve.type = "button";
