@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.hooks.conftest import SNAPSHOT, Host, write
-from tests.hooks.processes import worker_pids
+from tests.hooks.processes import worker_pids, zombies
 from tests.tools.helpers import wait_until
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.errors import HookError
@@ -110,7 +110,8 @@ async def test_a_worker_lost_while_a_hook_waits_fails_that_call_clearly(host: Ho
         await inside.wait()
         (pid,) = worker_pids()
         os.kill(pid, signal.SIGKILL)
-        await wait_until(lambda: worker_pids() != [pid])
+        # gone and reaped: the runner has seen its end (a zombie is gone from the list before that)
+        await wait_until(lambda: worker_pids() != [pid] and pid not in zombies())
         go_on.set()
         with pytest.raises(HookError) as caught:
             await call

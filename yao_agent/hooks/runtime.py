@@ -219,10 +219,8 @@ async def _call_in(engine: JsEngine, lease: Lease, call: _Call, snapshot: str, a
         lease.pool.leave(token)
 
 
-async def _script(engine: JsEngine, requests: list[str], call: _Call, *, waited: bool = False) -> str:
-    """Hand requests to the runtime for one call; V8's failures become the call's `HookError`. `waited`:
-    the hook was waiting for the host, so a process found dead now ended while it waited (`WorkerLost`),
-    whether or not its end was noticed before the answer came back."""
+async def _script(engine: JsEngine, requests: list[str], call: _Call) -> str:
+    """Hand requests to the runtime for one call; V8's failures become the call's `HookError`."""
     try:
         return await engine.call(requests, call.budget)
     except ScriptTimeout:
@@ -232,8 +230,6 @@ async def _script(engine: JsEngine, requests: list[str], call: _Call, *, waited:
     except ScriptFailure as exc:
         raise HookError(errors.short(exc.text), file=call.shown, function=call.function) from None
     except ScriptCrash as exc:
-        if waited:
-            raise WorkerLost(exc.detail) from None
         raise errors.crashed(exc.detail, call.policy.memory_mb, file=call.shown, function=call.function) from None
 
 
@@ -274,15 +270,14 @@ async def _until_settled(engine: JsEngine, lease: Lease, answer: str, host: Host
     state, calls, body = _parse(answer, call)
     host.start(calls)
     while state == "P":
-        waited = bool(host.pending)
-        if waited:
+        if host.pending:
             requests = [deliver_request(await lease.away(host.next_results())), POLL]
         elif not polled:
             requests = [POLL]
         else:
             raise HookError(f"{call.function} returned a promise that can never settle (it awaits nothing the "
                             "host is doing)", file=call.shown, function=call.function)  # fmt: skip
-        state, calls, body = _parse(await _script(engine, requests, call, waited=waited), call)
+        state, calls, body = _parse(await _script(engine, requests, call), call)
         host.start(calls)
         polled = True
     return state, body
