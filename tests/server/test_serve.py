@@ -207,3 +207,15 @@ async def test_the_server_sends_each_reply_at_once_not_after_the_clients_ack(liv
     finally:
         served.should_exit = True
         await task
+
+
+def test_a_hook_that_does_not_compile_keeps_the_server_from_starting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As bad YAML does: every run of its assistant would fail, so it is the author's `file:line`, exit 2."""
+    files = {"hooks/h.js": "function Create(ctx, messages) {\n  return {;\n}\n",
+             "assistants/hooked/assistant.yml": "name: Hooked\nhook: hooks/h.js\n"}  # fmt: skip
+    app = make_app(tmp_path / "app", files)
+    assert cli(app, "serve", "--port", str(free_port())) == (2, "")
+    err = capsys.readouterr().err
+    assert "hooks/h.js:2" in err and "SyntaxError" in err and "serving" not in err

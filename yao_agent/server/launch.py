@@ -30,6 +30,7 @@ def serve(root: Path, args: argparse.Namespace, out: TextIO) -> int:
         try:
             if args.listen_fd is not None:
                 return asyncio.run(_worker(root, args, out))
+            hooks_compile(root)
             if args.workers > 1:
                 return asyncio.run(_supervise(root, args, fmt, out))
             return asyncio.run(_single(root, args, out))
@@ -61,6 +62,20 @@ def banner(out: TextIO, root: Path, url: str, workers: int | None = None) -> Non
                                         "msg": text, **fields})  # fmt: skip
         text = logs.JsonFormatter().format(record)
     print(text, file=out, flush=True)
+
+
+def hooks_compile(root: Path) -> None:
+    """Hooks are part of the app (CONTRACT §8.4): a server whose hooks do not load in V8 does not start,
+    as with bad YAML, rather than failing every run of their assistants (its workers inherit this check;
+    a reload makes it again for what changed)."""
+    import functools
+
+    from yao_agent.dsl.loader import check_app
+    from yao_agent.probe import probe
+
+    report = check_app(root, probe=functools.partial(probe, hooks=True, mcp=False))
+    if report.app is None:
+        raise SpecError(report.errors)
 
 
 async def _single(root: Path, args: argparse.Namespace, out: TextIO) -> int:
