@@ -212,3 +212,27 @@ async def test_what_the_create_hook_chose_holds_in_the_resume_and_it_is_not_aske
         assert len(creates) == 1
     finally:
         await close(rt)
+
+
+async def test_a_call_with_arguments_that_are_no_json_is_answered_so_again_after_a_kill(
+    tmp_path: Path, store: SqlStore
+) -> None:
+    """The call is stored with `{}` (what providers accept back) and what the model wrote beside it: the
+    resumed round answers it with the same error, and never runs the tool with `{}`."""
+    said = '{"oops": '
+
+    def model(record: RecordedRequest) -> Reply:
+        if results(record) == 0:
+            return Reply(tool_calls=(call("testing__protocol_fail", said, "p1"),))
+        return Reply(text="Sorry.")
+
+    scripted = ScriptedModel(default=model)
+    dying = DiesAfter(store, 1)  # right after the reply with the call
+    rt = in_process(tooled(tmp_path / "app", dying, scripted))
+    try:
+        outcome = await _until_it_ends(rt, dying, "k1", tmp_path / "tally", scripted)
+        assert outcome.status == "completed"
+        [result] = [m for m in await rt.store.history(ALICE, "k1") if m.role == "tool"]
+        assert said in str(result.content) and "invalid JSON in the arguments" in str(result.content)
+    finally:
+        await close(rt)

@@ -57,7 +57,7 @@ def resume_step(tx: Tx, run_id: str, chat_id: str, error: Any, started_at: float
     open_calls = [c for c in reply.tool_calls if c.id not in answered] if reply is not None else []
     if open_calls:
         _stand_in(tx, chat_id, run_id, [c.id for c in open_calls], now)
-        return row | {"type": "tool", "input": {"calls": [c.to_dict() for c in open_calls], "attempt": 1}}
+        return row | {"type": "tool", "input": {"calls": [c.to_step() for c in open_calls], "attempt": 1}}
     if last.role == "tool":
         failed = tx.scalar(LAST_TOOL_STEP, {"run_id": run_id}) == "recovered"
         return row | {"transition": "tool_retry" if failed else "tool_results"}

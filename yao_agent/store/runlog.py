@@ -9,7 +9,7 @@ database, run on the driver's cursor); they are gathered here because they are t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Integer, bindparam, select, update
@@ -225,9 +225,11 @@ def _run_row(identity: Identity, run: RunRecord, now: float) -> dict[str, Any]:
 
 
 def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
-    calls = [c.to_dict() for c in message.tool_calls] or None
+    # What the model wrote when it was no JSON object is kept beside the `{}` a provider is sent: a resume
+    # of the call (store/journal.py) answers it with its error again instead of running it with `{}`.
+    calls = [c.to_dict() | ({"invalid": c.invalid} if c.invalid is not None else {}) for c in message.tool_calls]
     return {"id": message.id, "chat_id": chat_id, "seq": message.seq, "run_id": message.run_id,
-            "role": message.role, "content": message.content, "tool_calls": calls,
+            "role": message.role, "content": message.content, "tool_calls": calls or None,
             "tool_call_id": message.tool_call_id, "reasoning": plain_text(message.reasoning),
             "status": message.status, "thread_id": message.thread_id, "created_at": message.created_at,
             "hidden": message.hidden,
@@ -235,11 +237,18 @@ def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
             "connector": message.connector, "model": message.model}  # fmt: skip
 
 
+def _call(stored: Mapping[str, Any]) -> ToolCall:
+    invalid = stored.get("invalid")
+    if isinstance(invalid, str):
+        return ToolCall(str(stored["id"]), str(stored["name"]), "{}", invalid=invalid)
+    return ToolCall.written(stored["id"], stored["name"], stored["arguments"])
+
+
 def _message(row: Any) -> ChatMessage:
     (message_id, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at, hidden,
      summarises, connector, model) = row  # fmt: skip
     # `written`: a chat stored before invalid arguments were replaced must not carry them to a provider
-    tool_calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in calls or ())
+    tool_calls = tuple(_call(c) for c in calls or ())
     return ChatMessage(
         id=message_id, role=role, content=content, run_id=run_id, tool_calls=tool_calls, tool_call_id=tool_call_id,
         reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at, seq=seq, hidden=hidden,
