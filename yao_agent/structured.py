@@ -30,6 +30,7 @@ from typing import Any, cast
 from urllib.parse import urldefrag, urljoin
 
 from yao_agent import schema_bounds
+from yao_agent.jsonvalue import NotPlainJson, strict_loads
 from yao_agent.safe_regex import RegexRefused
 
 Where = tuple[str | int, ...]
@@ -213,22 +214,19 @@ def parse_answer(text: str) -> Any:
     if not body:
         raise AnswerProblem("the answer is empty (expected one JSON value)")
     try:
-        return json.loads(body, parse_constant=_no_constant)
+        return strict_loads(body)  # NaN, 1e999 or a key named twice: values no other reader agrees on
     except json.JSONDecodeError as exc:
         raise AnswerProblem(
             f"the answer is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
             "(expected one JSON value only, no other text)"
         ) from None
+    except NotPlainJson as exc:
+        raise AnswerProblem(f"the answer is not plain JSON: {exc} (expected one JSON value only)") from None
     except RecursionError:
         raise AnswerProblem(NESTED) from None
 
 
 NESTED = f"the answer nests objects and arrays too deeply (expected at most {MAX_DEPTH} levels)"
-
-
-def _no_constant(name: str) -> Any:
-    # Python reads NaN and Infinity; JSON has neither, and no other reader of the answer would accept them.
-    raise json.JSONDecodeError(f"{name} is not JSON", name, 0)
 
 
 def check_answer(schema: Mapping[str, Any], value: Any, steps: int = MAX_STEPS) -> None:

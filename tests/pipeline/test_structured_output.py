@@ -392,3 +392,15 @@ async def test_a_catastrophic_pattern_is_refused_at_once_and_corrected(rt: Runti
     result = await runs_of(rt).run(request)
     assert (result.status, result.output) == ("completed", {"name": "aaa"})
     assert f"at $.name: '{'a' * 40}!' does not match '^(a+)+$'" in fake.requests[1].messages[-1]["content"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [('{"amount": 1e999}', "beyond what a JSON number may hold"), ('{"to": "bob", "to": "eve"}', "'to'"),
+     ('{"amount": NaN}', "NaN")],
+)  # fmt: skip
+def test_an_answer_other_readers_would_read_otherwise_is_sent_back(answer: str, why: str) -> None:
+    """Python reads 1e999 as infinity and keeps the last of two keys; the client reading the answer may not."""
+    with pytest.raises(AnswerProblem) as problem:
+        parse_answer(answer)
+    assert "not plain JSON" in str(problem.value) and why in str(problem.value)
