@@ -10,6 +10,7 @@ commits the whole run made. tests/pipeline/test_journal_kill.py kills real proce
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,13 @@ import pytest
 
 from tests.pipeline.helpers import ALICE, end_of, runs_of
 from tests.pipeline.test_tools import call, close, in_process, tooled
+from yao_agent.dsl.specs import McpUse
 from yao_agent.events import ApprovalRequest, Event
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import RandomIds
 from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage
-from yao_agent.pipeline import RunRequest, Runtime
+from yao_agent.pipeline import RunRequest, Runtime, carry, permission
 from yao_agent.store import SqlStore
 from yao_agent.store.records import Approval, RunRecord, StepRecord
 from yao_agent.testing import RecordedRequest, Reply, ScriptedModel
@@ -236,3 +238,18 @@ async def test_a_call_with_arguments_that_are_no_json_is_answered_so_again_after
         assert said in str(result.content) and "invalid JSON in the arguments" in str(result.content)
     finally:
         await close(rt)
+
+
+async def test_the_carry_keeps_the_runs_choices_as_the_store_can_hold_them(rt: Runtime) -> None:
+    """What the store gets back is what the run had: tuples, the MCP servers a hook chose; an option the
+    store could not write is left out rather than costing the run its journal."""
+    state = await permission.check(rt, RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}]))
+    chosen = (McpUse("bank", ("pay", "balance"), ("pay",)), McpUse("files"))
+    state.options |= {"require_approval": ("bank__pay",), "mcp_servers": chosen, "temperature": 0.2,
+                      "odd": object(), "nan": float("nan")}  # fmt: skip
+    state.turns, state.tool_turns, state.signatures, state.spend.calls = 3, 2, ["s1", "s2"], 4
+    back = carry.read(json.loads(json.dumps(carry.snapshot(state))))
+    assert back is not None
+    assert dict(back.options) == {"require_approval": ("bank__pay",), "mcp_servers": chosen, "temperature": 0.2}
+    assert (back.turns, back.tool_turns, back.signatures, back.hook_calls) == (3, 2, ("s1", "s2"), 4)
+    assert carry.read({"version": 99, "turns": 3}) is None  # a carry this version does not know: none

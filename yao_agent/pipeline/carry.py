@@ -13,6 +13,7 @@ existed (no carry) resumes as it did then.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -116,9 +117,19 @@ def _options_out(options: Mapping[str, Any]) -> dict[str, Any]:
                          "approve": list(u.approve)} for u in value]  # fmt: skip
         elif isinstance(value, tuple):
             out[key] = list(value)  # pyright: ignore[reportUnknownArgumentType]
-        else:
+        elif _plain(value):
             out[key] = value
     return out
+
+
+def _plain(value: Any) -> bool:
+    """Whether a value can be stored as it is: the carry is written with the run's steps, and a value the
+    store cannot write would cost the run its journal (an option no resume can use is left out)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _options_in(options: Mapping[str, Any]) -> dict[str, Any]:
