@@ -253,3 +253,31 @@ async def test_the_carry_keeps_the_runs_choices_as_the_store_can_hold_them(rt: R
     assert dict(back.options) == {"require_approval": ("bank__pay",), "mcp_servers": chosen, "temperature": 0.2}
     assert (back.turns, back.tool_turns, back.signatures, back.hook_calls) == (3, 2, ("s1", "s2"), 4)
     assert carry.read({"version": 99, "turns": 3}) is None  # a carry this version does not know: none
+
+
+async def test_a_last_word_that_failed_is_asked_again_without_tools(tmp_path: Path, store: SqlStore) -> None:
+    """The tool loop used up its turns, and the call asking the model to answer from the results failed:
+    the resume asks that again, still without tools, so no tool runs past mcp.max_turns."""
+    tally = tmp_path / "tally"
+    failing = {"left": 1}
+
+    def model(record: RecordedRequest) -> Reply:
+        if not record.tools and failing["left"]:
+            failing["left"] -= 1
+            return Reply(status=500, error_message="down for a moment")
+        return new_labels(record, tally)
+
+    scripted = ScriptedModel(default=model)
+    assistant = "name: Tooled\nmcp:\n  servers: [testing]\n  max_turns: 1\n"
+    rt = in_process(tooled(tmp_path / "app", store, scripted, assistant=assistant))
+    try:
+        runs = runs_of(rt)
+        first = end_of([e async for e in (await runs.start(RunRequest("tooled", ALICE, [
+            {"role": "user", "content": "go"}], chat_id="c1"))).events()])  # fmt: skip
+        assert (first.status, first.reason) == ("failed", "model_error")
+        end = end_of([e async for e in (await runs.resume(ALICE, "c1")).events()])
+        assert end.status == "completed"
+        assert lines(tally) == ["x0", "x1"]  # the loop's two rounds, none after
+        assert not scripted.requests[-1].tools
+    finally:
+        await close(rt)

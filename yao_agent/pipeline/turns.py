@@ -105,7 +105,8 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
         after = await _after_journal(rt, state, step)  # a killed run: on after its last committed step
         if after is not None:
             return after
-    if state.created:  # a resumed run whose Create hook already decided (pipeline/carry.py): not asked again
+    if state.created or state.assistant.hook_path is None:  # Create decided already (pipeline/carry.py), or
+        # there is none: the failed call is made again as it was asked for (a last word still without tools)
         if state.create_messages is not None:
             state.conversation = list(state.create_messages)
         return _again(step)
