@@ -281,3 +281,40 @@ async def test_a_last_word_that_failed_is_asked_again_without_tools(tmp_path: Pa
         assert not scripted.requests[-1].tools
     finally:
         await close(rt)
+
+
+REWRITING_HOOK = (  # Create puts a note before the conversation
+    "function Create(ctx, messages, options) {\n"
+    "  return {messages: [{role: 'system', content: 'be brief'}].concat(messages)};\n}\n"
+)
+
+
+async def test_the_conversation_create_wrote_never_hides_the_replies_that_followed(
+    tmp_path: Path, store: SqlStore
+) -> None:
+    """Create rewrote the conversation, the model called a tool, and the next call failed: the resume
+    asks with the tool's result (from the stored chat), and the tool does not run again."""
+    tally = tmp_path / "tally"
+    failing = {"left": 1}
+
+    def model(record: RecordedRequest) -> Reply:
+        if results(record) == 1 and failing["left"]:
+            failing["left"] -= 1
+            return Reply(status=500, error_message="down for a moment")
+        return tallied(tally, "once", "c0") if results(record) == 0 else Reply(text="Counted once.")
+
+    scripted = ScriptedModel(default=model)
+    assistant = "name: Tooled\nhook: hooks/policy.js\nmcp:\n  servers: [testing]\n  max_turns: 5\n"
+    rt = in_process(tooled(tmp_path / "app", store, scripted, assistant=assistant,
+                           more={"hooks/policy.js": REWRITING_HOOK}))  # fmt: skip
+    try:
+        runs = runs_of(rt)
+        first = end_of([e async for e in (await runs.start(RunRequest("tooled", ALICE, [
+            {"role": "user", "content": "go"}], chat_id="c1"))).events()])  # fmt: skip
+        assert (first.status, first.reason) == ("failed", "model_error")
+        end = end_of([e async for e in (await runs.resume(ALICE, "c1")).events()])
+        assert end.status == "completed"
+        assert lines(tally) == ["once"]
+        assert results(scripted.requests[-1]) == 1
+    finally:
+        await close(rt)

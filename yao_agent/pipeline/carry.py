@@ -48,12 +48,15 @@ class Carry:
 def snapshot(state: RunState) -> dict[str, Any]:
     """The carry of the root run `state` belongs to, as stored."""
     root = state.root
+    # The conversation Create wrote is what a resume starts from only until the first reply: after it, the
+    # stored chat (with that reply, its tool calls and results) is the conversation, as it always was.
+    replied = any(m.role == "assistant" for m in root.buffer.messages)
     carry = Carry(
         turns=root.turns, tool_turns=root.tool_turns, tool_attempt=root.tool_attempt,
         output_retries=root.output_retries, signatures=tuple(root.signatures[-LOOP_WINDOW:]),
         hook_calls=root.spend.calls, hook_sent_bytes=root.spend.sent_bytes, created=root.created,
         options=_options_out(root.options), metadata=dict(root.metadata), locale=root.locale,
-        create_messages=root.create_messages,
+        create_messages=None if replied else root.create_messages,
     )  # fmt: skip
     return {"version": VERSION} | asdict(carry)
 
