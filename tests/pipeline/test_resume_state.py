@@ -21,7 +21,7 @@ import pytest
 from tests.pipeline.helpers import ALICE, end_of, runs_of
 from tests.pipeline.test_tools import call, close, in_process, tooled
 from yao_agent.dsl.specs import McpUse
-from yao_agent.events import ApprovalRequest, Event
+from yao_agent.events import ApprovalRequest, Event, StreamEnd
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import RandomIds
 from yao_agent.jsonvalue import as_mapping
@@ -255,27 +255,37 @@ async def test_the_carry_keeps_the_runs_choices_as_the_store_can_hold_them(rt: R
     assert carry.read({"version": 99, "turns": 3}) is None  # a carry this version does not know: none
 
 
+def down_once(when: Callable[[RecordedRequest], bool], then: Callable[[RecordedRequest], Reply]) -> ScriptedModel:
+    """A model whose first call for which `when` holds fails (a 500); every other call is `then`'s."""
+    left = [1]
+
+    def model(record: RecordedRequest) -> Reply:
+        if left[0] and when(record):
+            left[0] = 0
+            return Reply(status=500, error_message="down for a moment")
+        return then(record)
+
+    return ScriptedModel(default=model)
+
+
+async def failed_then_resumed(rt: Runtime) -> StreamEnd:
+    """A run of `tooled` on chat c1 that fails on the model, then its resume's end."""
+    runs = runs_of(rt)
+    request = RunRequest("tooled", ALICE, [{"role": "user", "content": "go"}], chat_id="c1")
+    first = end_of([e async for e in (await runs.start(request)).events()])
+    assert (first.status, first.reason) == ("failed", "model_error")
+    return end_of([e async for e in (await runs.resume(ALICE, "c1")).events()])
+
+
 async def test_a_last_word_that_failed_is_asked_again_without_tools(tmp_path: Path, store: SqlStore) -> None:
     """The tool loop used up its turns, and the call asking the model to answer from the results failed:
     the resume asks that again, still without tools, so no tool runs past mcp.max_turns."""
     tally = tmp_path / "tally"
-    failing = {"left": 1}
-
-    def model(record: RecordedRequest) -> Reply:
-        if not record.tools and failing["left"]:
-            failing["left"] -= 1
-            return Reply(status=500, error_message="down for a moment")
-        return new_labels(record, tally)
-
-    scripted = ScriptedModel(default=model)
+    scripted = down_once(lambda record: not record.tools, lambda record: new_labels(record, tally))
     assistant = "name: Tooled\nmcp:\n  servers: [testing]\n  max_turns: 1\n"
     rt = in_process(tooled(tmp_path / "app", store, scripted, assistant=assistant))
     try:
-        runs = runs_of(rt)
-        first = end_of([e async for e in (await runs.start(RunRequest("tooled", ALICE, [
-            {"role": "user", "content": "go"}], chat_id="c1"))).events()])  # fmt: skip
-        assert (first.status, first.reason) == ("failed", "model_error")
-        end = end_of([e async for e in (await runs.resume(ALICE, "c1")).events()])
+        end = await failed_then_resumed(rt)
         assert end.status == "completed"
         assert lines(tally) == ["x0", "x1"]  # the loop's two rounds, none after
         assert not scripted.requests[-1].tools
@@ -295,24 +305,15 @@ async def test_the_conversation_create_wrote_never_hides_the_replies_that_follow
     """Create rewrote the conversation, the model called a tool, and the next call failed: the resume
     asks with the tool's result (from the stored chat), and the tool does not run again."""
     tally = tmp_path / "tally"
-    failing = {"left": 1}
-
-    def model(record: RecordedRequest) -> Reply:
-        if results(record) == 1 and failing["left"]:
-            failing["left"] -= 1
-            return Reply(status=500, error_message="down for a moment")
-        return tallied(tally, "once", "c0") if results(record) == 0 else Reply(text="Counted once.")
-
-    scripted = ScriptedModel(default=model)
+    scripted = down_once(
+        lambda record: results(record) == 1,
+        lambda record: tallied(tally, "once", "c0") if results(record) == 0 else Reply(text="Counted once."),
+    )
     assistant = "name: Tooled\nhook: hooks/policy.js\nmcp:\n  servers: [testing]\n  max_turns: 5\n"
     rt = in_process(tooled(tmp_path / "app", store, scripted, assistant=assistant,
                            more={"hooks/policy.js": REWRITING_HOOK}))  # fmt: skip
     try:
-        runs = runs_of(rt)
-        first = end_of([e async for e in (await runs.start(RunRequest("tooled", ALICE, [
-            {"role": "user", "content": "go"}], chat_id="c1"))).events()])  # fmt: skip
-        assert (first.status, first.reason) == ("failed", "model_error")
-        end = end_of([e async for e in (await runs.resume(ALICE, "c1")).events()])
+        end = await failed_then_resumed(rt)
         assert end.status == "completed"
         assert lines(tally) == ["once"]
         assert results(scripted.requests[-1]) == 1
