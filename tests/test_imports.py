@@ -137,7 +137,8 @@ def test_no_module_imports_from_a_floor_above_its_own() -> None:
 
 
 def test_the_floor_check_finds_an_arrow_up() -> None:
-    graph = {"yao_agent.pipeline.run": {"yao_agent.observe.logs", "yao_agent.errors"}, "yao_agent.errors": set()}
+    graph: dict[str, set[str]] = {"yao_agent.pipeline.run": {"yao_agent.observe.logs", "yao_agent.errors"}}
+    graph["yao_agent.errors"] = set()
     assert arrows_up(graph) == [("yao_agent.pipeline.run", "yao_agent.observe.logs")]
 
 
