@@ -122,7 +122,7 @@ def condition(root: Json) -> str:
     """A schema's `if`/`then`/`else`, in words."""
     if "if" not in root:
         return ""
-    (key, test), = root["if"]["properties"].items()
+    ((key, test),) = root["if"]["properties"].items()
     then, other = root["then"], root["else"]
     return (f"When `{key}` is `{test['const']}`, `{'`, `'.join(then['required'])}` is required "
             f"({then.get('description', '')}); otherwise `{'`, `'.join(other['required'])}` "
@@ -185,7 +185,8 @@ def cli() -> str:
 
     top = build_parser()
     out = ["## Every command", "", top.description or "", "", "Given before or after the command:", ""]
-    out += table(("argument", "what"), [row for row in option_rows(top, every=True) if row[0].strip("`").split()[0] in GLOBAL])
+    everywhere = [row for row in option_rows(top, every=True) if row[0].strip("`").split()[0] in GLOBAL]
+    out += table(("argument", "what"), everywhere)
     out += ["## Commands", ""]
     for path, parser in commands(top, "yao-agent"):
         parser.formatter_class = functools.partial(argparse.HelpFormatter, width=100)
@@ -267,7 +268,8 @@ def http() -> str:
 
 # --- the events, from their dataclasses ------------------------------------------------------------------
 
-INTERNAL = re.compile(r"\s*\(CONTRACT[^)]*\)")  # the code's own cross-references, not the reader's
+# The code's own cross-references to its design notes, such as "(… \u00a75)": not the reader's to follow.
+INTERNAL = re.compile("\\s*\\([A-Z]+ \u00a7[^)]*\\)")
 
 
 def python_type(annotation: object) -> str:
