@@ -16,7 +16,7 @@ import re
 import tempfile
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,7 @@ def commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, 
     found = False
     for action in parser._actions:  # pyright: ignore[reportPrivateUsage]  (argparse lists sub-parsers nowhere else)
         if isinstance(action, argparse._SubParsersAction):  # pyright: ignore[reportPrivateUsage]
-            choices = typing.cast(dict[str, argparse.ArgumentParser], action.choices)
+            choices = typing.cast(dict[str, argparse.ArgumentParser], action.choices)  # pyright: ignore[reportUnknownMemberType]
             for name, sub in choices.items():
                 found = True
                 yield from commands(sub, f"{path} {name}")
@@ -159,21 +159,23 @@ def commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, 
 
 
 GLOBAL = ("--app", "--db")  # every command takes them: listed once, not under each command
+HIDDEN = (argparse._HelpAction, argparse._SubParsersAction)  # pyright: ignore[reportPrivateUsage]
 
 
 def option_rows(parser: argparse.ArgumentParser, *, every: bool = False) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for action in parser._actions:  # pyright: ignore[reportPrivateUsage]
-        skip = action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction | argparse._SubParsersAction)  # pyright: ignore[reportPrivateUsage]
-        if skip or (not every and set(action.option_strings) & set(GLOBAL)):
+        hidden = action.help == argparse.SUPPRESS or isinstance(action, HIDDEN)
+        if hidden or (not every and set(action.option_strings) & set(GLOBAL)):
             continue
         metavar = action.metavar if isinstance(action.metavar, str) else ""
         name = ", ".join(action.option_strings) or metavar or action.dest
         if action.option_strings and action.nargs != 0:
             name += f" {metavar or action.dest.upper()}"
         what = action.help or ""
-        if action.choices is not None:
-            what += (" " if what else "") + "one of: " + ", ".join(str(c) for c in action.choices)
+        choices = typing.cast(Iterable[object] | None, action.choices)  # pyright: ignore[reportUnknownMemberType]
+        if choices is not None:
+            what += (" " if what else "") + "one of: " + ", ".join(str(c) for c in choices)
         if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
             what += f" (default: {action.default})"
         rows.append((f"`{name}`", what))
