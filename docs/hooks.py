@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import dataclasses
 import functools
+import json
 import re
 import tempfile
 import types
@@ -101,21 +102,24 @@ def schema_rows(node: Json, root: Json, prefix: str, required: frozenset[str]) -
 
 def key_rows(child: Json, root: Json, path: str, required: bool) -> Iterator[tuple[str, ...]]:
     node = resolve(child, root)
-    default = f"`{node['default']}`" if "default" in node else ("required" if required else "")
+    value = node.get("default")
+    shown = value if isinstance(value, str) else json.dumps(value)  # as YAML writes it: true, null, 20
+    default = f"`{shown}`" if "default" in node else ("required" if required else "")
     what = constraints(child) or constraints(node)
     if "propertyNames" in node and node["propertyNames"].get("description"):
         what = f"{what} Each `<name>`: {node['propertyNames']['description']}.".strip()
     yield (f"`{path}`", type_text(child, root), default, what)
-    options = [resolve(o, root) for o in node.get("anyOf", [])] or [node]
-    for option in options:
-        inner = frozenset(option.get("required", []))
+    yield from nested_rows(node, root, path)
+
+
+def nested_rows(node: Json, root: Json, path: str) -> Iterator[tuple[str, ...]]:
+    """The keys inside a value: of a mapping (`a.b`), of a list's items (`a[].b`), of each `anyOf` form."""
+    for option in [resolve(o, root) for o in node.get("anyOf", [])] or [node]:
         if option.get("properties") or isinstance(option.get("additionalProperties"), Mapping):
-            yield from schema_rows(option, root, f"{path}.", inner)
+            yield from schema_rows(option, root, f"{path}.", frozenset(option.get("required", [])))
         items = option.get("items")
         if isinstance(items, Mapping):
-            item = resolve(typing.cast(Json, items), root)
-            if item.get("properties"):
-                yield from schema_rows(item, root, f"{path}[].", frozenset(item.get("required", [])))
+            yield from nested_rows(resolve(typing.cast(Json, items), root), root, f"{path}[]")
 
 
 def condition(root: Json) -> str:

@@ -17,6 +17,7 @@ from tests.docs.pages import REPO, text
 from yao_agent import events
 from yao_agent.cli import build_parser
 from yao_agent.dsl.schema import KINDS, load_schema
+from yao_agent.vocabulary import TerminalReason
 
 
 def plain(html: str) -> str:
@@ -47,10 +48,13 @@ def test_the_site_builds_strictly_with_the_reference_generated_from_the_code(tmp
     assert not (tmp_path / "hooks.py").exists()  # the build's own code is not published
 
 
-def test_the_events_page_describes_every_event_the_code_has() -> None:
-    described = re.findall(r"^\| `(\w+)` \|", text("reference/events.md"), re.M)
+def test_the_events_page_describes_every_event_and_every_reason_the_code_has() -> None:
+    page = text("reference/events.md")
+    described = re.findall(r"^\| `(\w+)` \|", page, re.M)
     types = [cls.__dataclass_fields__["type"].default for cls in typing.get_args(events.Event)]
     assert described == types
+    reasons = page.split("`reason` is one of ")[1].split("Messages of a")[0]
+    assert [r for r in typing.get_args(TerminalReason) if f"`{r}`" not in reasons] == []
 
 
 def test_the_configuration_page_names_every_variable_the_code_reads() -> None:
