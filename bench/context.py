@@ -29,10 +29,10 @@ import bench  # noqa: F401  (before litellm: it puts litellm offline)
 # isort: split
 from bench.common import Row, alternate, median_ms, print_table, write_app
 from yao_agent.identity import Identity
+from yao_agent.metering.tokens import TokenCounter, counter_for, load_encoding
 from yao_agent.pipeline import RunRequest, Runtime
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.testing import Reply, ScriptedModel
-from yao_agent.tokens import TokenCounter, counter_for, load_encoding
 
 REPO = Path(__file__).resolve().parents[1]
 WHO = Identity("bench")

@@ -24,7 +24,7 @@ import bench  # noqa: F401  (before litellm: it puts litellm offline)
 # isort: split
 from bench.common import Row, median_ms, runs_main
 from bench.pipeline import plain_two_ways
-from yao_agent import logs
+from yao_agent.observe import logs
 
 LIMIT = 1.05  # issue 19: JSON logs add at most 5 % to a plain run's CPU
 access = logging.getLogger("yao_agent.access")

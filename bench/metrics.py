@@ -20,7 +20,7 @@ import bench  # noqa: F401  (before litellm: it puts litellm offline)
 # isort: split
 from bench.common import Row, median_ms, runs_main
 from bench.pipeline import plain_two_ways
-from yao_agent import metrics
+from yao_agent.observe import metrics
 
 LIMIT = 1.05  # issue 19: metrics add at most 5 % to a plain run's CPU
 

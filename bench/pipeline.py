@@ -35,7 +35,7 @@ from bench.common import MODEL, PLAIN, Row, Sample, alternate, fake_provider, me
 from yao_agent.connectors import ModelRequest, stream_call
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.tools import ToolManager
 
 server = MCPServer("bench")

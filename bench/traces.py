@@ -24,7 +24,7 @@ import bench  # noqa: F401  (before litellm: it puts litellm offline)
 # isort: split
 from bench.common import Row, median_ms, runs_main
 from bench.pipeline import plain_two_ways
-from yao_agent import tracing
+from yao_agent.observe import tracing
 
 LIMIT = 1.15  # issue 19: tracing on adds at most 15 % to a plain run's CPU
 RECEIVER = """

@@ -1,5 +1,5 @@
 """The package's modules import one another in one direction only: no import cycle, not even one held
-open by an import inside a function or under `TYPE_CHECKING`."""
+open by an import inside a function or under `TYPE_CHECKING`, and no arrow from a floor up to a higher one."""
 
 from __future__ import annotations
 
@@ -101,6 +101,45 @@ def test_the_package_has_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert cycles(graph) == [["a", "b", "c"], ["e"]]
+
+
+# The floors of the house, lowest first: a module imports from its own floor or below, never above. A
+# new package gets a floor here (the test below fails on a module that has none).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("errors", "events", "messages", "vocabulary", "identity", "ids", "base"),  # the words, and helpers
+    ("dsl", "settings"),  # an app's files, read and checked; configuration resolved
+    ("connectors", "hooks", "tools", "store", "metering"),  # what a run uses
+    ("pipeline",),  # one run, stage by stage
+    ("observe",),  # told of runs by the pipeline's observer seam, never imported by it
+    ("service",),  # the one way in: runs, chats, tenancy
+    ("server", "cli", "testing"),  # the doors, and the doubles tests give the doors
+)
+
+
+def floor(name: str) -> int:
+    if name == "yao_agent":
+        return len(FLOORS)  # the public API re-exports from every floor
+    parts = name.split(".")
+    return next(i for i, group in enumerate(FLOORS) if len(parts) > 1 and parts[1] in group)
+
+
+def arrows_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, targets in graph.items() for b in targets if floor(b) > floor(a))
+
+
+def test_no_module_imports_from_a_floor_above_its_own() -> None:
+    found = modules()
+    unplaced = [name for name in found if name != "yao_agent" and not any(
+        name.split(".")[1] in group for group in FLOORS)]  # fmt: skip
+    assert unplaced == [], "give these packages a floor in FLOORS"
+    graph = {name: set(imported(name, path, set(found))) for name, path in found.items()}
+    assert arrows_up(graph) == []
+
+
+def test_the_floor_check_finds_an_arrow_up() -> None:
+    graph: dict[str, set[str]] = {"yao_agent.pipeline.run": {"yao_agent.observe.logs", "yao_agent.errors"}}
+    graph["yao_agent.errors"] = set()
+    assert arrows_up(graph) == [("yao_agent.pipeline.run", "yao_agent.observe.logs")]
 
 
 def store_calls(path: Path) -> Iterator[str]:

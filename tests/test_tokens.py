@@ -19,7 +19,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from tests.docs.pages import text
-from yao_agent.tokens import (
+from yao_agent.metering.tokens import (
     CALL_TOKENS,
     ESTIMATE,
     MESSAGE_TOKENS,
@@ -219,7 +219,7 @@ def refuse(*args, **kwargs):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
-import yao_agent.tokens as tokens
+import yao_agent.metering.tokens as tokens
 assert "tiktoken" not in sys.modules  # imported on first use only
 counter = tokens.counter_for(["gpt-4o-mini"])
 print(counter.name, counter.text("hello world"), os.environ.get("TIKTOKEN_CACHE_DIR"))

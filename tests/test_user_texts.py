@@ -13,8 +13,8 @@ import pytest
 
 from tests.docs.pages import pages
 from yao_agent.cli import build_parser
-from yao_agent.runs import Runs
 from yao_agent.server.app import create_app
+from yao_agent.service.runs import Runs
 
 REPO = Path(__file__).resolve().parents[1]
 INTERNAL = re.compile(r"CONTRACT|§")

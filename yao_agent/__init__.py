@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
-from .errors import (
+from yao_agent.errors import (
     ChatBusy,
     DelegateError,
     EnvVarMissing,
@@ -27,7 +27,7 @@ from .errors import (
     UsageError,
     YaoAgentError,
 )
-from .events import (
+from yao_agent.events import (
     Compaction,
     Event,
     FallbackEvent,
@@ -40,12 +40,12 @@ from .events import (
     to_dict,
     to_json,
 )
-from .identity import Identity
+from yao_agent.identity import Identity
 
 if TYPE_CHECKING:
-    from .dsl import App, check_app, load_app
-    from .pipeline import RunHandle, RunRequest, RunResult, Runtime
-    from .runs import Runs
+    from yao_agent.dsl import App, check_app, load_app
+    from yao_agent.pipeline import RunHandle, RunRequest, RunResult, Runtime
+    from yao_agent.service.runs import Runs
 
 # The run service and the pipeline take a third of a second to import, the YAML loader a tenth; a
 # command pays only for what it uses (`--help` for none of them): these load on first use.

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, cast
 
+from yao_agent.base.jsonvalue import NotPlainJson, as_list, as_mapping, strict_loads
 from yao_agent.errors import UsageError
-from yao_agent.jsonvalue import NotPlainJson, as_list, as_mapping, strict_loads
 
 # `summary`: earlier turns of the chat, summarised to fit the model's window; never taken as input.
 Role = Literal["system", "user", "assistant", "tool", "summary"]

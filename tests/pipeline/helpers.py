@@ -7,7 +7,7 @@ from typing import Any
 from yao_agent.events import Event, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 
 ALICE = Identity("alice")
 _RUNS: dict[Runtime, Runs] = {}  # the latest few runtimes' (a test uses one or two; older ones are let go)

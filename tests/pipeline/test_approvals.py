@@ -15,7 +15,7 @@ from yao_agent.events import ApprovalRequest, Event, StreamEnd, ToolResult
 from yao_agent.identity import Identity
 from yao_agent.ids import RandomIds
 from yao_agent.pipeline import Runtime
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 

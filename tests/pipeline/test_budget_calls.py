@@ -22,7 +22,7 @@ from tests.pipeline.helpers import end_of, runs_of, turn
 from tests.pipeline.test_context import Model, agent_runtime, ask
 from tests.pipeline.test_quota import BOB, CAROL, DAVE, Clock, Quota, clock, hello, quota, timed_store
 from yao_agent.ids import RandomIds
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import budget_holds, spend_days, usage_ledger
 from yao_agent.testing import FunctionModel, Reply, ScriptedModel

@@ -21,7 +21,7 @@ import pytest
 from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from yao_agent.cli import main
-from yao_agent.cli_chat import Renderer, terminal_logging
+from yao_agent.cli.chat import Renderer, terminal_logging
 from yao_agent.events import StreamEnd
 from yao_agent.testing import FakeProvider, Reply
 

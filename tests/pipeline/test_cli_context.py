@@ -12,7 +12,7 @@ from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from tests.store.test_store import a_run, finished
 from yao_agent.cli import main
-from yao_agent.cli_chat import Renderer
+from yao_agent.cli.chat import Renderer
 from yao_agent.events import Compaction
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage

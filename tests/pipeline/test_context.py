@@ -19,12 +19,12 @@ from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
 from tests.tools.servers import server as testing_server
 from yao_agent.events import Compaction, Event, StreamEnd
 from yao_agent.messages import SUMMARY_HEADING, ChatMessage
+from yao_agent.metering.tokens import counter_for
 from yao_agent.pipeline import Runtime
 from yao_agent.pipeline.compact import SUMMARY_PROMPT
 from yao_agent.pipeline.window import CUT_NOTE
 from yao_agent.store import SqlStore
 from yao_agent.testing import FunctionModel, RecordedRequest, Reply, ToolCall
-from yao_agent.tokens import counter_for
 from yao_agent.tools import ToolManager
 
 WINDOW, RESERVE = 2000, 200

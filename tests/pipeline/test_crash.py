@@ -12,7 +12,7 @@ from tests.apps import make_app
 from tests.pipeline.conftest import app_files
 from tests.pipeline.helpers import stored
 from yao_agent.identity import Identity
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.testing import FakeProvider, Reply
 
 REPO = Path(__file__).resolve().parents[2]

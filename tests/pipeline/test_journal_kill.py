@@ -20,7 +20,7 @@ from tests.pipeline.test_tools import ASSISTANT, call
 from tests.tools.helpers import free_port, reached, wait_until
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, RecordedRequest, Reply, ToolCall
 

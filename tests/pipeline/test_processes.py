@@ -21,7 +21,7 @@ from yao_agent.errors import NoActiveRun, NotFound, UsageError
 from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest
-from yao_agent.runs import Runs, Runtime
+from yao_agent.service.runs import Runs, Runtime
 from yao_agent.store.leases import ANSWER_S, PgLease
 from yao_agent.testing import FakeProvider, Reply
 

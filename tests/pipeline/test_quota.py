@@ -26,7 +26,7 @@ from yao_agent.errors import BudgetExceeded, RateLimited
 from yao_agent.identity import Identity
 from yao_agent.ids import CountingIds, IdSource, RandomIds
 from yao_agent.pipeline import RunRequest, Runtime
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import chats, messages, rate_events, runs, usage_ledger
 from yao_agent.testing import ModelDouble, Reply, ScriptedModel

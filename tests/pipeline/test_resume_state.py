@@ -20,11 +20,11 @@ import pytest
 
 from tests.pipeline.helpers import ALICE, end_of, runs_of
 from tests.pipeline.test_tools import call, close, in_process, tooled
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.dsl.specs import McpUse
 from yao_agent.events import ApprovalRequest, Event, StreamEnd
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import RandomIds
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunRequest, Runtime, carry, permission
 from yao_agent.store import SqlStore

@@ -15,7 +15,7 @@ from tests.pipeline.helpers import ALICE, end_of, turn
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
 from yao_agent.store.records import ChatRecord
 from yao_agent.testing import Reply, ScriptedModel
@@ -87,11 +87,11 @@ def test_the_package_exports_the_api_without_loading_the_pipeline_up_front() -> 
     """`import yao_agent` stays light (every command imports it); `Runs` loads when it is first used."""
     code = (
         "import sys, yao_agent\n"
-        "assert 'yao_agent.runs' not in sys.modules and 'yao_agent.pipeline' not in sys.modules\n"
+        "assert 'yao_agent.service.runs' not in sys.modules and 'yao_agent.pipeline' not in sys.modules\n"
         "from yao_agent import Identity, RunRequest, Runs, StreamEnd\n"
         "print(Runs.__module__, RunRequest.__module__)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["yao_agent.runs", "yao_agent.pipeline.state"]
+    assert done.stdout.split() == ["yao_agent.service.runs", "yao_agent.pipeline.state"]

@@ -12,10 +12,17 @@ import pytest
 
 from tests.pipeline.conftest import app_files, make_runtime
 from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
+from yao_agent.base.structured import (
+    AnswerProblem,
+    SchemaUnusable,
+    check_answer,
+    parse_answer,
+    schema_problems,
+    unfenced,
+)
 from yao_agent.events import to_dict
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
-from yao_agent.structured import AnswerProblem, SchemaUnusable, check_answer, parse_answer, schema_problems, unfenced
 from yao_agent.testing import Reply, ScriptedModel
 
 WEATHER = """\

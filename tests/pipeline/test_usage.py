@@ -16,14 +16,14 @@ from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
 from yao_agent.dsl.specs import ConnectorSpec, Pricing
 from yao_agent.events import Event, MessageDelta, MessageEnd
 from yao_agent.identity import Identity
+from yao_agent.metering.pricing import Price, price_of, published
+from yao_agent.metering.tokens import counter_for
 from yao_agent.pipeline import RunRequest, Runtime
-from yao_agent.pricing import Price, price_of, published
 from yao_agent.store import SqlStore
 from yao_agent.store.ledger import scope_of, shown
 from yao_agent.store.quota import Own
 from yao_agent.store.schema import usage_ledger
 from yao_agent.testing import Reply, ScriptedModel
-from yao_agent.tokens import counter_for
 
 PRICED = "pricing: {input_per_mtok: 2.0, output_per_mtok: 8.0}\n"
 
@@ -81,7 +81,7 @@ def test_litellms_published_price_is_read_without_importing_litellm() -> None:
     price = price_of(known)
     assert price is not None and price.input > 0 and price.output > price.input
     assert published("openai", "no-such-model-anywhere") is None
-    probe = "import sys; from yao_agent.pricing import published; published('openai', 'gpt-4o')\n"
+    probe = "import sys; from yao_agent.metering.pricing import published; published('openai', 'gpt-4o')\n"
     probe += "print('litellm' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "False"  # a cold CLI never pays for importing litellm to price a call

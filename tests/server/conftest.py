@@ -17,8 +17,8 @@ import uvicorn
 from tests.pipeline.conftest import app_files, make_runtime
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.pipeline import Runtime
-from yao_agent.runs import Runs
 from yao_agent.server.serve import config
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider
 

@@ -19,9 +19,9 @@ from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import Live, openai_client, running, server_files
 from tests.server.test_serve import serving
 from tests.tools.servers import server as testing_server
+from yao_agent.base.jsonvalue import strict_loads
 from yao_agent.identity import Identity
 from yao_agent.ids import RandomIds
-from yao_agent.jsonvalue import strict_loads
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply, ToolCall

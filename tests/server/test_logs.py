@@ -25,7 +25,8 @@ import pytest
 
 from tests.apps import make_app
 from tests.server.test_serve import REPO, cli, free_port, said, stopped
-from yao_agent import logs
+from yao_agent.ids import bind_run
+from yao_agent.observe import logs
 from yao_agent.testing import FakeProvider, Reply
 
 SECRET = "sk-live-SECRET-123"
@@ -165,14 +166,14 @@ def test_json_formatter_keeps_safe_extras_and_redacts_messages_extras_and_traceb
     stream = io.StringIO()
     log = logging.getLogger("yao_agent.test_logs")
     with logs.configured("json", stream):
-        logs.bind(run_id="r1", chat_id="c1", team_id=None)
+        bind_run(run_id="r1", chat_id="c1", team_id=None)
         try:
             raise ValueError(f"bad key {SECRET}")
         except ValueError:
             log.exception("calling with %s", SECRET, extra={"url": f"https://x.test/?k={SECRET}", "count": 3,
                           "nested": {"keys": [SECRET, 1.5]}, "obj": object(), "nan": float("nan")})  # fmt: skip
         log.debug("below INFO: not written")
-    logs.bind()
+    bind_run()
     text = stream.getvalue()
     assert SECRET not in text and "SECRET-123" not in text
     (line,) = [json.loads(one) for one in text.splitlines()]

@@ -21,9 +21,9 @@ from tests.tools.helpers import reached, wait_until
 from yao_agent.events import Event, StreamStart
 from yao_agent.identity import OPERATOR
 from yao_agent.pipeline import RunRequest
-from yao_agent.runs import Runs
 from yao_agent.server.reload import Reloader
 from yao_agent.server.serve import listen, server
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ScriptedModel
 

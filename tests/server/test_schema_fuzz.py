@@ -38,7 +38,7 @@ from schemathesis.specs.openapi import checks as openapi_checks
 from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import TENANTS, Live, serve, server_files
 from yao_agent.identity import OPERATOR
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply
 

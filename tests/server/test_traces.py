@@ -246,7 +246,7 @@ async def test_a_call_that_waits_for_a_person_is_traced_as_waiting(tmp_path: Pat
 def test_without_otel_env_nothing_is_set_up_and_the_sdk_is_not_imported() -> None:
     script = (
         "import sys\n"
-        "from yao_agent import tracing\n"
+        "from yao_agent.observe import tracing\n"
         "import yao_agent.cli, yao_agent.server.serve\n"
         "from yao_agent.pipeline import observe\n"
         "print(tracing.setup(), len(observe._observers),\n"

@@ -22,7 +22,7 @@ from tests.pipeline.conftest import make_runtime
 from tests.server.conftest import Live, running, server_files
 from tests.server.test_tenants import assert_error, client_for, says
 from yao_agent.identity import OPERATOR, Identity
-from yao_agent.pricing import published
+from yao_agent.metering.pricing import published
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 

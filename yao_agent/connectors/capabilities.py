@@ -15,9 +15,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.connectors.request import Message, ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
-from yao_agent.jsonvalue import as_list, as_mapping
 
 IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
 LIMITED = ("max_tokens", "max_completion_tokens")

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from yao_agent.base.redact import redact
 from yao_agent.errors import ModelError
-from yao_agent.redact import redact
 from yao_agent.vocabulary import ModelErrorKind
 
 RETRYABLE: frozenset[ModelErrorKind] = frozenset({"rate_limit", "server", "timeout", "connection"})

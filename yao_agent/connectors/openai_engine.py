@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.connectors.capabilities import adapt
 from yao_agent.connectors.classify import model_error
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
@@ -29,7 +30,6 @@ from yao_agent.connectors.request import ModelRequest
 from yao_agent.connectors.tls import on_thread
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
-from yao_agent.jsonvalue import as_list, as_mapping
 
 STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 

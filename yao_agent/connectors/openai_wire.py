@@ -26,11 +26,11 @@ import aiohttp
 import openai
 import yarl
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.connectors.classify import kind_for_status, model_error
 from yao_agent.connectors.providers import Endpoint
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
-from yao_agent.jsonvalue import as_mapping
 
 MAX_CONNECTIONS = 1000  # the SDK's own pool limits
 KEEPALIVE_S = 5.0

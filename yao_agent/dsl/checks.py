@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
+from yao_agent.base.structured import schema_problems
 from yao_agent.errors import Problem
-from yao_agent.jsonvalue import as_list, as_mapping
-from yao_agent.structured import schema_problems
 
 from .source import Document, format_path
 from .source import Path as YamlPath

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from yao_agent import redact
+from yao_agent.base import redact
 from yao_agent.errors import EnvVarMissing
 
 ENV_PATTERN = re.compile(r"\$ENV\.([A-Za-z_][A-Za-z0-9_]*)")

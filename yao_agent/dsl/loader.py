@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from yao_agent.base.files import NotRegular, TooLarge, read_regular
 from yao_agent.errors import Problem, SpecError, UsageError
-from yao_agent.files import NotRegular, TooLarge, read_regular
 
 from . import build, checks, refs
 from .discover import Found, discover
@@ -21,7 +21,7 @@ from .source import Document, decode, parse
 from .specs import App, AppConfig, HookSource
 
 # A check that runs the app's code (hooks, MCP servers), given the files as read (the YAML documents, and
-# each hook file's text by its path): see yao_agent/probe.py.
+# each hook file's text by its path): see yao_agent/service/probe.py.
 Probe = Callable[[Path, Mapping[Found, Document], Mapping[Path, str]], list[Problem]]
 
 # Files larger than this are not app files; reading them would only hide the real mistake.
@@ -49,7 +49,7 @@ def check_app(root: str | Path, *, probe: Probe | None = None) -> Report:
     """Every problem of the app at `root`, and the app when there is none.
 
     `probe` also checks what only running the app's code can tell, given the files as read (the CLI's
-    `validate` passes `yao_agent.probe`'s: hooks loaded in V8, MCP servers asked for their tools).
+    `validate` passes `yao_agent.service.probe`'s: hooks loaded in V8, MCP servers asked for their tools).
     """
     folder = Path(root)
     if not folder.is_dir():

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from yao_agent.base.files import MAX_HOOK_BYTES, read_regular
 from yao_agent.errors import Problem
-from yao_agent.files import MAX_HOOK_BYTES, read_regular
 
 from .checks import items, mapping
 from .envvars import ENV_PATTERN

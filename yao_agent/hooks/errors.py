@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.errors import HookError
 from yao_agent.hooks.bridge import HOOK_URL
-from yao_agent.jsonvalue import as_mapping
 
 MAX_MESSAGE = 500
 _FRAME = re.compile(re.escape(HOOK_URL) + r":(\d+):\d+")

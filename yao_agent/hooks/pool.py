@@ -19,14 +19,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from yao_agent.base.files import MAX_HOOK_BYTES, read_regular
+from yao_agent.base.jsonvalue import as_list
 from yao_agent.dsl.specs import HookPolicy, HookSource
 from yao_agent.errors import HookError
-from yao_agent.files import MAX_HOOK_BYTES, read_regular
 from yao_agent.hooks import errors
 from yao_agent.hooks.bridge import BIND_JS, ENTRY_JS, FUNCTIONS, RUNTIME_JS, hook_script
 from yao_agent.hooks.engine import Budget, JsEngine, ScriptCrash, ScriptFailure, ScriptOutOfMemory, ScriptTimeout
 from yao_agent.hooks.procs import Worker
-from yao_agent.jsonvalue import as_list
 
 RACY_S = 1.0
 RUNTIME_BUDGET_S = 5.0

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
+from yao_agent import settings
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.dsl.specs import HookPolicy, HookSource
 from yao_agent.errors import HookError, UsageError
 from yao_agent.hooks import errors
@@ -35,11 +37,10 @@ from yao_agent.hooks.host import MAX_DEPTH, HookContext, HostCalls, TooManyCalls
 from yao_agent.hooks.leases import Lease, Workers
 from yao_agent.hooks.pool import HookFile, Loads
 from yao_agent.hooks.procs import Worker, WorkerLost
-from yao_agent.jsonvalue import as_list, as_mapping
 
 __all__ = ["HookCall", "HookContext", "HookRunner"]
 
-WORKERS_ENV = "YAO_AGENT_HOOK_WORKERS"  # how many worker processes run hooks (nested calls get extras)
+WORKERS_ENV = settings.HOOK_WORKERS  # how many worker processes run hooks (nested calls get extras)
 # Compact (less to copy into V8) and strict: NaN has no JSON form, and V8's JSON.parse would reject it.
 _to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False, check_circular=False).encode
 

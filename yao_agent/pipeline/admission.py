@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from yao_agent.aio import uncancel, wait_despite_cancel
+from yao_agent.base.aio import uncancel, wait_despite_cancel
 from yao_agent.errors import ChatBusy
 from yao_agent.vocabulary import OnBusy
 

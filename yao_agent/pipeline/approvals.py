@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
+from yao_agent.base.jsonvalue import as_list, as_mapping, strict_loads
 from yao_agent.dsl.specs import APPROVE_ALL, McpUse
 from yao_agent.errors import AwaitingApproval, DelegateError, UsageError
 from yao_agent.events import ApprovalRequest
-from yao_agent.jsonvalue import as_list, as_mapping, strict_loads
 from yao_agent.messages import ToolCall
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.approvals import denial

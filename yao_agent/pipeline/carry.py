@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.dsl.specs import McpUse
-from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.pipeline.guards import LOOP_WINDOW
 from yao_agent.pipeline.state import RunState
 

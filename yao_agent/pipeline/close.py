@@ -6,14 +6,14 @@ import asyncio
 import logging
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
+from yao_agent.base.redact import redact
 from yao_agent.errors import AwaitingApproval, HookError, ModelError, OverBudget, PromptError, RunError
 from yao_agent.events import StreamEnd, ToolResult
-from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, iso_time
 from yao_agent.pipeline.approvals import WAITING
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
-from yao_agent.redact import redact
 from yao_agent.vocabulary import UNFINISHED_STEPS, StepStatus, ToolCallOutcome, end_status
 
 log = logging.getLogger("yao_agent.run")

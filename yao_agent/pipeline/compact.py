@@ -21,18 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.connectors import FailedTry, Fallback, ModelRequest, resolve_connectors, stream_call
 from yao_agent.connectors.assemble import Assembled
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 from yao_agent.events import FallbackEvent
-from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import SUMMARY_HEADING, ChatMessage, canonical, text_of
+from yao_agent.metering.usage import call_usage
 from yao_agent.pipeline import quota, trail
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.pipeline.window import Window, cut_results, window_of
-from yao_agent.usage import call_usage
 
 SUMMARY_PROMPT = """\
 You write the hand-over notes of a conversation between a user and an AI assistant (with the tools it \

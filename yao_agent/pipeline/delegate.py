@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Literal
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.errors import AwaitingApproval, DelegateError, HookError, OverBudget, RunError, UsageError
-from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, parse_input
 from yao_agent.pipeline import close, connector
 from yao_agent.pipeline.answers import Delegation

@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from yao_agent.base.jsonvalue import strict_loads
 from yao_agent.errors import LoopDetected, MaxTurns
-from yao_agent.jsonvalue import strict_loads
 from yao_agent.pipeline.state import RunState
 
 LOOP_WINDOW = 10  # tool steps looked at

@@ -1,6 +1,6 @@
 """A run in flight: its task, its events, and the way to cancel it.
 
-`Runs.start` (yao_agent/runs.py) makes handles and keeps the live ones; a handle knows only its run.
+`Runs.start` (yao_agent/service/runs.py) makes handles and keeps the live ones; a handle knows only its run.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-from yao_agent.aio import finish_despite_cancel
+from yao_agent.base.aio import finish_despite_cancel
 from yao_agent.events import Event
 from yao_agent.pipeline.state import RunState
 from yao_agent.vocabulary import EndStatus, TerminalReason, end_status

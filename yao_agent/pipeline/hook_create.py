@@ -13,10 +13,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.dsl.refs import HANDFUL, known_list, unknown
 from yao_agent.dsl.specs import ROLE_PREFIX, App, McpUse
 from yao_agent.errors import HookError, UsageError
-from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import parse_input
 from yao_agent.pipeline import carry, connector
 from yao_agent.pipeline.answers import CreateChanges, Delegation

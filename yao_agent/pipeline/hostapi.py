@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.events import MessageDelta, MessageEnd, MessageStart
 from yao_agent.hooks import HookContext
 from yao_agent.hooks.host import printable
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, text_of
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState

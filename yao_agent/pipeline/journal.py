@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from yao_agent.aio import finish_despite_cancel
+from yao_agent.base.aio import finish_despite_cancel
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import carry
 from yao_agent.pipeline.runtime import Runtime

@@ -24,19 +24,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.connectors import FailedTry, Fallback, ModelRequest, stream_call
 from yao_agent.connectors.assemble import Assembled, PartialCall
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError, OverBudget
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id
+from yao_agent.metering.usage import call_usage
 from yao_agent.pipeline import journal, quota, trail
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
-from yao_agent.usage import call_usage
 from yao_agent.vocabulary import Transition
 
 CONTINUE_PROMPT = (

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.errors import HookError, UsageError
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, parse_input
 from yao_agent.pipeline.answers import Delegation, NextDecision
 from yao_agent.pipeline.hook_create import run_options

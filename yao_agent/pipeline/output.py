@@ -28,11 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_mapping
+from yao_agent.base.structured import AnswerProblem, SchemaUnusable, check_answer, parse_answer, place, schema_problems
 from yao_agent.errors import OutputError
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import text_of
 from yao_agent.pipeline.state import RunState
-from yao_agent.structured import AnswerProblem, SchemaUnusable, check_answer, parse_answer, place, schema_problems
 
 DEFAULT_RETRIES = 2
 CORRECTION = (

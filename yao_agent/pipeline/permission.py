@@ -8,8 +8,9 @@ the server and the CLI hand requests over as they come.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from yao_agent import tracing
+from yao_agent import ids
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import App, AssistantSpec
 from yao_agent.errors import NotFound, PermissionDenied, UsageError
@@ -25,10 +26,17 @@ from yao_agent.store.records import RunRecord
 CHAT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 
+def joining(request: RunRequest) -> RunRequest:
+    """The request, carrying the traceparent of the HTTP request that made it when it has none itself
+    (resume and approvals, whose requests the pipeline builds)."""
+    given = ids.incoming.get()
+    return replace(request, traceparent=given) if request.traceparent is None and given else request
+
+
 async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = False) -> RunState:
     """The run's state, or the error that refuses it. `chat_is_theirs`: a run of the caller's on the
     request's chat is accepted already (its first run may not have stored the chat yet)."""
-    request = tracing.with_incoming(request)
+    request = joining(request)
     identity = request.identity
     if not isinstance(identity, Identity):
         raise PermissionDenied("a run needs the caller's identity (a user id)")
@@ -41,7 +49,7 @@ async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = Fals
     run_id = rt.ids.new("run")
     run = RunRecord(
         id=run_id, chat_id=chat_id or rt.ids.new("chat"), user_id=identity.user_id, team_id=identity.team_id,
-        assistant_id=assistant.id, trace_id=tracing.run_trace_id(request, rt.ids), owner=rt.owner,
+        assistant_id=assistant.id, trace_id=ids.run_trace_id(request.traceparent, rt.ids), owner=rt.owner,
         started_at=rt.clock(), resumed_from=request.resume.run.id if request.resume else None,
         app_version=rt.app.version or None,
     )  # fmt: skip

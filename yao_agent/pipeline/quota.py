@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from yao_agent.aio import finish_despite_cancel
+from yao_agent.base.aio import finish_despite_cancel
 from yao_agent.connectors import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import BudgetExceeded, OverBudget, RateLimited
 from yao_agent.identity import Identity
+from yao_agent.metering.pricing import price_of
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
-from yao_agent.pricing import price_of
 from yao_agent.store.holds import Hold, Reached, Scope
 from yao_agent.store.ledger import ScopeKind, day_of
 from yao_agent.store.quota import Limits, RateRule

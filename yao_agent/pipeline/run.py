@@ -3,7 +3,7 @@
     1 permission  → 2 admission → 3 buffer (flushed in `finally`) → 4 connector → 5 history
     → 6 Create hook → 7 LLM → 8 tools → 9 Next hook / tool loop / standard → 10 close
 
-`Runs.start` (yao_agent/runs.py) checks a request (stage 1) and gives it its place in the chat's line
+`Runs.start` (yao_agent/service/runs.py) checks a request (stage 1) and gives it its place in the chat's line
 (stage 2); from there the run executes here, in its own task, and streams typed events through a
 channel. Whatever happens — success, a provider error, a cancel, a bug raising mid-run — the buffer is
 flushed, and `stream_end` is sent once, after the flush.
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 
-from yao_agent import logs
-from yao_agent.aio import finish_despite_cancel, uncancel
+from yao_agent.base.aio import finish_despite_cancel, uncancel
 from yao_agent.errors import RunError, RunTimeout
 from yao_agent.events import StreamStart
+from yao_agent.ids import bind_run
 from yao_agent.pipeline import approvals, carry, close, connector, delegate, history, observe, turns
 from yao_agent.pipeline.admission import Admission, Ticket
 from yao_agent.pipeline.buffer import log
@@ -29,7 +29,7 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
     state.begun = True
     run = state.run
     # this task's context (a copy of its creator's): every line the run logs, its hooks' and tools' too, has its ids
-    logs.bind(run_id=run.id, chat_id=run.chat_id, trace_id=run.trace_id, team_id=state.identity.team_id,
+    bind_run(run_id=run.id, chat_id=run.chat_id, trace_id=run.trace_id, team_id=state.identity.team_id,
               user_id=state.identity.user_id, assistant_id=run.assistant_id)  # fmt: skip
     await state.emit(StreamStart(run.id, run.chat_id, run.assistant_id, run.trace_id, run.app_version or ""))
     outcome: BaseException | None = None

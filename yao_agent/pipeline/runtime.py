@@ -1,7 +1,7 @@
 """What a run reaches outside itself, in one place, each part with its production default.
 
 Only dependencies live here: the app, the store, the engines, hooks and tools, the clock, ids and
-sleep. The runs in flight (admission, leases, handles) are the `Runs` service's (yao_agent/runs.py).
+sleep. The runs in flight (admission, leases, handles) are the `Runs` service's (yao_agent/service/runs.py).
 Tests build a `Runtime` with their own store, engines, clock, ids or sleep; nothing is patched.
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from yao_agent import settings
 from yao_agent.connectors import Cooldowns, Engines, RetryPolicy, resolve_connectors
 from yao_agent.connectors.providers import resolve_endpoint
 from yao_agent.dsl import App, load_app
@@ -96,8 +97,7 @@ class Runtime:
     async def open(cls, app_dir: str | Path, *, db: str | None = None) -> Runtime:
         """Load the app and open its store (migrating it): `db`, else $YAO_AGENT_DB, else app.yml's `store`."""
         app = load_app(app_dir)
-        raw = db or os.environ.get("YAO_AGENT_DB") or app.config.store
-        return cls(app=app, store=SqlStore(await open_engine(store_url(raw, app.root))))
+        return cls(app=app, store=SqlStore(await open_engine(store_url(settings.store(db, app), app.root))))
 
     async def prepare(self, assistant_id: str, identity: Identity) -> None:
         """Load the engines an assistant's connectors need now, so the first run does not pay for it.

@@ -13,12 +13,12 @@ from yao_agent.events import Event
 from yao_agent.hooks.host import RunSpend
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
+from yao_agent.metering.usage import RunUsage
 from yao_agent.pipeline.answers import Delegation
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.store.records import Approval, ResumePoint, RunRecord, StepRecord
 from yao_agent.tools import Offer
-from yao_agent.usage import RunUsage
 from yao_agent.vocabulary import OnBusy
 
 
@@ -36,7 +36,9 @@ class RunRequest:
     # True: `chat_id` must name one of the caller's chats (over HTTP the server names new ones); False:
     # a chat of that id is started if there is none (the CLI's `--chat ID`).
     chat_must_exist: bool = False
-    traceparent: str | None = None  # the caller's W3C trace context: the run joins its trace (yao_agent/tracing.py)
+    traceparent: str | None = (
+        None  # the caller's W3C trace context: the run joins its trace (yao_agent/observe/tracing.py)
+    )
 
 
 class ChildRuns(Protocol):

@@ -20,14 +20,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from yao_agent.base.redact import redact
 from yao_agent.connectors import FailedTry, ModelRequest, Usage
 from yao_agent.connectors.assemble import Assembled
 from yao_agent.dsl.specs import ConnectorSpec
+from yao_agent.metering.tokens import counter_for
+from yao_agent.metering.usage import call_usage
 from yao_agent.pipeline.buffer import Buffer
-from yao_agent.redact import redact
 from yao_agent.store.records import StepRecord
-from yao_agent.tokens import counter_for
-from yao_agent.usage import call_usage
 
 
 def failed_try(buffer: Buffer, step: StepRecord, failed: FailedTry, chain: Sequence[ConnectorSpec]) -> StepRecord:

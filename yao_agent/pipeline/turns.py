@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.errors import ModelError
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, ToolCall
 from yao_agent.pipeline import (
     approvals,

@@ -15,8 +15,8 @@ from typing import Any
 
 from yao_agent.dsl.specs import ConnectorSpec, ContextSettings
 from yao_agent.messages import text_of
+from yao_agent.metering.tokens import ESTIMATE, TokenCounter, counter_for
 from yao_agent.pipeline.state import RunState
-from yao_agent.tokens import ESTIMATE, TokenCounter, counter_for
 
 CUT_NOTE = "[… cut: showed {shown} of {total} tokens; the full result is stored]"
 

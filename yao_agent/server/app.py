@@ -9,13 +9,13 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
-from yao_agent.runs import Runs
 from yao_agent.server import errors, lifecycle, metrics_route, native, openai_compat, operating, schemas
 from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.browser import BrowserHeaders
 from yao_agent.server.limits import Admission, RequestBody
 from yao_agent.server.reload import Reloader
+from yao_agent.service.runs import Runs
 
 WEB = Path(__file__).parent / "web"
 

@@ -15,8 +15,8 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from yao_agent.identity import Identity
-from yao_agent.runs import Runs
 from yao_agent.server.errors import Unauthorized, error_response, unauthorized
+from yao_agent.service.runs import Runs
 
 log = logging.getLogger("yao_agent.server")
 MISSING = "missing bearer token (expected the header Authorization: Bearer <token>)"

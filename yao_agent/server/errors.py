@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.errors import (
     ApprovalConflict,
     BudgetExceeded,
@@ -31,7 +32,6 @@ from yao_agent.errors import (
     UsageError,
     YaoAgentError,
 )
-from yao_agent.jsonvalue import as_mapping
 
 log = logging.getLogger("yao_agent.server")
 

@@ -17,8 +17,9 @@ import socket
 from pathlib import Path
 from typing import TextIO
 
-from yao_agent import logs
+from yao_agent import settings
 from yao_agent.errors import SpecError, UsageError, YaoAgentError
+from yao_agent.observe import logs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # as every command's
 log = logging.getLogger("yao_agent.serve")
@@ -71,7 +72,7 @@ def hooks_compile(root: Path) -> None:
     import functools
 
     from yao_agent.dsl.loader import check_app
-    from yao_agent.probe import probe
+    from yao_agent.service.probe import probe
 
     report = check_app(root, probe=functools.partial(probe, hooks=True, mcp=False))
     if report.app is None:
@@ -79,8 +80,8 @@ def hooks_compile(root: Path) -> None:
 
 
 async def _single(root: Path, args: argparse.Namespace, out: TextIO) -> int:
-    from yao_agent.runs import Runs
     from yao_agent.server.serve import address, listen, server, settle_memory
+    from yao_agent.service.runs import Runs
 
     runs = await Runs.open(root, db=args.db)
     try:
@@ -100,9 +101,9 @@ async def _single(root: Path, args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _worker(root: Path, args: argparse.Namespace, out: TextIO) -> int:
-    from yao_agent.runs import Runs
     from yao_agent.server.serve import server, settle_memory
     from yao_agent.server.workers import READY, die_with_parent
+    from yao_agent.service.runs import Runs
 
     die_with_parent()
     sock = socket.socket(fileno=args.listen_fd)
@@ -123,8 +124,7 @@ async def _supervise(root: Path, args: argparse.Namespace, fmt: logs.Format, out
     from yao_agent.store import open_engine, store_url
 
     app = load_app(root)  # (each worker loads it again; a mistake is reported once, here)
-    raw = args.db or os.environ.get("YAO_AGENT_DB") or app.config.store
-    url = store_url(raw, app.root)
+    url = store_url(settings.store(args.db, app), app.root)
     if url.get_backend_name() != "postgresql":
         raise UsageError(
             f"serve --workers {args.workers} needs a PostgreSQL store: SQLite lets one process write at a "
@@ -134,9 +134,9 @@ async def _supervise(root: Path, args: argparse.Namespace, fmt: logs.Format, out
     host = args.host or app.config.server.host
     sock = listen(host, args.port or app.config.server.port)
     where = f"http://{address(host, sock.getsockname()[1])}/"
-    env = {**os.environ, "YAO_AGENT_APP": str(root), logs.ENV: fmt}
+    env = {**os.environ, settings.APP: str(root), settings.LOG_FORMAT: fmt}
     if args.db:
-        env["YAO_AGENT_DB"] = args.db  # (not on the command line, where `ps` shows it)
+        env[settings.DB] = args.db  # (not on the command line, where `ps` shows it)
     options = ["--drain-s", str(args.drain_s)]
 
     def ready() -> None:

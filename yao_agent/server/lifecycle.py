@@ -27,7 +27,7 @@ from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_response
 from yao_agent.server.native import runs_of
 from yao_agent.server.reload import Reloader
-from yao_agent.teams import ADMIN_TOKEN
+from yao_agent.service.teams import ADMIN_TOKEN
 
 router = APIRouter()
 DRAINING = "this server is shutting down (draining its runs); send requests to another"

@@ -12,11 +12,12 @@ import os
 
 from fastapi import APIRouter, FastAPI, Request, Response
 
-from yao_agent import metrics
+from yao_agent import settings
+from yao_agent.observe import metrics
 from yao_agent.server.auth import token_of
 from yao_agent.server.errors import unauthorized
 
-TOKEN_ENV = "YAO_AGENT_METRICS_TOKEN"
+TOKEN_ENV = settings.METRICS_TOKEN
 router = APIRouter()
 
 

@@ -16,18 +16,18 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from yao_agent import tracing
+from yao_agent import ids
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import UsageError
 from yao_agent.events import to_json
 from yao_agent.identity import Identity
 from yao_agent.messages import iso_time
 from yao_agent.pipeline import RunHandle, RunRequest
-from yao_agent.runs import Runs
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.limits import check_messages
 from yao_agent.server.sse import EventStream
+from yao_agent.service.runs import Runs
 from yao_agent.vocabulary import OnBusy
 
 router = APIRouter()
@@ -177,7 +177,7 @@ async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str,
              responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 429, stream=doc.EVENTS))  # fmt: skip
 async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
-    with tracing.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
+    with ids.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
         handle = await runs_of(request).resume(who, chat_id)
     return streamed(handle) if stream else await drained(request, handle)
 
@@ -202,7 +202,7 @@ async def approvals(chat_id: str, request: Request, who: Caller) -> dict[str, An
 async def decide(chat_id: str, body: DecisionsBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Decide every pending call and continue the run: approved calls run, denied ones are answered
     `denied: <reason>` (SSE, or JSON with `?stream=false`); 409 when they were decided already."""
-    with tracing.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
+    with ids.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
         handle = await runs_of(request).decide(who, chat_id, body.decisions)
     return streamed(handle) if stream else await drained(request, handle)
 

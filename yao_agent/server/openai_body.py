@@ -27,10 +27,10 @@ from typing import Annotated, Any, Literal, cast
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from yao_agent.base.structured import schema_problems
 from yao_agent.errors import UsageError
 from yao_agent.messages import check_text
 from yao_agent.server.errors import InvalidParam
-from yao_agent.structured import schema_problems
 
 # The request fields passed to the model call as they are (CONTRACT §6), besides `response_format`.
 CALL_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "presence_penalty",

@@ -38,8 +38,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
+from yao_agent.base.structured import unfenced
 from yao_agent.events import Event, MessageDelta, StreamEnd
-from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.messages import ChatMessage, text_of
 from yao_agent.pipeline import RunHandle, RunRequest, RunResult, output
 from yao_agent.server import schemas as doc
@@ -49,7 +50,6 @@ from yao_agent.server.limits import check_messages
 from yao_agent.server.native import frames, runs_of, server_settings, to_the_end, visible
 from yao_agent.server.openai_body import CompletionBody
 from yao_agent.server.sse import EventStream
-from yao_agent.structured import unfenced
 
 router = APIRouter()
 # output_error: the model's answers did not fit the schema, retries included; like any answer a model failed

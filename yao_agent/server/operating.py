@@ -1,6 +1,6 @@
 """Usage and budgets over HTTP (CONTRACT §6, §8.2): `GET /api/usage`, `GET /api/budgets`, `PUT /api/budgets`.
 
-Who may see or change what is the `Runs` service's to decide (yao_agent/teams.py): a member gets 403 for
+Who may see or change what is the `Runs` service's to decide (yao_agent/service/teams.py): a member gets 403 for
 the team's usage, another member's, and any budget change; these routes read the request and render.
 """
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from yao_agent.dsl.loader import Probe, check_app
 from yao_agent.errors import Problem, UsageError
-from yao_agent.probe import probe
-from yao_agent.runs import Runs
+from yao_agent.service.probe import probe
+from yao_agent.service.runs import Runs
 
 log = logging.getLogger("yao_agent.reload")
 SUFFIXES = (".yml", ".yaml", ".js", ".mjs", ".cjs", ".ts", ".json")

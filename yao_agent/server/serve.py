@@ -31,13 +31,13 @@ import uvicorn
 from fastapi import FastAPI
 from sse_starlette.sse import AppStatus
 
-from yao_agent import logs, tracing
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import CannotListen
-from yao_agent.runs import Runs
+from yao_agent.observe import logs, tracing
 from yao_agent.server.app import create_app
 from yao_agent.server.protocol import GuardedH11, protocol
 from yao_agent.server.reload import Reloader
+from yao_agent.service.runs import Runs
 
 log = logging.getLogger("yao_agent.server")
 GC_THRESHOLD = 20_000  # allocations between two young collections (Python's default: 700)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from yao_agent.aio import uncancel
+from yao_agent.base.aio import uncancel
 
 PING_S = 15.0
 OUTLET_KEY = "yao_agent.outlet"  # where the outermost layer (access.AccessLog) leaves the request's `Outlet`

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 
-from yao_agent.metrics import MULTIPROC_ENV
+from yao_agent.observe.metrics import MULTIPROC_ENV
 
 log = logging.getLogger("yao_agent.server")
 READY = "ready"  # what a worker prints once it serves

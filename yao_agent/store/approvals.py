@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import bindparam, select, update
 
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.errors import ApprovalConflict
-from yao_agent.jsonvalue import as_list, as_mapping
 from yao_agent.store.records import Approval
 from yao_agent.store.schema import approvals, messages, steps
 from yao_agent.store.tx import Sql, Tx

@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql
 
-from yao_agent.aio import finish_despite_cancel
+from yao_agent.base.aio import finish_despite_cancel
 from yao_agent.errors import NoActiveRun, UsageError, YaoAgentError
 from yao_agent.identity import Identity
 from yao_agent.store.chats import mark_interrupted

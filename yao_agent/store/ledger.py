@@ -19,8 +19,8 @@ from sqlalchemy import ColumnElement, Float, Integer, bindparam, case, func, lit
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.identity import Identity
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.schema import spend_days, usage_ledger
 from yao_agent.store.tx import Sql, Tx

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from yao_agent.redact import redact
+from yao_agent.base.redact import redact
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult, ContentBlock

@@ -11,9 +11,9 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from yao_agent import schema_bounds
-from yao_agent.jsonvalue import NotPlainJson, strict_loads
-from yao_agent.safe_regex import RegexRefused
+from yao_agent.base import schema_bounds
+from yao_agent.base.jsonvalue import NotPlainJson, strict_loads
+from yao_agent.base.safe_regex import RegexRefused
 from yao_agent.tools.catalog import ToolSpec
 
 if TYPE_CHECKING:

@@ -9,17 +9,17 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .cli_common import app_dir, app_of, open_store, printable, run_async, said
-from .errors import EnvVarMissing, HookError, NotFound, RunError, SpecError, UsageError, YaoAgentError
+from yao_agent import settings
+from yao_agent.cli.common import app_dir, app_of, open_store, printable, run_async, said
+from yao_agent.errors import EnvVarMissing, HookError, NotFound, RunError, SpecError, UsageError, YaoAgentError
 
 if TYPE_CHECKING:
-    from .dsl import App
+    from yao_agent.dsl import App
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -27,8 +27,8 @@ Command = Callable[[argparse.Namespace, TextIO], int]
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
-    from .dsl import check_app
-    from .probe import probe
+    from yao_agent.dsl import check_app
+    from yao_agent.service.probe import probe
 
     report = check_app(app_dir(args), probe=functools.partial(probe, hooks=True, mcp=args.mcp))
     for problem in report.errors:
@@ -57,7 +57,7 @@ def cmd_assistants(args: argparse.Namespace, out: TextIO) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .dsl import load_app
+    from yao_agent.dsl import load_app
 
     app = load_app(app_dir(args))
     table = Table("id", "name", "connector", "hook", "MCP servers", box=None, header_style="bold")
@@ -69,7 +69,7 @@ def cmd_assistants(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
-    from .dsl import load_schema
+    from yao_agent.dsl import load_schema
 
     print(json.dumps(load_schema(args.kind), indent=2), file=out)
     return EXIT_OK
@@ -86,8 +86,8 @@ def _scope(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cmd_roles_set(args: argparse.Namespace, out: TextIO) -> int:
-    from .dsl import load_app
-    from .dsl.refs import unknown
+    from yao_agent.dsl import load_app
+    from yao_agent.dsl.refs import unknown
 
     app = load_app(app_dir(args))
     scope = _scope(args)
@@ -122,7 +122,7 @@ def _reachable(app: App, connector: str, scope: tuple[str, str]) -> None:
 
 
 def cmd_roles_unset(args: argparse.Namespace, out: TextIO) -> int:
-    from .dsl import load_app
+    from yao_agent.dsl import load_app
 
     app = load_app(app_dir(args))
     scope = _scope(args)
@@ -144,8 +144,8 @@ def cmd_roles_list(args: argparse.Namespace, out: TextIO) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .dsl import load_app
-    from .store import OPERATOR
+    from yao_agent.dsl import load_app
+    from yao_agent.store import OPERATOR
 
     app = load_app(app_dir(args))
 
@@ -167,49 +167,49 @@ def cmd_roles_list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_chat(args: argparse.Namespace, out: TextIO) -> int:
-    from .startup import loading
+    from yao_agent.cli.startup import loading
 
     with loading():  # most of a cold chat's start-up is this import
-        from .cli_repl import chat
+        from yao_agent.cli.repl import chat
 
     return run_async(chat(args, out))
 
 
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
-    from .cli_chat import history
+    from yao_agent.cli.chat import history
 
     return run_async(history(args, out))
 
 
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
-    from .cli_chat import resume
+    from yao_agent.cli.chat import resume
 
     return run_async(resume(args, out))
 
 
 def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
-    from .cli_runs import runs_of_chat
+    from yao_agent.cli.runs import runs_of_chat
 
     return run_async(runs_of_chat(args, out))
 
 
 def cmd_approvals(args: argparse.Namespace, out: TextIO) -> int:
-    from .cli_approvals import approvals
+    from yao_agent.cli.approvals import approvals
 
     return run_async(approvals(args, out))
 
 
 def cmd_approve(args: argparse.Namespace, out: TextIO) -> int:
-    from .startup import loading
+    from yao_agent.cli.startup import loading
 
     with loading():  # the continuation runs the model and the tools: their imports, as for `chat`
-        from .cli_approvals import approve
+        from yao_agent.cli.approvals import approve
 
     return run_async(approve(args, out))
 
 
 def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
-    from .identity import OPERATOR, Identity
+    from yao_agent.identity import OPERATOR, Identity
 
     if args.admin and not args.team:  # a caller without a team administers their own scope already
         raise UsageError("--admin makes a team admin: give the team with --team T")
@@ -233,7 +233,7 @@ def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
-    from .identity import OPERATOR
+    from yao_agent.identity import OPERATOR
 
     async def work() -> int:
         store = await open_store(args, app_of(args))
@@ -249,7 +249,7 @@ def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
-    from .identity import OPERATOR
+    from yao_agent.identity import OPERATOR
 
     async def work() -> list[str]:
         store = await open_store(args, app_of(args))
@@ -269,7 +269,7 @@ def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     """Serve until SIGTERM/Ctrl-C (`--workers N`: N processes). An address it cannot listen on is one line
     and exit 1 (CannotListen); several workers on SQLite, exit 2."""
-    from .server.launch import serve
+    from yao_agent.server.launch import serve
 
     return serve(app_dir(args), args, out)
 
@@ -347,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     _identity_options(p)
     _roles_parser(sub)
     _tokens_parser(sub)
-    from .cli_usage import add_parsers  # (its commands' own imports wait until they run)
+    from yao_agent.cli.usage import add_parsers  # (its commands' own imports wait until they run)
 
     add_parsers(sub, command, lambda p: _global_options(p, suppress=True))
     p = command("serve", cmd_serve, "serve the HTTP API and the web page")
@@ -450,7 +450,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last line of defence: never a traceback unless asked for
-        if os.environ.get("YAO_AGENT_DEBUG") == "1":
+        if settings.debug():
             raise
         print(
             f"internal error: {type(exc).__name__}: {exc} (set YAO_AGENT_DEBUG=1 for details)",
@@ -458,6 +458,3 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         )
         return EXIT_FAILED
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,9 +29,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, cast
 from urllib.parse import urldefrag, urljoin
 
-from yao_agent import schema_bounds
-from yao_agent.jsonvalue import NotPlainJson, strict_loads
-from yao_agent.safe_regex import RegexRefused
+from yao_agent.base import schema_bounds
+from yao_agent.base.jsonvalue import NotPlainJson, strict_loads
+from yao_agent.base.safe_regex import RegexRefused
 
 Where = tuple[str | int, ...]
 MAX_REPORTED = 3  # validation errors told to the model at once: the first few are what it can act on

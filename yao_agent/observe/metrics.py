@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from yao_agent.jsonvalue import as_list, as_mapping
+from yao_agent import settings
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.pipeline import observe
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from yao_agent.pipeline.state import RunState
     from yao_agent.store.records import StepRecord
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+MULTIPROC_ENV = settings.METRICS_FOLDER
 RUN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 FIRST_TOKEN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 OUTCOMES = {"completed": "ok", "failed": "error", "recovered": "error", "cancelled": "cancelled"}

@@ -18,7 +18,7 @@ from typing import Any
 
 from yao_agent.dsl.specs import ConnectorSpec, Pricing
 
-log = logging.getLogger("yao_agent.pricing")
+log = logging.getLogger("yao_agent.metering.pricing")
 MAP_FILE = "model_prices_and_context_window_backup.json"
 PER_MTOK = 1_000_000
 

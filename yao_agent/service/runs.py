@@ -37,26 +37,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from yao_agent import metrics, teams
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import App, AssistantSpec
 from yao_agent.errors import ChatBusy, Draining, NoActiveRun, NotFound, Refused, UsageError
 from yao_agent.events import Event
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage, parse_input
+from yao_agent.observe import metrics
 from yao_agent.pipeline import approvals, permission, quota, resume
 from yao_agent.pipeline.admission import Admission
 from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.run import execute
 from yao_agent.pipeline.runtime import Runtime, owner_is_dead
 from yao_agent.pipeline.state import RunRequest, RunState
+from yao_agent.service import teams
 from yao_agent.store import RoleSetting
 from yao_agent.store.leases import TTL_S, PgLease
 from yao_agent.store.records import ChatRecord, ResumePoint, RunView
 from yao_agent.tools import ToolManager
 
 SWEEP_S = 5.0  # how often a process looks for runs left `running` by processes that died (PostgreSQL)
-log = logging.getLogger("yao_agent.runs")
+log = logging.getLogger("yao_agent.service.runs")
 ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # app.yml's role names, within the store's 128
 
 

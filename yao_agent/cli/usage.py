@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from yao_agent.cli_common import app_of, open_store, printable, run_async
+from yao_agent.cli.common import app_of, open_store, printable, run_async
 from yao_agent.errors import UsageError
 
 if TYPE_CHECKING:
-    from yao_agent.teams import Scope
+    from yao_agent.service.teams import Scope
 
 Command = Callable[[argparse.Namespace, TextIO], int]
 EXIT_OK = 0
@@ -29,7 +29,7 @@ WINDOW_OPTIONS = {"per_day": "--per-day", "per_month": "--per-month"}
 
 def scope_of(args: argparse.Namespace, default_user: str | None) -> Scope:
     """The scope the options name: a team, a user of a team, or a user without one."""
-    from yao_agent.teams import named
+    from yao_agent.service.teams import named
 
     if not args.team and not args.user:
         if default_user is None:
@@ -39,7 +39,7 @@ def scope_of(args: argparse.Namespace, default_user: str | None) -> Scope:
 
 
 def usage(args: argparse.Namespace, out: TextIO) -> int:
-    from yao_agent import teams
+    from yao_agent.service import teams
 
     scope = scope_of(args, "local")
     by = teams.group(args.by)
@@ -93,8 +93,8 @@ def usd(text: str) -> float | None:
 
 
 def budgets_set(args: argparse.Namespace, out: TextIO) -> int:
+    from yao_agent.service.teams import check_limits
     from yao_agent.store.ledger import shown
-    from yao_agent.teams import check_limits
 
     scope = scope_of(args, None)
     given = {w: getattr(args, w) for w in WINDOW_OPTIONS if hasattr(args, w)}  # (unset: not there at all)

@@ -11,9 +11,9 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from yao_agent.cli_chat import EXIT_OK, escaped, identity_of, open_runs
-from yao_agent.cli_common import said
-from yao_agent.jsonvalue import as_mapping
+from yao_agent.base.jsonvalue import as_mapping
+from yao_agent.cli.chat import EXIT_OK, escaped, identity_of, open_runs
+from yao_agent.cli.common import said
 
 
 async def runs_of_chat(args: argparse.Namespace, out: TextIO) -> int:

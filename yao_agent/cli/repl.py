@@ -24,7 +24,8 @@ import time
 from collections.abc import AsyncIterator, Generator, Mapping
 from typing import Any, TextIO
 
-from yao_agent.cli_chat import (
+from yao_agent.base.jsonvalue import as_mapping
+from yao_agent.cli.chat import (
     EXIT_OK,
     Renderer,
     call_text,
@@ -36,12 +37,11 @@ from yao_agent.cli_chat import (
     open_runs,
     terminal_logging,
 )
+from yao_agent.cli.startup import loading
 from yao_agent.errors import UsageError
 from yao_agent.events import StreamEnd
-from yao_agent.jsonvalue import as_mapping
 from yao_agent.pipeline import RunHandle, RunRequest
-from yao_agent.runs import Runs
-from yao_agent.startup import loading
+from yao_agent.service.runs import Runs
 
 HISTORY_FILE = "~/.yao-agent_history"  # one history for every app, like the shells' and Python's own
 HISTORY_LINES = 1000

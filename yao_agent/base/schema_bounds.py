@@ -29,7 +29,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from yao_agent import safe_regex
+from yao_agent.base import safe_regex
 
 if TYPE_CHECKING:
     from jsonschema import FormatChecker
@@ -100,7 +100,7 @@ def _install() -> None:
             if isinstance(current, _Re):
                 continue
             if current is not re:
-                raise RuntimeError(f"{name} no longer matches with `re`: see yao_agent/schema_bounds.py")
+                raise RuntimeError(f"{name} no longer matches with `re`: see yao_agent/base/schema_bounds.py")
             module.re = _Re()  # pyright: ignore[reportAttributeAccessIssue]
 
 

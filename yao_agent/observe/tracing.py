@@ -15,82 +15,28 @@ the optional extra `yao-agent[otel]`: asked for without it, a warning, once.
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import logging
 import os
 import re
 import time
 from collections.abc import Generator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from yao_agent.jsonvalue import as_list, as_mapping
+from yao_agent.base.jsonvalue import as_list, as_mapping
+from yao_agent.ids import parse_traceparent
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-    from yao_agent.ids import IdSource
-    from yao_agent.pipeline.state import RunRequest, RunState
+    from yao_agent.pipeline.state import RunState
     from yao_agent.store.records import StepRecord
 
-log = logging.getLogger("yao_agent.tracing")
-TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
+log = logging.getLogger("yao_agent.observe.tracing")
 FLUSH_AT_MOST_S = 60.0  # a gap longer than this between a run's end and its observer is no flush (a test clock)
 FAILED = ("failed", "recovered", "cancelled", "interrupted")  # recovered: it failed, and the run went on
-# The traceparent of the request being handled, for the routes whose requests the pipeline builds itself
-# (resume, approvals): permission.check takes it from here when the request carries none.
-incoming: contextvars.ContextVar[str | None] = contextvars.ContextVar("yao_traceparent", default=None)
 _state: dict[str, Any] = {}  # this process's setup: {"provider": ..., "stop": ...} once on; {"warned": True}
-
-
-class Parent(NamedTuple):
-    trace_id: str
-    span_id: str
-    sampled: bool
-
-
-def parse_traceparent(value: str | None) -> Parent | None:
-    """A W3C `traceparent` header's trace id, span id and sampled flag; None for anything invalid, which
-    starts a trace of its own (W3C Trace Context: lowercase hex only — `4BF9…` is no trace id — ids not
-    all zero, version `ff` invalid, version `00` exactly four fields, a later version's extra fields
-    after a `-`)."""
-    found = TRACEPARENT.fullmatch(value.strip(" \t")) if value else None
-    if found is None:
-        return None
-    version, trace_id, span_id, flags, rest = found.groups()
-    if version == "ff" or (version == "00" and rest) or set(trace_id) == {"0"} or set(span_id) == {"0"}:
-        return None
-    return Parent(trace_id, span_id, bool(int(flags, 16) & 1))
-
-
-def new_trace_id(ids: IdSource) -> str:
-    """A W3C trace id (32 lowercase hex) made from the runtime's ids, so a test's counting ids give
-    the same trace ids every time while random ids give random ones."""
-    return hashlib.blake2b(ids.new("trace").encode(), digest_size=16).hexdigest()
-
-
-def with_incoming(request: RunRequest) -> RunRequest:
-    """The request, carrying the traceparent of the HTTP request that made it when it has none itself."""
-    given = incoming.get()
-    return replace(request, traceparent=given) if request.traceparent is None and given else request
-
-
-@contextmanager
-def joined(traceparent: str | None) -> Generator[None]:
-    """Within it, the runs a request starts join the trace `traceparent` names (see `with_incoming`)."""
-    token = incoming.set(traceparent)
-    try:
-        yield
-    finally:
-        incoming.reset(token)
-
-
-def run_trace_id(request: RunRequest, ids: IdSource) -> str:
-    """The caller's trace id when it sent a valid traceparent (the run joins its trace), else a new one."""
-    parent = parse_traceparent(request.traceparent)
-    return parent.trace_id if parent is not None else new_trace_id(ids)
 
 
 def wanted(environ: Mapping[str, str]) -> bool:

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from yao_agent.cli_chat import (
+from yao_agent.cli.chat import (
     EXIT_OK,
     Renderer,
     approve_command,

@@ -1,7 +1,7 @@
 """The server's log: `text` (as it always was) or `json` (one object a line, for a log shipper to index).
 
 A JSON line has `ts` (ISO 8601, UTC), `level`, `msg`, `logger` and, where known, the ids of the run
-it belongs to. Those ids live in a context variable that `bind` sets when a run starts: each run is
+it belongs to. Those ids live in a context variable that `ids.bind_run` sets when a run starts: each run is
 its own asyncio task, and a task starts from a copy of its creator's context, so everything the run
 logs — its stages, hooks and tools, and the tasks they start — carries them without any call
 passing them on, and nothing outside the run does.
@@ -19,34 +19,24 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Generator, Mapping
-from contextvars import ContextVar
+from collections.abc import Generator
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO, cast
 
+from yao_agent import settings
+from yao_agent.base.redact import redact
 from yao_agent.errors import UsageError
-from yao_agent.redact import redact
+from yao_agent.ids import run_ids
 
 Format = Literal["text", "json"]
 FORMATS: tuple[Format, ...] = ("text", "json")
-ENV = "YAO_AGENT_LOG_FORMAT"
+ENV = settings.LOG_FORMAT
 RUN_FIELDS = ("run_id", "chat_id", "trace_id", "team_id", "user_id", "assistant_id")
 MAX_DEPTH = 4  # how deep an extra's lists and dicts are kept; below that, a value is shown as text
 
-_run: ContextVar[Mapping[str, str] | None] = ContextVar("yao_agent_log_run", default=None)
 # What every record has without `extra=`: the rest of a record's attributes are the extras.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 _format: Format = "text"
-
-
-def bind(**fields: str | None) -> None:
-    """Give every line logged from here on in this context (a run's task) these ids; None is left out."""
-    _run.set({name: value for name, value in fields.items() if value})
-
-
-def context() -> Mapping[str, str]:
-    """The ids bound in the current context (empty outside a run)."""
-    return _run.get() or {}
 
 
 def chosen(flag: str | None) -> Format:
@@ -97,7 +87,7 @@ class JsonFormatter(logging.Formatter):
     """A record as one JSON object on one line, with the run's ids and the record's JSON-safe extras."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = dict(context())
+        line: dict[str, Any] = dict(run_ids())
         for name, value in record.__dict__.items():
             if name not in _STANDARD and not name.startswith("_"):
                 safe = _json_safe(value, MAX_DEPTH)
@@ -143,5 +133,5 @@ def _json_safe(value: Any, depth: int) -> Any:
     return [item for item in kept if item is not _UNSAFE]
 
 
-__all__ = ["ENV", "FORMATS", "RUN_FIELDS", "Format", "JsonFormatter", "bind", "chosen", "configured", "context",
+__all__ = ["ENV", "FORMATS", "RUN_FIELDS", "Format", "JsonFormatter", "chosen", "configured",
            "uvicorn_log_config"]  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 from yao_agent.connectors import Usage
 from yao_agent.dsl.specs import ConnectorSpec
-from yao_agent.pricing import price_of
+from yao_agent.metering.pricing import price_of
 
 COST_DIGITS = 8  # a millionth of a cent: finer than any provider bills
 

@@ -29,7 +29,7 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from yao_agent.jsonvalue import as_list, as_mapping
+from yao_agent.base.jsonvalue import as_list, as_mapping
 
 if TYPE_CHECKING:
     from tiktoken import Encoding

@@ -4,13 +4,13 @@ for a terminal. Light to import: a command's own imports wait until it runs."""
 from __future__ import annotations
 
 import argparse
-import os
 import unicodedata
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from yao_agent.jsonvalue import as_mapping
+from yao_agent import settings
+from yao_agent.base.jsonvalue import as_mapping
 
 if TYPE_CHECKING:
     from yao_agent.dsl import App
@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 
 def app_dir(args: argparse.Namespace) -> Path:
-    return Path(args.app or os.environ.get("YAO_AGENT_APP") or ".")
+    return settings.app_dir(args.app)
 
 
 def app_of(args: argparse.Namespace) -> App:
@@ -30,7 +30,7 @@ def app_of(args: argparse.Namespace) -> App:
 
 
 def db_url(args: argparse.Namespace, app: App) -> str:
-    return args.db or os.environ.get("YAO_AGENT_DB") or app.config.store
+    return settings.store(args.db, app)
 
 
 async def open_store(args: argparse.Namespace, app: App) -> SqlStore:

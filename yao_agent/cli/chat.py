@@ -26,12 +26,12 @@ import sys
 import time
 from collections.abc import Callable, Generator, Mapping
 from contextlib import aclosing
-from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
 
-from yao_agent.cli_common import said, visible
+from yao_agent import settings
+from yao_agent.cli.common import said, visible
 from yao_agent.events import (
     ApprovalRequest,
     Compaction,
@@ -48,7 +48,7 @@ from yao_agent.hooks.host import printable
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle
-from yao_agent.runs import Runs
+from yao_agent.service.runs import Runs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HOOK_LOGGER = "yao_agent.hook"  # where a hook's ctx.log lines are logged (pipeline/hostapi.py)
@@ -178,7 +178,7 @@ def identity_of(args: argparse.Namespace) -> Identity:
 
 
 async def open_runs(args: argparse.Namespace) -> Runs:
-    app_dir = Path(args.app or os.environ.get("YAO_AGENT_APP") or ".")
+    app_dir = settings.app_dir(args.app)
     return await Runs.open(app_dir, db=args.db)
 
 

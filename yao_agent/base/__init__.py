@@ -1,0 +1,2 @@
+"""Pieces that know nothing of runs: asyncio helpers, safe file reads, JSON views, redaction, bounded
+regexes and JSON Schema checks."""
