@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 # The run service and the pipeline take a third of a second to import, the YAML loader a tenth; a
 # command pays only for what it uses (`--help` for none of them): these load on first use.
-_LAZY = {"Runs": "runs", "RunHandle": "pipeline", "RunRequest": "pipeline", "RunResult": "pipeline",
+_LAZY = {"Runs": "service.runs", "RunHandle": "pipeline", "RunRequest": "pipeline", "RunResult": "pipeline",
          "Runtime": "pipeline", "App": "dsl", "check_app": "dsl", "load_app": "dsl"}  # fmt: skip
 
 
