@@ -41,7 +41,7 @@ WHO = Identity("bench")
 def big_request(tokens: int = 100_000) -> list[dict[str, Any]]:
     """About `tokens` tokens (by o200k) of the repository's own prose, code and JSON, in 40 messages."""
     prose = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-    texts = [p.read_text("utf-8") for p in (*prose, REPO / "yao_agent" / "tokens.py",
+    texts = [p.read_text("utf-8") for p in (*prose, REPO / "yao_agent" / "metering" / "tokens.py",
                                             REPO / "yao_agent" / "dsl" / "schemas" / "assistant.json")]  # fmt: skip
     encoding = load_encoding("o200k_base")
     assert encoding is not None
