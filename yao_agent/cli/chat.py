@@ -32,6 +32,7 @@ from rich.console import Console
 
 from yao_agent import settings
 from yao_agent.cli.common import said, visible
+from yao_agent.errors import Exit
 from yao_agent.events import (
     ApprovalRequest,
     Compaction,
@@ -50,7 +51,6 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle
 from yao_agent.service.runs import Runs
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HOOK_LOGGER = "yao_agent.hook"  # where a hook's ctx.log lines are logged (pipeline/hostapi.py)
 Clock = Callable[[], float]
 
@@ -233,7 +233,7 @@ async def follow(handle: RunHandle, renderer: Renderer) -> int:
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     ok = renderer.end is not None and renderer.end.status in ("completed", "waiting")
-    return EXIT_OK if ok else EXIT_FAILED
+    return Exit.OK if ok else Exit.FAILED
 
 
 def escaped(text: str) -> str:
@@ -319,7 +319,7 @@ async def history(args: argparse.Namespace, out: TextIO) -> int:
                 _show_summary(console, message, covered(messages, message))
             else:
                 _show_message(console, message)
-    return EXIT_OK
+    return Exit.OK
 
 
 def covered(messages: list[ChatMessage], summary: ChatMessage) -> int:
