@@ -310,4 +310,19 @@ def events() -> str:
     return "\n".join(out)
 
 
-GENERATORS: dict[str, Callable[[], str]] = {"dsl": dsl, "cli": cli, "http": http, "events": events}
+# --- the exit codes, from their enum ---------------------------------------------------------------------
+
+
+def exits() -> str:
+    """`errors.Exit`, each code with the comment its line carries in the source."""
+    import inspect
+
+    from yao_agent.errors import Exit
+
+    said = dict(re.findall(r"^\s+(\w+) = \d+\s+# (.*)$", inspect.getsource(Exit), re.M))
+    return "\n".join(
+        table(("code", "name", "meaning"), [(str(e.value), f"`{e.name}`", said.get(e.name, "")) for e in Exit])
+    )
+
+
+GENERATORS: dict[str, Callable[[], str]] = {"dsl": dsl, "cli": cli, "http": http, "events": events, "exits": exits}

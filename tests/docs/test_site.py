@@ -17,6 +17,7 @@ from tests.docs.pages import REPO, text
 from yao_agent import events
 from yao_agent.cli import build_parser
 from yao_agent.dsl.schema import KINDS, load_schema
+from yao_agent.errors import Exit
 from yao_agent.vocabulary import TerminalReason
 
 
@@ -31,7 +32,7 @@ def test_the_site_builds_strictly_with_the_reference_generated_from_the_code(tmp
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     page = {name: plain((tmp_path / "reference" / name / "index.html").read_text("utf-8"))
-            for name in ("cli", "dsl", "http", "events")}  # fmt: skip
+            for name in ("cli", "dsl", "http", "events", "exit-codes")}  # fmt: skip
     assert "<!-- generated" not in "".join(page.values())
     commands = re.findall(r"^ {2}(\w+)", build_parser().format_help(), re.M)
     assert commands and [c for c in commands if f"yao-agent {c}" not in page["cli"]] == []
@@ -45,6 +46,7 @@ def test_the_site_builds_strictly_with_the_reference_generated_from_the_code(tmp
     assert sorted(r for r in routes if re.sub(r"\{\w+\}", "{}", " ".join(r)) not in listed) == []
     types = [cls.__dataclass_fields__["type"].default for cls in typing.get_args(events.Event)]
     assert [t for t in types if t not in page["events"]] == []
+    assert [e.name for e in Exit if f"{e.value} {e.name}" not in page["exit-codes"]] == []
     assert not (tmp_path / "hooks.py").exists()  # the build's own code is not published
 
 
