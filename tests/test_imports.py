@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
+from tests.support.apps import make_app
 from yao_agent.store.protocol import Store
 
 PACKAGE = Path(__file__).resolve().parents[1] / "yao_agent"
