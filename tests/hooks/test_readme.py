@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.hooks.conftest import REPO
+from tests.support import REPO
 from yao_agent.hooks import host, procs, worker
 from yao_agent.store.chats import MEMORY_KEY_MAX
 
