@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from tests.docs.pages import text
+from tests.support.docs import text
 from yao_agent.metering.tokens import (
     CALL_TOKENS,
     ESTIMATE,

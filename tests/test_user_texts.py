@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.pages import pages
+from tests.support.docs import pages
 from yao_agent.cli import build_parser
 from yao_agent.server.app import create_app
 from yao_agent.service.runs import Runs

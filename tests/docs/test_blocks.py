@@ -16,7 +16,7 @@ import pytest
 import yaml
 from py_mini_racer import MiniRacer
 
-from tests.docs.pages import Block, every_block
+from tests.support.docs import Block, every_block
 from yao_agent.cli import build_parser
 from yao_agent.dsl import checks
 from yao_agent.dsl.schema import load_schema, validate

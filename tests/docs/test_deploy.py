@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.docs.pages import DOCS, REPO
+from tests.support.docs import DOCS, REPO
 from yao_agent.cli import build_parser
 
 DEPLOY = DOCS / "deploy"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.docs.pages import REPO, block
+from tests.support.docs import REPO, block
 
 
 def test_the_openai_client_example_runs_against_the_example_app(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.docs.pages import text
+from tests.support.docs import text
 from yao_agent.hooks import host, procs, worker
 from yao_agent.store.chats import MEMORY_KEY_MAX
 

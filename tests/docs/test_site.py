@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.pages import REPO, text
+from tests.support.docs import REPO, text
 from yao_agent import events
 from yao_agent.cli import build_parser
 from yao_agent.dsl.schema import KINDS, load_schema

@@ -24,11 +24,11 @@ import httpx
 import pytest
 import yaml
 
-from tests.apps import make_app
-from tests.docs.pages import block
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.server.conftest import Live, running, server_files
-from tests.tools.helpers import wait_until
+from tests.support.apps import make_app
+from tests.support.docs import block
+from tests.support.runtimes import app_files, make_runtime
+from tests.support.servers import Live, running, server_files
+from tests.support.waits import wait_until
 from yao_agent.cli import main
 from yao_agent.dsl.specs import DEFAULT_STORE, ServerSettings
 from yao_agent.identity import OPERATOR, Identity

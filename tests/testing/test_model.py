@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.connectors.helpers import Sleeps, assemble, drain, fake_connector
-from tests.connectors.test_call import TOOLS
-from tests.docs.pages import REPO, block
+from tests.support.connectors import TOOLS, Sleeps, assemble, drain, fake_connector
+from tests.support.docs import REPO, block
 from yao_agent.connectors import CallEvent, Engines, ModelRequest, RetryPolicy, stream_call
 from yao_agent.connectors.deltas import Fallback, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.dsl.specs import ConnectorSpec
