@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shlex
 import signal
 import sys
@@ -283,7 +282,7 @@ def terminal_logging(root: logging.Logger | None = None, stream: TextIO | None =
     """While a command runs, warnings reach the terminal as one line each (unless YAO_AGENT_DEBUG=1,
     or logging is configured already). Without a handler, Python would print tracebacks there."""
     root = root or logging.getLogger()
-    if root.handlers or os.environ.get("YAO_AGENT_DEBUG") == "1":
+    if root.handlers or settings.debug():
         yield
         return
     handler = logging.StreamHandler(stream or sys.stderr)
