@@ -51,3 +51,9 @@ def store(flag: str | None, app: App, environ: Mapping[str, str] | None = None) 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:
     return (os.environ if environ is None else environ).get(DEBUG) == "1"
+
+
+def lease_ttl_s(default: float, environ: Mapping[str, str] | None = None) -> float:
+    """How long a dead process holds a chat's lease: $YAO_AGENT_LEASE_TTL_S, else `default`."""
+    raw = (os.environ if environ is None else environ).get(LEASE_TTL)
+    return float(raw) if raw else default
