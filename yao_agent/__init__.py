@@ -1,7 +1,7 @@
 """yao-agent: assistants in YAML, hooks in JavaScript, one streaming pipeline that never loses a run.
 
-Embedding it: `Runs` starts, streams, resumes, cancels and appends to runs (see the README's "Embedding:
-the Python API"); a run streams the typed events below and ends with exactly one `StreamEnd`.
+Embedding it: `Runs` starts, streams, resumes, cancels and appends to runs (see
+docs/guides/embedding.md); a run streams the typed events below and ends with exactly one `StreamEnd`.
 """
 
 import os as _os

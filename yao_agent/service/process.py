@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from dataclasses import replace
 from typing import Any
 
+from yao_agent import settings
 from yao_agent.dsl.specs import App
 from yao_agent.errors import NoActiveRun, UsageError
 from yao_agent.identity import OPERATOR, Identity
@@ -34,7 +34,6 @@ from yao_agent.store.leases import TTL_S, Lease, lease_for
 from yao_agent.tools import ToolManager
 
 log = logging.getLogger("yao_agent.service.process")
-LEASE_TTL = "YAO_AGENT_LEASE_TTL_S"  # how long a dead process holds a chat (tests shorten it)
 
 
 class Process:
@@ -164,7 +163,7 @@ class Process:
         cancels and appends it hears (several servers), and look now and then for runs they left."""
         if self._shared:
             return
-        ttl = float(os.environ.get(LEASE_TTL) or TTL_S)
+        ttl = settings.lease_ttl_s(TTL_S)  # how long a dead process holds a chat
         lease = lease_for(self.rt.store.db, self.rt.owner, self.admission.cancel_before, clock=self.rt.clock,
                           ttl_s=ttl, on_lost=self.admission.lost, on_append=self.appended_elsewhere)  # fmt: skip
         await lease.start()
