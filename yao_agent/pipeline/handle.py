@@ -1,6 +1,6 @@
 """A run in flight: its task, its events, and the way to cancel it.
 
-`Runs.start` (yao_agent/service/runs.py) makes handles and keeps the live ones; a handle knows only its run.
+`Runs.start` (yao_agent/service/runs.py) makes handles, its `Process` keeps the live ones; a handle knows only its run.
 """
 
 from __future__ import annotations
