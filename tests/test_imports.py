@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
+from tests.support.apps import make_app
 from yao_agent.store.protocol import Store
 
 PACKAGE = Path(__file__).resolve().parents[1] / "yao_agent"
@@ -198,3 +198,24 @@ def test_a_chat_with_a_scripted_connector_imports_no_model_sdk(tmp_path: Path) -
     loaded = loaded_by("--app", str(app), "chat", "chat", "hi")
     assert "sqlalchemy" in loaded  # (the run is stored)
     assert among(loaded, MODEL_SDKS) == []
+
+
+def test_the_tests_import_only_the_support_package_of_the_suite() -> None:
+    """What tests share lives in `tests.support`: a test module or a conftest imported elsewhere would run its
+    tests twice, or hand its fixtures on by a side door, and one module's change would break another's."""
+    wrong: list[str] = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = "." * node.level + (node.module or "")
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                inside = target.split(".")[0] == "tests" and target.split(".")[1:2] != ["support"]
+                leaves = target.split(".")
+                if inside or any(part.startswith("test_") or part == "conftest" for part in leaves):
+                    wrong.append(f"{path.relative_to(REPO)}:{node.lineno} imports {target}")
+    assert wrong == []

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.connectors.helpers import ENGINES, EngineName, assemble, drain, fake_connector
+from tests.support.connectors import ENGINES, EngineName, assemble, drain, fake_connector
 from yao_agent.connectors import CallOptions, Engines, Fallback, ModelRequest, stream_call
 from yao_agent.dsl.specs import Capabilities, ConnectorSpec
 from yao_agent.errors import ModelError

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
-from tests.pipeline.test_tools import call, close, in_process, tooled
+from tests.support.runtimes import ALICE, close, end_of, runs_of, stored, turn
+from tests.support.tools import APPROVING, call, in_process, tooled
 from yao_agent.errors import ApprovalConflict, NotFound, UsageError
 from yao_agent.events import ApprovalRequest, Event, StreamEnd, ToolResult
 from yao_agent.identity import Identity
@@ -20,7 +20,6 @@ from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 
 BOB = Identity("bob")
-APPROVING = "name: Tooled\nmcp:\n  servers: [{server: testing, approve: [tally]}]\n  max_turns: 3\n"
 
 
 @pytest.fixture

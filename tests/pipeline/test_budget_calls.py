@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from tests.pipeline.conftest import app_files
-from tests.pipeline.helpers import end_of, runs_of, turn
-from tests.pipeline.test_context import Model, agent_runtime, ask
-from tests.pipeline.test_quota import BOB, CAROL, DAVE, Clock, Quota, clock, hello, quota, timed_store
+from tests.support.context import Model, agent_runtime, ask
+from tests.support.quota import BOB, CAROL, DAVE, Clock, Quota, hello
+from tests.support.runtimes import app_files, end_of, runs_of, turn
 from yao_agent.ids import RandomIds
 from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
@@ -28,7 +27,6 @@ from yao_agent.store.schema import budget_holds, spend_days, usage_ledger
 from yao_agent.testing import FunctionModel, Reply, ScriptedModel
 from yao_agent.testing.fake_scenarios import RecordedRequest
 
-__all__ = ["clock", "quota", "timed_store"]  # the fixtures of test_quota.py, used here too
 CALL = {"prompt_tokens": 1, "completion_tokens": 29, "total_tokens": 30}  # $0.30
 HELD = "options: {max_tokens: 29}\n"  # what a call may write: its hold covers its cost
 

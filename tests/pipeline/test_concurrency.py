@@ -11,9 +11,8 @@ import psycopg
 import pytest
 from sqlalchemy import select
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, runs_of, stored
-from tests.tools.servers import server as testing_server
+from tests.support.mcp_server import server as testing_server
+from tests.support.runtimes import ALICE, app_files, make_runtime, runs_of, stored
 from yao_agent.connectors import RetryPolicy
 from yao_agent.errors import ChatBusy, NoActiveRun, NotFound
 from yao_agent.events import Event, FallbackEvent, MessageDelta, MessageEnd, StreamEnd
@@ -272,7 +271,7 @@ class HeldFlush(SqlStore):
 
 
 async def test_a_cancel_during_the_flush_changes_nothing(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
-    from tests.pipeline.conftest import app_files
+    from tests.support.runtimes import app_files
 
     held = HeldFlush.over(store)
     rt = make_runtime(tmp_path / "app", held, app_files(fake.base_url), model=fake)
@@ -383,7 +382,7 @@ def reached(marker: str) -> bool:
 
 async def test_a_chat_cancel_while_a_tool_runs(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
     files = app_files(fake.base_url)
-    files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.tools.servers]\n"
+    files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.support.mcp_server]\n"
     files["assistants/tooled/assistant.yml"] = "name: Tooled\nmcp:\n  servers: [testing]\n"
     rt = make_runtime(tmp_path / "app", store, files, model=fake)
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})

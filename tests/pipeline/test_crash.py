@@ -8,9 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.pipeline.helpers import stored
+from tests.support.apps import make_app
+from tests.support.runtimes import app_files, stored
 from yao_agent.identity import Identity
 from yao_agent.service.runs import Runs
 from yao_agent.testing import FakeProvider, Reply

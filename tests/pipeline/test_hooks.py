@@ -2,52 +2,21 @@
 
 from __future__ import annotations
 
-import textwrap
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
-from tests.pipeline.test_tools import in_process
+from tests.support.hooks import Make, hooked
+from tests.support.runtimes import ALICE, close, end_of, make_runtime, runs_of, stored, turn
+from tests.support.tools import in_process
 from yao_agent.dsl import load_app
 from yao_agent.events import MessageDelta, MessageEnd, MessageStart, StreamEnd, StreamStart
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.schema import steps
 from yao_agent.testing import Reply, ScriptedModel
-
-ECHO = "type: scripted\nrules:\n  - reply: 'echo: {{ last_user }}'\n"
-
-
-def hooked(fake: ScriptedModel, hook: str, assistant: str = "", more: dict[str, str] | None = None) -> dict[str, str]:
-    files = app_files(fake.base_url)
-    files["hooks/h.js"] = textwrap.dedent(hook)
-    files["assistants/hooked/assistant.yml"] = assistant or (
-        "name: Hooked\nhook: hooks/h.js\nhook_policy: {timeout_ms: 300, memory_mb: 16}\n"
-        "prompt_presets:\n  terse: [{role: system, content: 'Be terse.'}]\n"
-    )
-    files["connectors/demo/echo.yml"] = ECHO
-    return {**files, **(more or {})}
-
-
-Make = Callable[..., Runtime]
-
-
-@pytest.fixture
-def make(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> Make:
-    def build(hook: str, assistant: str = "", more: dict[str, str] | None = None) -> Runtime:
-        return make_runtime(tmp_path / "app", store, hooked(fake, hook, assistant, more), model=fake)
-
-    return build
-
-
-async def close(rt: Runtime) -> None:
-    await rt.engines.aclose()
-    await rt.hooks.aclose()
 
 
 async def test_create_rewrites_the_request(make: Make, fake: ScriptedModel) -> None:
@@ -313,7 +282,7 @@ async def test_next_can_delegate_after_the_model_replied(make: Make, fake: Scrip
 async def test_create_chooses_the_mcp_servers(make: Make, fake: ScriptedModel) -> None:
     rt = in_process(make(
         "function Create() { return {mcp_servers: [{server: 'testing', tools: ['add', 'echo']}]} }",
-        more={"mcps/testing.yml": "command: python\nargs: [-m, tests.tools.servers]\n"},
+        more={"mcps/testing.yml": "command: python\nargs: [-m, tests.support.mcp_server]\n"},
     ))  # fmt: skip
     fake.enqueue(Reply(text="with tools"))
     assert end_of(await turn(rt, "hi", assistant="hooked")).status == "completed"

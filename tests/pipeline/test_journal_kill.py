@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.pipeline.test_tools import ASSISTANT, call
-from tests.tools.helpers import free_port, reached, wait_until
+from tests.support.apps import make_app
+from tests.support.runtimes import app_files
+from tests.support.tools import ASSISTANT, call
+from tests.support.waits import free_port, reached, wait_until
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.service.runs import Runs
@@ -36,7 +36,7 @@ def tally_call(tally: Path, label: str, call_id: str, hold: Path | None = None) 
 
 def files_for(base_url: str) -> dict[str, str]:
     files = app_files(base_url)
-    files["mcps/testing.yml"] = f"command: python\nargs: [-m, tests.tools.servers]\ncwd: {REPO}\n"
+    files["mcps/testing.yml"] = f"command: python\nargs: [-m, tests.support.mcp_server]\ncwd: {REPO}\n"
     files["assistants/tooled/assistant.yml"] = ASSISTANT.format(max_turns=5)
     return files
 

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.pipeline.helpers import stored
+from tests.support.apps import make_app
+from tests.support.runtimes import app_files, stored
 from yao_agent.errors import NoActiveRun, NotFound, UsageError
 from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.identity import Identity
@@ -32,7 +31,7 @@ LOCAL = Identity("local")
 
 @pytest.fixture
 def pg_url(pg_database: str) -> str:
-    from tests.conftest import pg_admin_truncate
+    from tests.support.postgres import pg_admin_truncate
 
     pg_admin_truncate(pg_database)
     return pg_database

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.pipeline.helpers import ALICE, end_of, runs_of
-from tests.pipeline.test_tools import call, close, in_process, tooled
+from tests.support.runtimes import ALICE, close, end_of, runs_of
+from tests.support.tools import call, in_process, tooled
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.connectors import CallOptions
 from yao_agent.dsl.specs import McpUse

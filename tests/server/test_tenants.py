@@ -16,32 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.conftest import TENANTS, Live
+from tests.support.servers import TENANTS, Live, assert_error, client_for, says
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.testing import FakeProvider, Reply
 
 ALICE, BOB, CAROL = TENANTS["alice"], TENANTS["bob"], TENANTS["carol"]
-
-
-def says(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": text}]
-
-
-def assert_error(response: httpx.Response, status: int, kind: str | None = None) -> dict[str, str]:
-    """The contract's error: the status, JSON `{"error": {"type", "message"}}`, a message a person can read."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json"), response.headers
-    body = response.json()
-    assert set(body) == {"error"} and isinstance(body["error"], dict), body
-    error = body["error"]
-    assert isinstance(error.get("type"), str) and isinstance(error.get("message"), str) and error["message"], body
-    if kind is not None:
-        assert error["type"] == kind, body
-    return error
-
-
-def client_for(live: Live, token: str, **headers: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=live.url, headers={"Authorization": f"Bearer {token}", **headers}, timeout=30)
 
 
 async def native_run(client: httpx.AsyncClient, text: str, **body: Any) -> dict[str, Any]:

@@ -8,25 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.stores import ALICE, a_run, finished
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, Role, ToolCall
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.step_inputs import ModelCall
-
-ALICE = Identity("alice", "acme")
-
-
-def a_run(n: int = 1, chat_id: str = "c1") -> RunRecord:
-    return RunRecord(id=f"r{n}", chat_id=chat_id, user_id=ALICE.user_id, team_id=ALICE.team_id, assistant_id="a",
-                     trace_id="t", owner="test", started_at=100.0 + n)  # fmt: skip
-
-
-def finished(run: RunRecord) -> RunRecord:
-    run.status, run.reason, run.ended_at, run.duration_ms = "completed", "completed", run.started_at + 1, 1000
-    run.usage, run.next = {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}, {"route": "light", "n": 2}
-    return run
 
 
 def produced(run: RunRecord) -> list[ChatMessage]:

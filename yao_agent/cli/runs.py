@@ -12,8 +12,9 @@ import json
 from typing import Any, TextIO
 
 from yao_agent.base.jsonvalue import as_mapping
-from yao_agent.cli.chat import EXIT_OK, escaped, identity_of, open_runs
+from yao_agent.cli.chat import escaped, identity_of, open_runs
 from yao_agent.cli.common import said
+from yao_agent.errors import Exit
 
 
 async def runs_of_chat(args: argparse.Namespace, out: TextIO) -> int:
@@ -38,7 +39,7 @@ async def runs_of_chat(args: argparse.Namespace, out: TextIO) -> int:
     else:
         for view in views:
             _show(view, out, steps=bool(args.run_id))
-    return EXIT_OK
+    return Exit.OK
 
 
 def _show(view: dict[str, Any], out: TextIO, *, steps: bool) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import re
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -37,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from yao_agent import settings
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import App, AssistantSpec
 from yao_agent.errors import ChatBusy, Draining, NoActiveRun, NotFound, Refused, UsageError
@@ -402,7 +402,7 @@ class Runs:
         """On PostgreSQL, hold chats with leases and hear other processes' cancels (several servers)."""
         if self.rt.store.db.dialect != "postgresql" or self.admission.lease is not None:
             return
-        ttl = float(os.environ.get("YAO_AGENT_LEASE_TTL_S") or TTL_S)  # how long a dead process holds a chat
+        ttl = settings.lease_ttl_s(TTL_S)  # how long a dead process holds a chat
         lease = PgLease(self.rt.store.db, self.rt.owner, self.admission.cancel_before, clock=self.rt.clock,
                         ttl_s=ttl, on_lost=self.admission.lost, on_append=self.appended_elsewhere)  # fmt: skip
         await lease.start()
