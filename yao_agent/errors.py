@@ -29,8 +29,7 @@
         ├── LoopDetected     the same tool calls with the same results, again and again
         ├── ContextOverflow  a request does not fit the model's window, even after compaction
         ├── OutputError      the final answer did not fit the output schema after its retries
-        ├── OverBudget       a model call would take a team's or user's spend past a budget: it is not made
-        └── AwaitingApproval tool calls wait for a person: the run ends `waiting` (not a failure)
+        └── OverBudget       a model call would take a team's or user's spend past a budget: it is not made
 
 Messages never contain secret values: errors name variables and files, never what they hold.
 """
@@ -230,20 +229,6 @@ class OverBudget(RunError):
     def __init__(self, message: str, *, resets_at: float) -> None:
         super().__init__(message)
         self.resets_at = resets_at
-
-
-class AwaitingApproval(RunError):
-    """Tool calls of a reply need a person's approval: the run stops, `waiting`, before any of them runs.
-
-    `calls` are the pending calls as `approval_request` events and the store show them:
-    `{tool_call_id, server, tool, arguments, thread_id}`."""
-
-    reason = "approval_required"
-
-    def __init__(self, calls: list[dict[str, object]]) -> None:
-        names = ", ".join(sorted({f"{c['server']}__{c['tool']}" for c in calls}))
-        super().__init__(f"waiting for a person to approve {names}")
-        self.calls = calls
 
 
 class ChatBusy(UsageError):

@@ -292,6 +292,44 @@ async def test_create_chooses_the_mcp_servers(make: Make, fake: ScriptedModel) -
     await rt.tools.aclose()
 
 
+async def test_next_sees_the_servers_and_approvals_create_chose(make: Make, fake: ScriptedModel) -> None:
+    """The run's options as JSON: the servers as objects (they used to reach the hook as Python objects, and
+    the run failed with an internal error)."""
+    rt = in_process(make(
+        "function Create() { return {top_p: 0.5, mcp_servers: [{server: 'testing', tools: ['add']}],\n"
+        "                            require_approval: ['testing__echo'], max_tokens: 20} }\n"
+        "function Next(ctx, payload, options) { return {data: options} }",
+        more={"mcps/testing.yml": "command: python\nargs: [-m, tests.tools.servers]\n"},
+    ))  # fmt: skip
+    fake.enqueue(Reply(text="ok"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert end.status == "completed"
+    servers = [{"server": "testing", "tools": ["add"], "approve": []}]
+    assert list(end.next.items()) == [  # as set: Create's options in the order it may give them, then the rest
+        ("connector", "use::default"), ("metadata", {}), ("locale", "en"), ("max_tokens", 20), ("top_p", 0.5),
+        ("mcp_servers", servers), ("require_approval", ["testing__echo"])]  # fmt: skip
+    assert (fake.requests[0].body["max_tokens"], fake.requests[0].body["top_p"]) == (20, 0.5)
+    await close(rt)
+    await rt.tools.aclose()
+
+
+async def test_a_call_option_create_may_not_set_is_an_unknown_key(make: Make, fake: ScriptedModel) -> None:
+    """`stop` is a call option a request may set, not a Create hook: reported as any unknown key, naming
+    what Create may return, and nothing of the answer is applied."""
+    rt = make("function Create() { return {temperature: 0.3, stop: ['END']} }")
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.reason) == ("failed", "hook_error")
+    assert end.error is not None and end.error["message"] == (
+        "Create returned unknown key 'stop' (expected one of: messages, connector, prompt_preset, temperature, "
+        "max_tokens, max_completion_tokens, top_p, metadata, locale, mcp_servers, disable_global_prompts, "
+        "delegate, require_approval)"
+    )
+    assert fake.requests == []
+    [create] = [s for s in await steps_of(rt, end.run_id) if s.type == "hook_create"]
+    assert (create.status, create.output) == ("failed", None)
+    await close(rt)
+
+
 async def test_create_sets_the_locale_the_prompts_and_next_see(make: Make, fake: ScriptedModel) -> None:
     rt = make(
         "function Create() { return {locale: 'fr'} }\n"

@@ -16,6 +16,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.records import Approval, RunRecord, StepRecord
+from yao_agent.store.step_inputs import ToolRound
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 
 
@@ -177,7 +178,7 @@ async def test_a_killed_round_runs_only_its_calls_without_a_result(
         assert await store.recover_interrupted(OPERATOR, lambda _owner, _beat: True) != []
         point = await store.resume_point(ALICE, "c1")
         assert point is not None and [(s.type, s.status) for s in point.steps] == [("tool", "interrupted")]
-        assert [c["id"] for c in point.steps[0].input["calls"]] == ["c3"]
+        assert isinstance(given := point.steps[0].input, ToolRound) and given.ids == ["c3"]
         rows = await stored(runtime)
         assert [(r[0], r[1][:12] if r[1] else r[1]) for r in rows] == [
             ("user", "count"), ("assistant", None), ("tool", "counted b"), ("tool", "interrupted:")]  # fmt: skip

@@ -22,6 +22,7 @@ from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store.step_inputs import ToolRound
 from yao_agent.testing import FakeProvider, RecordedRequest, Reply, ToolCall
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +93,8 @@ async def test_sigkill_mid_round_then_resume_runs_each_tool_once(tmp_path: Path,
             point = await rt.store.resume_point(LOCAL, "k1")
             assert point is not None and point.run.status == "interrupted"
             assert [(s.type, s.status) for s in point.steps] == [("tool", "interrupted")]
-            assert [c["id"] for c in point.steps[0].input["calls"]] == ["c3"]  # only the call without a result
+            given = point.steps[0].input
+            assert isinstance(given, ToolRound) and given.ids == ["c3"]  # only the call without a result
             assert each_call_answered_once(await rt.store.history(LOCAL, "k1"))  # c3's stand-in keeps it valid
 
             hold.write_text("go")

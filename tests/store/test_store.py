@@ -14,6 +14,7 @@ from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, Role, ToolCall
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord, StepRecord
+from yao_agent.store.step_inputs import ModelCall
 
 
 def produced(run: RunRecord) -> list[ChatMessage]:
@@ -28,7 +29,7 @@ def produced(run: RunRecord) -> list[ChatMessage]:
 async def test_a_run_comes_back_as_it_was_written(store: SqlStore) -> None:
     run = a_run()
     await store.start_run(ALICE, run, [ChatMessage("m1", "user", "weather in\x00 Lima?", run_id=run.id)])
-    step = StepRecord("s1", run.id, 1, "llm", "failed", 101.0, input={"messages": []}, error={"message": "x"})
+    step = StepRecord("s1", run.id, 1, "llm", "failed", 101.0, input=ModelCall([], {}, ()), error={"message": "x"})
     await store.finish_run(ALICE, finished(run), produced(run), [step])
 
     history = await store.history(ALICE, "c1")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.connectors import TOOLS, Sleeps, assemble, drain, fake_connector
 from tests.support.docs import REPO, block
-from yao_agent.connectors import CallEvent, Engines, ModelRequest, RetryPolicy, stream_call
+from yao_agent.connectors import CallEvent, CallOptions, Engines, ModelRequest, RetryPolicy, stream_call
 from yao_agent.connectors.deltas import Fallback, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
@@ -103,7 +103,7 @@ Failure = tuple[str, str, int | None]  # kind, message, status
 async def outcome(connector: ConnectorSpec, engines: Engines) -> tuple[list[CallEvent], Failure | None]:
     """What one call streamed, and how it failed (kind, message, status) if it did."""
     events: list[CallEvent] = []
-    request = ModelRequest(list(HELLO), tools=TOOLS, options={"temperature": 0.2})
+    request = ModelRequest(list(HELLO), tools=TOOLS, options=CallOptions(temperature=0.2))
     try:
         async for event in stream_call([connector], request, engines=engines, sleep=Sleeps()):
             events.append(event)
@@ -150,7 +150,7 @@ async def test_parity_with_the_fake_provider_through_the_openai_engine() -> None
 async def test_a_request_is_recorded_as_the_provider_would_receive_it() -> None:
     model = ScriptedModel()
     connector = dataclasses.replace(fake_connector(model.base_url, tool_calls=False), options={"temperature": 0.7})
-    request = ModelRequest(list(HELLO), tools=TOOLS, options={"max_tokens": 9, "tool_choice": "auto"})
+    request = ModelRequest(list(HELLO), tools=TOOLS, options=CallOptions(max_tokens=9, tool_choice="auto"))
     async for _ in stream_call([connector], request, engines=model.engines()):
         pass
     [seen] = model.requests

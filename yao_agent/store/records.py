@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from yao_agent.messages import ChatMessage, iso_time
+from yao_agent.store.step_inputs import StepInput
 from yao_agent.vocabulary import RunStatus, StepStatus, StepType, TerminalReason, Transition
 
 
@@ -71,7 +72,8 @@ class RunRecord:
 
 @dataclass(slots=True)
 class StepRecord:
-    """One stage of a run. `input` is kept only when a resume may need to run the step again."""
+    """One stage of a run. `input` is kept only when a resume may need to run the step again (and by a hook
+    step, as the record of what the hook saw): store/step_inputs.py."""
 
     id: str
     run_id: str
@@ -80,7 +82,7 @@ class StepRecord:
     status: StepStatus
     started_at: float
     thread_id: str | None = None
-    input: Any = None
+    input: StepInput | None = None
     output: Any = None
     error: Any = None
     ended_at: float | None = None
