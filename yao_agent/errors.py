@@ -38,8 +38,12 @@ Messages never contain secret values: errors name variables and files, never wha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from yao_agent.vocabulary import ModelErrorKind, TerminalReason
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import ApprovalOut
 
 
 class YaoAgentError(Exception):
@@ -225,12 +229,11 @@ class OverBudget(RunError):
 class AwaitingApproval(RunError):
     """Tool calls of a reply need a person's approval: the run stops, `waiting`, before any of them runs.
 
-    `calls` are the pending calls as `approval_request` events and the store show them:
-    `{tool_call_id, server, tool, arguments, thread_id}`."""
+    `calls` are the pending calls as `GET /api/chats/{id}/approvals` shows them."""
 
     reason = "approval_required"
 
-    def __init__(self, calls: list[dict[str, object]]) -> None:
+    def __init__(self, calls: list[ApprovalOut]) -> None:
         names = ", ".join(sorted({f"{c['server']}__{c['tool']}" for c in calls}))
         super().__init__(f"waiting for a person to approve {names}")
         self.calls = calls

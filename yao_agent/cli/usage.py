@@ -21,6 +21,7 @@ from yao_agent.errors import UsageError
 
 if TYPE_CHECKING:
     from yao_agent.service.teams import Scope
+    from yao_agent.shapes import UsageReportOut
 
 Command = Callable[[argparse.Namespace, TextIO], int]
 EXIT_OK = 0
@@ -46,7 +47,7 @@ def usage(args: argparse.Namespace, out: TextIO) -> int:
     first, last = teams.span(args.first, args.last, time.time())
     app = app_of(args)
 
-    async def work() -> dict[str, Any]:
+    async def work() -> UsageReportOut:
         store = await open_store(args, app)
         try:
             return await teams.usage_report(store, scope, first, last, by)
@@ -61,7 +62,7 @@ def usage(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def print_report(report: dict[str, Any], out: TextIO) -> None:
+def print_report(report: UsageReportOut, out: TextIO) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -35,7 +35,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.dsl.specs import App, AssistantSpec
@@ -55,6 +55,9 @@ from yao_agent.store import RoleSetting
 from yao_agent.store.leases import TTL_S, PgLease
 from yao_agent.store.records import ChatRecord, ResumePoint, RunView
 from yao_agent.tools import ToolManager
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import BudgetsOut, UsageReportOut
 
 SWEEP_S = 5.0  # how often a process looks for runs left `running` by processes that died (PostgreSQL)
 log = logging.getLogger("yao_agent.service.runs")
@@ -356,7 +359,7 @@ class Runs:
     async def usage(
         self, identity: Identity, *, first: str | None = None, last: str | None = None, by: str = "day",
         user: str | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> UsageReportOut:  # fmt: skip
         """Usage and cost from day `first` to `last` (YYYY-MM-DD, both included; default: this month so far,
         UTC) grouped `by` day, assistant, connector or user: a member's own, a team admin's whole team (or
         one member's, `user`). Forbidden for what a member may not see."""
@@ -365,7 +368,7 @@ class Runs:
         start, end = teams.span(first, last, self.rt.clock())
         return await teams.usage_report(self.rt.store, scope, start, end, grouping)
 
-    async def budgets(self, identity: Identity, *, user: str | None = None) -> dict[str, Any]:
+    async def budgets(self, identity: Identity, *, user: str | None = None) -> BudgetsOut:
         """The budgets that hold the caller's runs (a team admin: the team's, or one member's with `user`),
         with what was spent in each window and when it resets."""
         scope = teams.scope_for(identity, user, "budgets")
@@ -373,7 +376,7 @@ class Runs:
 
     async def set_budget(
         self, identity: Identity, limits: Mapping[str, float | None], *, user: str | None = None
-    ) -> dict[str, Any]:
+    ) -> BudgetsOut:
         """Set windows of a budget (`per_day`, `per_month`: USD, or None for none there; the others stay):
         a team admin's team's, or one member's (`user`), at or below the operator's ceiling that holds it
         (Forbidden above it, or for none under one; and for a member, or a caller without a team).
