@@ -311,7 +311,7 @@ async def test_a_request_with_more_messages_than_the_limit_is_a_413_naming_the_s
         begun = asyncio.Event()
         stream = asyncio.create_task(sse_events(client, RUN, {"messages": ONE}, begun))
         await asyncio.wait_for(begun.wait(), WAIT)
-        chat_id = next(iter(live.runs.active.values())).chat_id
+        chat_id = next(iter(live.runs.process.active.values())).chat_id
         appended = await client.post(f"/api/chats/{chat_id}/append", json={"messages": six})
         appended_five = await client.post(f"/api/chats/{chat_id}/append", json={"messages": six[:5]})
         await asyncio.wait_for(stream, WAIT)
@@ -365,8 +365,8 @@ async def test_a_client_leaving_a_non_streamed_request_cancels_its_run_which_res
     async with raw(live) as (_, writer):
         writer.write(head("POST", path, live.tokens["alice"], Content_Type="application/json",
                           Content_Length=str(len(data))) + data)  # fmt: skip
-        await wait_until(lambda: live.runs.active and fake.requests)  # the run is asking the model
-        [handle] = live.runs.active.values()
+        await wait_until(lambda: live.runs.process.active and fake.requests)  # the run is asking the model
+        [handle] = live.runs.process.active.values()
         await asyncio.sleep(0.3)  # some of the answer is in
     # the connection is closed: the client left without its answer
     chat_id = handle.state.chat_id

@@ -33,7 +33,7 @@ async def approvals(args: argparse.Namespace, out: TextIO) -> int:
     """The chat's pending calls: a table, or with --json the object `GET …/approvals` answers (§6)."""
     runs = await open_runs(args)
     try:
-        point = await runs.approvals(identity_of(args), args.chat_id)  # NotFound (exit 2) when none waits
+        point = await runs.conversations.approvals(identity_of(args), args.chat_id)  # NotFound (exit 2) when none waits
     finally:
         await runs.aclose()
     pending = [a.request() for a in point.pending]
@@ -67,7 +67,7 @@ async def approve(args: argparse.Namespace, out: TextIO) -> int:
     with terminal_logging():
         runs = await open_runs(args)
         try:
-            point = await runs.approvals(who, args.chat_id)
+            point = await runs.conversations.approvals(who, args.chat_id)
             decisions = _decisions(point.pending, _denials(args.deny or []))
             handle = await runs.decide(who, point.run.chat_id, decisions)
             if not args.json:  # --json prints events only, one per line

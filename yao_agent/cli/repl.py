@@ -56,7 +56,7 @@ async def _chat(args: argparse.Namespace, out: TextIO) -> int:
         runs = await open_runs(args)
     try:
         with loading():  # the engines (and their SDKs) the assistant's connectors need
-            await runs.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
+            await runs.process.prepare(args.assistant, identity_of(args))  # (an unknown assistant: a usage error)
         if args.message is not None:
             return await _turn(runs, args, args.message, args.chat, out)
         with line_editing():
