@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from functools import cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from yao_agent.vocabulary import EndStatus, MessageStatus, TerminalReason
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import ApprovalOut, UsageOut
 
 Kind = str  # text | reasoning | tool_call | error | a hook's own kind
 
@@ -120,12 +123,12 @@ class StreamEnd:
     run_id: str
     status: EndStatus
     reason: TerminalReason
-    usage: dict[str, Any]
+    usage: UsageOut
     duration_ms: int
     error: Any = None
     next: Any = None
     output: Any = None  # the final answer's value when the run has an output schema (CONTRACT §4 item 7)
-    approvals: Any = None  # the calls waiting for a person, when the run ends `waiting`
+    approvals: list[ApprovalOut] | None = None  # the calls waiting for a person, when the run ends `waiting`
     type: Literal["stream_end"] = "stream_end"
 
 

@@ -12,14 +12,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from yao_agent.base.jsonvalue import NotPlainJson, as_list, as_mapping, strict_loads
 from yao_agent.errors import UsageError
+from yao_agent.vocabulary import MessageStatus, Role
 
-# `summary`: earlier turns of the chat, summarised to fit the model's window; never taken as input.
-Role = Literal["system", "user", "assistant", "tool", "summary"]
-Status = Literal["completed", "incomplete"]
+if TYPE_CHECKING:
+    from yao_agent.shapes import DecisionOut, MessageOut, ToolCallOut
+
 Content = str | list[dict[str, Any]] | None
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")  # what a request may send
 # How a summary reaches a model: providers know no `summary` role (see ChatMessage.to_provider).
@@ -46,7 +47,7 @@ class ToolCall:
             return cls(call_id, name, arguments)
         return cls(call_id, name, "{}", invalid=arguments)
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> ToolCallOut:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
 
     def to_step(self) -> dict[str, str]:
@@ -67,7 +68,7 @@ class ChatMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     reasoning: str | None = None
-    status: Status = "completed"
+    status: MessageStatus = "completed"
     thread_id: str | None = None
     created_at: float = 0.0
     seq: int = 0  # position in the chat, given when stored
@@ -76,20 +77,20 @@ class ChatMessage:
     # call before, so the chat keeps exactly one result per call, right after the call.
     replaces: bool = False
     summarises: tuple[str, str] | None = None  # a summary's first and last message ids
-    approval: dict[str, Any] | None = None  # shown, not stored here: what a person decided about the call
+    approval: DecisionOut | None = None  # shown, not stored here: what a person decided about the call
     connector: str | None = None  # an assistant message's: the connector that answered (of a fallback chain)
     model: str | None = None  # ... and its model
 
-    def to_api(self) -> dict[str, Any]:
+    def to_api(self) -> MessageOut:
         """The stored-message shape of CONTRACT §6."""
-        out: dict[str, Any] = {"message_id": self.id, "run_id": self.run_id, "role": self.role, "content": self.content}
+        out: MessageOut = {"message_id": self.id, "run_id": self.run_id, "role": self.role, "content": self.content,
+                           "status": self.status, "created_at": iso_time(self.created_at)}  # fmt: skip
         if self.tool_calls:
             out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         if self.reasoning:
             out["reasoning"] = self.reasoning
-        out["status"] = self.status
         if self.thread_id is not None:
             out["thread_id"] = self.thread_id
         if self.summarises is not None:
@@ -97,8 +98,7 @@ class ChatMessage:
         if self.approval is not None:
             out["approval"] = self.approval
         if self.connector is not None:
-            out |= {"connector": self.connector, "model": self.model}
-        out["created_at"] = iso_time(self.created_at)
+            out["connector"], out["model"] = self.connector, self.model
         return out
 
     def to_provider(self) -> dict[str, Any]:

@@ -65,6 +65,8 @@ ModelErrorKind = Literal[
 ToolCallOutcome = Literal["ok", "error", "waiting", "denied", "cancelled", "not_run"]
 OnBusy = Literal["queue", "reject", "interrupt"]
 MessageStatus = Literal["completed", "incomplete"]
+# Who wrote a stored message; `summary`: earlier turns of the chat, summarised to fit the model's window.
+Role = Literal["system", "user", "assistant", "tool", "summary"]
 
 TERMINAL_REASONS: Final = frozenset[str](get_args(TerminalReason))
 TRANSITIONS: Final = frozenset[str](get_args(Transition))

@@ -1,5 +1,7 @@
 """Approvals (CONTRACT §4.8): calls of tools listed in `approve` wait for a person; the run ends `waiting`,
 the chat is free, and a decision continues the run — in this process or any other."""
+# pyright: reportTypedDictNotRequiredAccess=false
+# (an answer's optional keys are read as present: a missing one is a KeyError, which fails the test)
 
 from __future__ import annotations
 

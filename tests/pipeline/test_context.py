@@ -2,6 +2,8 @@
 stored `summary`, an overflow refused before the call, and a provider's context-length error answered
 by one harder compaction and one retry. The model is a `FunctionModel` that measures every request it
 gets, with a tokenizer of its own (o200k), and refuses one that would not fit its window."""
+# pyright: reportTypedDictNotRequiredAccess=false
+# (an answer's optional keys are read as present: a missing one is a KeyError, which fails the test)
 
 from __future__ import annotations
 

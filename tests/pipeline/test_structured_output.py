@@ -1,5 +1,7 @@
 """Structured output (CONTRACT §4 item 7): the final answer is JSON valid against the run's output schema,
 an answer that is not goes back to the model with the validator's words, and the value ends the run."""
+# pyright: reportTypedDictNotRequiredAccess=false
+# (an answer's optional keys are read as present: a missing one is a KeyError, which fails the test)
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """What a run used and cost (CONTRACT §5 `usage`, §8.2): every model call of the run tree counted, priced
 from the connector's `pricing` or litellm's published map, and written to the usage ledger."""
+# pyright: reportTypedDictNotRequiredAccess=false
+# (an answer's optional keys are read as present: a missing one is a KeyError, which fails the test)
 
 from __future__ import annotations
 

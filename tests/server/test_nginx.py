@@ -31,7 +31,7 @@ from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord
 from yao_agent.testing import FakeProvider, Reply
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("nginx")]  # one cluster for the module, on one worker
 ALICE = Identity("alice")
 LEASE_TTL_S = 2  # a killed server's chats are free this soon (the default, 30 s, is for production)
 ENV = {"YAO_AGENT_LEASE_TTL_S": str(LEASE_TTL_S)}

@@ -89,7 +89,13 @@ def test_a_text_delta_is_written_as_every_event_is() -> None:
         MessageDelta("run_1", "msg_1", "text", text="x", thread_id="th_1"),
         MessageDelta("run_1", "msg_1", "tool_call", tool_call_id="c1", name="f", arguments='{"a"'),
         MessageStart("run_1", "msg_1", "text"),
-        StreamEnd("run_1", "completed", "completed", {"input_tokens": 1}, 5),
+        StreamEnd(
+            "run_1",
+            "completed",
+            "completed",
+            {"input_tokens": 1, "output_tokens": 0, "total_tokens": 1, "cost_usd": None, "calls": 1},
+            5,
+        ),
     ]
     for event in events:
         generic = json.dumps(to_dict(event), ensure_ascii=False, separators=(",", ":"), default=str)

@@ -14,6 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Column, bindparam, select
 
+from yao_agent.identity import Identity
 from yao_agent.store import HEAD, SqlStore, Store, chats, leases, runlog, sql, tokens
 from yao_agent.store.protocol import RunStore
 from yao_agent.store.schema import metadata, steps
@@ -117,3 +118,21 @@ def test_the_sql_store_is_a_store() -> None:
     assert implements
     missing = [n for n in dir(Store) if not n.startswith("_") and not hasattr(SqlStore, n) and n != "db"]
     assert missing == []
+
+
+async def test_both_leases_are_leases(store: SqlStore) -> None:
+    """The service holds a `Lease` and never asks which: the one-process lease answers every question as a
+    store no other process shares would (nobody else holds, cancels or takes appends)."""
+
+    def implements(local: leases.LocalLease, shared: leases.PgLease) -> list[leases.Lease]:
+        return [local, shared]  # pyright checks this: each has every member of Lease, with its signature
+
+    assert implements
+    lease = leases.lease_for(store.db, "me", lambda _chat, _at: 0, clock=lambda: 42.0)
+    assert isinstance(lease, leases.PgLease if store.db.dialect == "postgresql" else leases.LocalLease)
+    if isinstance(lease, leases.LocalLease):
+        await lease.acquire("c1", "r1")
+        assert (lease.now(), lease.busy_elsewhere("c1"), await lease.held_elsewhere("c1")) == (42.0, False, False)
+        assert (await lease.cancel_counted("c1"), lease.sweep_s) == (0, None)
+        assert await lease.append_elsewhere("c1", Identity("alice"), [{"role": "user", "content": "hi"}]) is None
+        await lease.release("c1", "r1")

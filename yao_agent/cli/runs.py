@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.cli.chat import escaped, identity_of, open_runs
 from yao_agent.cli.common import said
 from yao_agent.errors import Exit
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import RunStepOut, RunViewOut
 
 
 async def runs_of_chat(args: argparse.Namespace, out: TextIO) -> int:
@@ -36,7 +39,7 @@ async def runs_of_chat(args: argparse.Namespace, out: TextIO) -> int:
     return Exit.OK
 
 
-def _show(view: dict[str, Any], out: TextIO, *, steps: bool) -> None:
+def _show(view: RunViewOut, out: TextIO, *, steps: bool) -> None:
     usage = as_mapping(view.get("usage"))
     cost = f" · ${usage['cost_usd']:.4f}" if usage.get("cost_usd") else ""
     started = view["started_at"][:19].replace("T", " ")
@@ -46,17 +49,17 @@ def _show(view: dict[str, Any], out: TextIO, *, steps: bool) -> None:
         print(escaped("  " + _step_line(step)), file=out)
 
 
-def _step_line(step: dict[str, Any]) -> str:
+def _step_line(step: RunStepOut) -> str:
     """`3 llm  tool_results  fake.model/text  120→35 tokens  0.4 s  completed`."""
     parts = [f"{step['seq']:>2} {step['type']:<11}", step.get("transition") or ""]
-    if step.get("connector"):
-        parts.append(f"{step['connector']}/{step.get('model') or ''}")
+    if connector := step.get("connector"):
+        parts.append(f"{connector}/{step.get('model') or ''}")
     used = as_mapping(step.get("usage"))
     if used:
         parts.append(f"{used.get('input_tokens', 0)}→{used.get('output_tokens', 0)} tokens")
     parts += [_ms(step.get("duration_ms")), step["status"]]
-    if step.get("error"):  # led by the file:line it names, if any (a hook's throw)
-        parts.append(said(step["error"]) or str(step["error"]))
+    if error := step.get("error"):  # led by the file:line it names, if any (a hook's throw)
+        parts.append(said(error) or str(error))
     return "  ".join(p for p in parts if p)
 
 

@@ -20,6 +20,7 @@ from yao_agent.errors import Exit, UsageError
 
 if TYPE_CHECKING:
     from yao_agent.service.teams import Scope
+    from yao_agent.shapes import UsageReportOut
 
 WINDOW_OPTIONS = {"per_day": "--per-day", "per_month": "--per-month"}
 
@@ -43,7 +44,7 @@ def usage(args: argparse.Namespace, out: TextIO) -> int:
     first, last = teams.span(args.first, args.last, time.time())
     app = app_of(args)
 
-    async def work() -> dict[str, Any]:
+    async def work() -> UsageReportOut:
         store = await open_store(args, app)
         try:
             return await teams.usage_report(store, scope, first, last, by)
@@ -58,7 +59,7 @@ def usage(args: argparse.Namespace, out: TextIO) -> int:
     return Exit.OK
 
 
-def print_report(report: dict[str, Any], out: TextIO) -> None:
+def print_report(report: UsageReportOut, out: TextIO) -> None:
     from rich.console import Console
     from rich.table import Table
 

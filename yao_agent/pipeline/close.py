@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from yao_agent.base.redact import redact
 from yao_agent.errors import HookError, ModelError, OverBudget, PromptError, RunError
@@ -16,6 +16,9 @@ from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.step_inputs import ToolRound
 from yao_agent.vocabulary import UNFINISHED_STEPS, StepStatus, ToolCallOutcome, end_status
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import UsageOut
 
 log = logging.getLogger("yao_agent.run")
 
@@ -118,9 +121,11 @@ def error_detail(error: RunError) -> dict[str, Any]:
 
 
 def stream_end(state: RunState) -> StreamEnd:
+    """How the run ended: its stream's last event, and (with its messages) its result, `RunHandle.result`."""
     run = state.run
     return StreamEnd(
-        run_id=run.id, status=end_status(run.status), reason=run.reason or "internal_error", usage=run.usage,
+        run_id=run.id, status=end_status(run.status), reason=run.reason or "internal_error",
+        usage=cast("UsageOut", run.usage),  # what `settle` wrote: the run's usage, `RunUsage.as_dict`
         duration_ms=run.duration_ms or 0, error=run.error, next=run.next, output=output_of(state),
         approvals=[a.request() for a in state.waiting] if run.status == "waiting" else None,
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """A run in flight: its task, its events, and the way to cancel it.
 
-`Runs.start` (yao_agent/service/runs.py) makes handles and keeps the live ones; a handle knows only its run.
+`Runs.start` (yao_agent/service/runs.py) makes handles, its `Process` keeps the live ones; a handle knows only its run.
 """
 
 from __future__ import annotations
@@ -8,32 +8,37 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from yao_agent.base.aio import finish_despite_cancel
 from yao_agent.events import Event
+from yao_agent.pipeline.close import stream_end
 from yao_agent.pipeline.state import RunState
-from yao_agent.vocabulary import EndStatus, TerminalReason, end_status
+from yao_agent.vocabulary import EndStatus, TerminalReason
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import ApprovalOut, MessageOut, RunOut, UsageOut
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """A finished run as the non-streaming API returns it."""
+    """A finished run as the non-streaming API returns it (`to_api`): how it ended, as its `stream_end`
+    says, and its new messages."""
 
     run_id: str
     chat_id: str
     status: EndStatus
     reason: TerminalReason
-    messages: list[dict[str, Any]]
-    usage: dict[str, Any]
+    messages: list[MessageOut]
+    usage: UsageOut
     next: Any = None
     error: Any = None
     output: Any = None  # the final answer's JSON value, when the run has an output schema
-    approvals: Any = None  # the calls waiting for a person, when the run ends `waiting`
+    approvals: list[ApprovalOut] | None = None  # the calls waiting for a person, when the run ends `waiting`
 
-    def to_api(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"run_id": self.run_id, "chat_id": self.chat_id, "status": self.status,
-                               "reason": self.reason, "messages": self.messages}  # fmt: skip
+    def to_api(self) -> RunOut:
+        out: RunOut = {"run_id": self.run_id, "chat_id": self.chat_id, "status": self.status, "reason": self.reason,
+                       "messages": self.messages, "usage": self.usage}  # fmt: skip
         if self.next is not None:
             out["next"] = self.next
         if self.error is not None:
@@ -42,7 +47,6 @@ class RunResult:
             out["output"] = self.output
         if self.approvals is not None:
             out["approvals"] = self.approvals
-        out["usage"] = self.usage
         return out
 
 
@@ -97,10 +101,9 @@ class RunHandle:
         await self.wait()
 
     def result(self) -> RunResult:
-        run = self.state.run
+        end = stream_end(self.state)  # the run's end, built once: what its stream's last event said
         return RunResult(
-            run_id=run.id, chat_id=run.chat_id, status=end_status(run.status), reason=run.reason or "internal_error",
-            messages=[m.to_api() for m in self.state.new_messages], usage=run.usage, next=run.next, error=run.error,
-            output=self.state.output if run.status == "completed" else None,
-            approvals=[a.request() for a in self.state.waiting] if run.status == "waiting" else None,
+            run_id=end.run_id, chat_id=self.state.run.chat_id, status=end.status, reason=end.reason,
+            messages=[m.to_api() for m in self.state.new_messages], usage=end.usage, next=end.next, error=end.error,
+            output=end.output, approvals=end.approvals,
         )  # fmt: skip

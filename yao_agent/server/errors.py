@@ -32,6 +32,7 @@ from yao_agent.errors import (
     UsageError,
     YaoAgentError,
 )
+from yao_agent.shapes import ErrorBody, ErrorDetail
 
 log = logging.getLogger("yao_agent.server")
 
@@ -53,14 +54,14 @@ class InvalidParam(UsageError):
         self.code = code
 
 
-def error_body(kind: str, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+def error_body(kind: str, message: str, code: str | None = None, param: str | None = None) -> ErrorBody:
     """The error shape of every route; `code` (OpenAI clients read it) is the type unless said otherwise,
     and `param` names the field at fault when there is one.
 
     A message may quote what the client sent; a lone surrogate in it could not be encoded, so it is escaped.
     """
     said = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    error: dict[str, Any] = {"type": kind, "message": said, "code": code or kind}
+    error: ErrorDetail = {"type": kind, "message": said, "code": code or kind}
     if param is not None:
         error["param"] = param.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"error": error}

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import PurePosixPath
-from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
+from yao_agent import shapes
 from yao_agent.dsl.specs import App
 from yao_agent.errors import Forbidden
 from yao_agent.identity import Identity
@@ -37,13 +37,14 @@ def reloader_of(request: Request) -> Reloader:
     return request.app.state.reloader
 
 
-@router.get("/readyz", tags=["health"], response_model=None, responses=doc.answers(doc.ReadyOut))
+@router.get("/readyz", tags=["health"], response_model=None, responses=doc.answers(shapes.ReadyOut))
 async def readyz(request: Request) -> Response:
     """Ready to take runs: 503 while draining (shutting down), else the app version it serves."""
     runs = runs_of(request)
     if runs.process.draining:
         return error_response(503, "unavailable", DRAINING, {"Retry-After": "1"})
-    return JSONResponse({"status": "ready", "app_version": runs.app.version})
+    ready: shapes.ReadyOut = {"status": "ready", "app_version": runs.app.version}
+    return JSONResponse(ready)
 
 
 @router.head("/readyz", include_in_schema=False)
@@ -51,8 +52,8 @@ async def readyz_head(request: Request) -> Response:
     return await readyz(request)
 
 
-@router.get("/api/app", tags=["app"], response_model=None, responses=doc.answers(doc.AppStateOut, 401, 403))
-async def app_state(request: Request, who: Caller) -> dict[str, Any]:
+@router.get("/api/app", tags=["app"], response_model=None, responses=doc.answers(shapes.AppStateOut, 401, 403))
+async def app_state(request: Request, who: Caller) -> shapes.AppStateOut:
     """The app being served (its version, since when) and, when its files changed into something that does
     not validate, every problem as `file:line …` (the last good version keeps serving). Team admins only."""
     if not who.administers_team:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from yao_agent import ids
+from yao_agent import ids, shapes
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import UsageError
 from yao_agent.events import to_json
@@ -61,7 +61,7 @@ def server_settings(request: Request) -> ServerSettings:
     return request.app.state.settings
 
 
-def visible(runs: Runs, who: Identity) -> list[dict[str, str]]:
+def visible(runs: Runs, who: Identity) -> list[shapes.AssistantOut]:
     return [{"id": a.id, "name": a.name, "description": a.description} for a in runs.assistants(who)]
 
 
@@ -121,7 +121,7 @@ def left(watch: asyncio.Task[None], handle: RunHandle) -> None:
 
 
 @router.post("/api/assistants/{assistant_id}/runs", tags=["runs"], response_model=None,
-             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 413, 429, stream=doc.EVENTS))  # fmt: skip
+             responses=doc.answers(shapes.RunOut, 400, 401, 404, 409, 413, 429, stream=doc.EVENTS))  # fmt: skip
 async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Run an assistant: SSE of the run's events, or its result as JSON with `?stream=false`.
 
@@ -137,23 +137,23 @@ async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, s
 
 
 @router.post("/api/chats/{chat_id}/cancel", tags=["chats"], response_model=None,
-             responses=doc.answers(doc.CancelOut, 401, 404))  # fmt: skip
-async def cancel(chat_id: str, request: Request, who: Caller) -> dict[str, int]:
+             responses=doc.answers(shapes.CancelOut, 401, 404))  # fmt: skip
+async def cancel(chat_id: str, request: Request, who: Caller) -> shapes.CancelOut:
     """Cancel the chat's active run and every request accepted before this one, in every server process;
     answers how many were cancelled (see `Runs.cancel`)."""
     return {"cancelled": await runs_of(request).cancel(who, chat_id)}
 
 
 @router.post("/api/chats/{chat_id}/append", tags=["chats"], response_model=None,
-             responses=doc.answers(doc.AppendOut, 400, 401, 404, 409, 413))  # fmt: skip
-async def append(chat_id: str, body: AppendBody, request: Request, who: Caller) -> dict[str, str]:
+             responses=doc.answers(shapes.AppendOut, 400, 401, 404, 409, 413))  # fmt: skip
+async def append(chat_id: str, body: AppendBody, request: Request, who: Caller) -> shapes.AppendOut:
     """Add user messages to the chat's active run; its next model call sees them (409 if none runs)."""
     check_messages(server_settings(request), body.messages)
     return {"run_id": await runs_of(request).append(who, chat_id, body.messages)}
 
 
-@router.get("/api/chats", tags=["chats"], response_model=None, responses=doc.answers(doc.ChatsOut, 400, 401))
-async def chats(request: Request, who: Caller, q: doc.Search = "") -> dict[str, Any]:
+@router.get("/api/chats", tags=["chats"], response_model=None, responses=doc.answers(shapes.ChatsOut, 400, 401))
+async def chats(request: Request, who: Caller, q: doc.Search = "") -> shapes.ChatsOut:
     """The caller's chats, most recently active first; `q` keeps those whose title or messages contain it."""
     search_query(request)
     found = await runs_of(request).chats(who, query=q)
@@ -161,20 +161,20 @@ async def chats(request: Request, who: Caller, q: doc.Search = "") -> dict[str, 
 
 
 @router.get("/api/chats/{chat_id}/messages", tags=["chats"], response_model=None,
-            responses=doc.answers(doc.MessagesOut, 401, 404))  # fmt: skip
-async def messages(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
+            responses=doc.answers(shapes.MessagesOut, 401, 404))  # fmt: skip
+async def messages(chat_id: str, request: Request, who: Caller) -> shapes.MessagesOut:
     found = await runs_of(request).messages(who, chat_id)
     return {"chat_id": chat_id, "messages": [m.to_api() for m in found]}
 
 
 @router.get("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
-            responses=doc.answers(doc.ResumePointOut, 401, 404))  # fmt: skip
-async def resume_point(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
+            responses=doc.answers(shapes.ResumePointOut, 401, 404))  # fmt: skip
+async def resume_point(chat_id: str, request: Request, who: Caller) -> shapes.ResumePointOut:
     return (await runs_of(request).resume_point(who, chat_id)).to_api()
 
 
 @router.post("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
-             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 429, stream=doc.EVENTS))  # fmt: skip
+             responses=doc.answers(shapes.RunOut, 400, 401, 404, 409, 429, stream=doc.EVENTS))  # fmt: skip
 async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
     with ids.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
@@ -190,15 +190,15 @@ class DecisionsBody(BaseModel):
 
 
 @router.get("/api/chats/{chat_id}/approvals", tags=["chats"], response_model=None,
-            responses=doc.answers(doc.ApprovalsOut, 401, 404))  # fmt: skip
-async def approvals(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
+            responses=doc.answers(shapes.ApprovalsOut, 401, 404))  # fmt: skip
+async def approvals(chat_id: str, request: Request, who: Caller) -> shapes.ApprovalsOut:
     """The tool calls the chat's run waits for a person to approve (404 when none waits)."""
     point = await runs_of(request).conversations.approvals(who, chat_id)
     return {"chat_id": point.run.chat_id, "run_id": point.run.id, "approvals": [a.request() for a in point.pending]}
 
 
 @router.post("/api/chats/{chat_id}/approvals", tags=["chats"], response_model=None,
-             responses=doc.answers(doc.RunOut, 400, 401, 404, 409, 429, stream=doc.EVENTS))  # fmt: skip
+             responses=doc.answers(shapes.RunOut, 400, 401, 404, 409, 429, stream=doc.EVENTS))  # fmt: skip
 async def decide(chat_id: str, body: DecisionsBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
     """Decide every pending call and continue the run: approved calls run, denied ones are answered
     `denied: <reason>` (SSE, or JSON with `?stream=false`); 409 when they were decided already."""
@@ -208,8 +208,8 @@ async def decide(chat_id: str, body: DecisionsBody, request: Request, who: Calle
 
 
 @router.get("/api/chats/{chat_id}/runs/{run_id}", tags=["chats"], response_model=None,
-            responses=doc.answers(doc.RunViewOut, 401, 404))  # fmt: skip
-async def run_view(chat_id: str, run_id: str, request: Request, who: Caller) -> dict[str, Any]:
+            responses=doc.answers(shapes.RunViewOut, 401, 404))  # fmt: skip
+async def run_view(chat_id: str, run_id: str, request: Request, who: Caller) -> shapes.RunViewOut:
     """One run: how it ended, its usage, and its steps with why each model call was made (`transition`)."""
     return (await runs_of(request).run_view(who, chat_id, run_id)).to_api()
 
@@ -230,29 +230,29 @@ class TitleBody(BaseModel):
 
 
 @router.patch("/api/chats/{chat_id}", tags=["chats"], response_model=None,
-              responses=doc.answers(doc.ChatOut, 400, 401, 404, 413))  # fmt: skip
-async def rename_chat(chat_id: str, body: TitleBody, request: Request, who: Caller) -> dict[str, Any]:
+              responses=doc.answers(shapes.ChatOut, 400, 401, 404, 413))  # fmt: skip
+async def rename_chat(chat_id: str, body: TitleBody, request: Request, who: Caller) -> shapes.ChatOut:
     """Rename the chat: `{"title": "..."}`; answers the chat as `GET /api/chats` lists it."""
     return (await runs_of(request).rename(who, chat_id, body.title)).to_api()
 
 
 @router.delete("/api/chats/{chat_id}", tags=["chats"], response_model=None,
-               responses=doc.answers(doc.DeletedOut, 401, 404, 409))  # fmt: skip
-async def delete_chat(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
+               responses=doc.answers(shapes.DeletedOut, 401, 404, 409))  # fmt: skip
+async def delete_chat(chat_id: str, request: Request, who: Caller) -> shapes.DeletedOut:
     """Delete the chat and everything stored for it (messages, runs, steps, hook memory); 409 while it runs."""
     await runs_of(request).delete(who, chat_id)
     return {"chat_id": chat_id, "deleted": True}
 
 
 @router.get("/api/assistants", tags=["assistants"], response_model=None,
-            responses=doc.answers(doc.AssistantsOut, 401))  # fmt: skip
-async def assistants(request: Request, who: Caller) -> dict[str, Any]:
+            responses=doc.answers(shapes.AssistantsOut, 401))  # fmt: skip
+async def assistants(request: Request, who: Caller) -> shapes.AssistantsOut:
     return {"assistants": visible(runs_of(request), who)}
 
 
 @router.put("/api/roles/{role}", tags=["roles"], response_model=None,
-            responses=doc.answers(doc.RoleOut, 400, 401, 403, 413))  # fmt: skip
-async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> dict[str, Any]:
+            responses=doc.answers(shapes.RoleOut, 400, 401, 403, 413))  # fmt: skip
+async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> shapes.RoleOut:
     """Map a role for the caller's team (a team admin; 403 for a member), or, for a caller without a team,
     the caller.
 
@@ -265,28 +265,34 @@ async def set_role(role: str, body: RoleBody, request: Request, who: Caller) -> 
     return {"role": role, "scope": scope_of(who), "connectors": chain}
 
 
-@router.get("/api/roles", tags=["roles"], response_model=None, responses=doc.answers(doc.RolesOut, 401))
-async def roles(request: Request, who: Caller) -> dict[str, Any]:
+@router.get("/api/roles", tags=["roles"], response_model=None, responses=doc.answers(shapes.RolesOut, 401))
+async def roles(request: Request, who: Caller) -> shapes.RolesOut:
     """The role mappings of the caller's team (or, for a caller without a team, the caller's own), and
     app.yml's, which apply to a role the scope does not map."""
     runs = runs_of(request)
-    own = [{"role": s.role, "connectors": list(s.connectors), "updated_at": iso_time(s.updated_at)}
-           for s in await runs.roles(who)]  # fmt: skip
-    app = [{"role": r, "connectors": list(c)} for r, c in sorted(runs.app.config.roles.items())]
+    own: list[shapes.RoleSettingOut] = [
+        {"role": s.role, "connectors": list(s.connectors), "updated_at": iso_time(s.updated_at)}
+        for s in await runs.roles(who)
+    ]
+    app: list[shapes.AppRoleOut] = [
+        {"role": r, "connectors": list(c)} for r, c in sorted(runs.app.config.roles.items())
+    ]
     return {"scope": scope_of(who), "roles": own, "app_roles": app}
 
 
 @router.delete("/api/roles/{role}", tags=["roles"], response_model=None,
-               responses=doc.answers(doc.RoleDeletedOut, 401, 403, 404))  # fmt: skip
-async def unset_role(role: str, request: Request, who: Caller) -> dict[str, Any]:
+               responses=doc.answers(shapes.RoleDeletedOut, 401, 403, 404))  # fmt: skip
+async def unset_role(role: str, request: Request, who: Caller) -> shapes.RoleDeletedOut:
     """Remove the caller's scope's mapping of a role (app.yml's applies again; a team's: team admins only,
     403 for a member); 404 when it maps none."""
     await runs_of(request).unset_role(who, role)
     return {"role": role, "scope": scope_of(who), "deleted": True}
 
 
-@router.get("/healthz", tags=["health"], response_model=None, responses={200: {"model": doc.HealthOut}})
-async def healthz() -> dict[str, str]:
+@router.get(
+    "/healthz", tags=["health"], response_model=None, responses={200: {"model": doc.declared(shapes.HealthOut)}}
+)
+async def healthz() -> shapes.HealthOut:
     return {"status": "ok"}
 
 

@@ -38,6 +38,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from yao_agent import shapes
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.base.structured import unfenced
 from yao_agent.events import Event, MessageDelta, StreamEnd
@@ -77,8 +78,8 @@ def waiting_notice(chat_id: str, approvals: object) -> str:
             f"POST /api/chats/{chat_id}/approvals.")  # fmt: skip
 
 
-@router.get("/v1/models", tags=["openai"], response_model=None, responses=doc.answers(doc.ModelsOut, 401))
-async def models(request: Request, who: Caller) -> dict[str, Any]:
+@router.get("/v1/models", tags=["openai"], response_model=None, responses=doc.answers(shapes.ModelsOut, 401))
+async def models(request: Request, who: Caller) -> shapes.ModelsOut:
     """The assistants the caller may use, as OpenAI models."""
     found = visible(runs_of(request), who)
     return {"object": "list", "data": [{"id": a["id"], "object": "model", "created": 0, "owned_by": "yao-agent"}
@@ -89,7 +90,7 @@ ERRORS = sorted({400, 401, 404, 409, 413, 429, *FAILURE_STATUS.values()})
 
 
 @router.post("/v1/chat/completions", tags=["openai"], response_model=None,
-             responses=doc.answers(doc.CompletionOut, *ERRORS, stream=doc.CHUNKS))  # fmt: skip
+             responses=doc.answers(shapes.CompletionOut, *ERRORS, stream=doc.CHUNKS))  # fmt: skip
 async def completions(body: CompletionBody, request: Request, who: Caller) -> Any:
     """An OpenAI chat completion by the assistant `model`, streamed (`stream: true`) or not."""
     body.check()
@@ -107,13 +108,13 @@ async def completions(body: CompletionBody, request: Request, who: Caller) -> An
     return await whole(request, handle, body.model, headers)
 
 
-def failure(reason: str, status: str, error: object) -> dict[str, Any]:
+def failure(reason: str, status: str, error: object) -> shapes.ErrorBody:
     """A run's failure in OpenAI's error shape."""
     said = as_mapping(error).get("message") or f"the run ended {status} ({reason})"
     return error_body(reason, str(said), OPENAI_CODES.get(reason))
 
 
-def usage_of(usage: Mapping[str, Any]) -> dict[str, int]:
+def usage_of(usage: Mapping[str, Any]) -> shapes.CompletionUsageOut:
     """OpenAI's three counts (its names for a run's input and output tokens), present even for a run
     that never called a model."""
     given, taken = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
@@ -231,12 +232,12 @@ async def whole(request: Request, handle: RunHandle, model: str, headers: dict[s
     return JSONResponse(completion(handle, result, model), headers=headers)
 
 
-def completion(handle: RunHandle, result: RunResult, model: str) -> dict[str, Any]:
+def completion(handle: RunHandle, result: RunResult, model: str) -> shapes.CompletionOut:
     """A `chat.completion` of the run's last answer (what was said, for a run a limit cut short; what
     waits, for a run that waits for approvals)."""
     replies = _replies(handle)
     content = waiting_text(handle, result.approvals) if result.status == WAITING else final_text(handle)
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+    message: shapes.AnswerOut = {"role": "assistant", "content": content}
     reasoning = "".join(m.reasoning or "" for m in replies[-1:])
     if reasoning:
         message["reasoning_content"] = reasoning

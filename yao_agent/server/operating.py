@@ -7,11 +7,12 @@ the team's usage, another member's, and any budget change; these routes read the
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from yao_agent import shapes
 from yao_agent.errors import UsageError
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
@@ -53,7 +54,9 @@ USAGE_PARAMS = ("from", "to", "by", "user")
 FROM = "first day, YYYY-MM-DD (UTC); default: the first day of `to`'s month"
 
 
-@router.get("/api/usage", tags=["usage"], response_model=None, responses=doc.answers(doc.UsageReportOut, 400, 401, 403))
+@router.get(
+    "/api/usage", tags=["usage"], response_model=None, responses=doc.answers(shapes.UsageReportOut, 400, 401, 403)
+)
 async def usage(
     request: Request,
     who: Caller,
@@ -62,7 +65,7 @@ async def usage(
     # Checked by `Tenancy.usage` (not as a Literal here): its 400 names `by` in `param`, as for the other fields.
     by: Annotated[str, Query(description="day | assistant | connector | user (user: team admins)")] = "day",
     user: User = None,
-) -> dict[str, Any]:
+) -> shapes.UsageReportOut:
     """Usage and cost of the caller's scope: a member's own; a team admin's whole team, or one member's with
     `user` (403 for a member asking for the team's, `by=user` or another member's)."""
     only(request, USAGE_PARAMS)
@@ -72,8 +75,10 @@ async def usage(
         raise naming(exc, USAGE_PARAMS) from None
 
 
-@router.get("/api/budgets", tags=["usage"], response_model=None, responses=doc.answers(doc.BudgetsOut, 400, 401, 403))
-async def budgets(request: Request, who: Caller, user: User = None) -> dict[str, Any]:
+@router.get(
+    "/api/budgets", tags=["usage"], response_model=None, responses=doc.answers(shapes.BudgetsOut, 400, 401, 403)
+)
+async def budgets(request: Request, who: Caller, user: User = None) -> shapes.BudgetsOut:
     """The budgets that hold the caller's runs — a member's team's and own; a team admin's team's, or one
     member's with `user` — each window with its budget, where that comes from, the spend so far and when
     it resets."""
@@ -85,8 +90,8 @@ async def budgets(request: Request, who: Caller, user: User = None) -> dict[str,
 
 
 @router.put("/api/budgets", tags=["usage"], response_model=None,
-            responses=doc.answers(doc.BudgetsOut, 400, 401, 403, 413))  # fmt: skip
-async def set_budgets(body: BudgetBody, request: Request, who: Caller, user: User = None) -> dict[str, Any]:
+            responses=doc.answers(shapes.BudgetsOut, 400, 401, 403, 413))  # fmt: skip
+async def set_budgets(body: BudgetBody, request: Request, who: Caller, user: User = None) -> shapes.BudgetsOut:
     """Set the team's budget (a team admin; one member's with `user`) at or below the operator's ceiling
     that holds it; 403 above it, for null under a ceiling, for a member and for a caller without a team.
     Answers the budgets as `GET /api/budgets` shows them."""

@@ -27,6 +27,7 @@ from yao_agent.dsl.loader import Probe, check_app
 from yao_agent.errors import Problem, UsageError
 from yao_agent.service.probe import probe
 from yao_agent.service.runs import Runs
+from yao_agent.shapes import AppProblemOut, AppStateOut
 
 log = logging.getLogger("yao_agent.reload")
 SUFFIXES = (".yml", ".yaml", ".js", ".mjs", ".cjs", ".ts", ".json")
@@ -45,7 +46,7 @@ class Reloader:
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
 
-    def view(self, shown: Callable[[str], bool] = lambda _file: True) -> dict[str, object]:
+    def view(self, shown: Callable[[str], bool] = lambda _file: True) -> AppStateOut:
         """What `GET /api/app` shows: the version serving, since when, and why a newer one is not — the
         problems in the files `shown` admits, and how many others there are."""
         mine = [p for p in self.errors if shown(p.file)]
@@ -124,11 +125,10 @@ def _counts(_change: object, path: str) -> bool:
     return path.endswith(SUFFIXES)
 
 
-def _problem(problem: Problem) -> dict[str, object]:
-    out: dict[str, object] = {"file": problem.file, "line": problem.line, "message": problem.message}
+def _problem(problem: Problem) -> AppProblemOut:
+    out: AppProblemOut = {"file": problem.file, "line": problem.line, "message": problem.message, "text": str(problem)}
     if problem.path:
         out["field"] = problem.path
-    out["text"] = str(problem)
     return out
 
 

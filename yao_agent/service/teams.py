@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from yao_agent.dsl.specs import Budgets
 from yao_agent.errors import Forbidden, PermissionDenied, UsageError
@@ -27,6 +27,9 @@ from yao_agent.pipeline.quota import NAMES, WINDOWS, window_end, window_start
 from yao_agent.store.ledger import GROUPS, Group, ScopeKind, scope_of, shown
 from yao_agent.store.protocol import TenancyStore
 from yao_agent.store.quota import Own
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import BudgetOut, BudgetsOut, UsageReportOut, UsageScopeOut
 
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 ADMIN_TOKEN = "a team admin token (`yao-agent tokens create --admin`)"
@@ -60,8 +63,13 @@ class Scope:
         """The budget a change to this scope sets: its user's, or the whole team's."""
         return scope_of(self.subject, self.kinds[-1])
 
-    def to_api(self) -> dict[str, str]:
-        return {k: v for k, v in (("team_id", self.team_id), ("user_id", self.user_id)) if v is not None}
+    def to_api(self) -> UsageScopeOut:
+        out: UsageScopeOut = {}
+        if self.team_id is not None:
+            out["team_id"] = self.team_id
+        if self.user_id is not None:
+            out["user_id"] = self.user_id
+        return out
 
 
 def named(team_id: str | None, user_id: str | None) -> Scope:
@@ -136,7 +144,7 @@ def span(first: str | None, last: str | None, now: float) -> tuple[date, date]:
     return start, end
 
 
-async def usage_report(store: TenancyStore, scope: Scope, first: date, last: date, by: Group) -> dict[str, Any]:
+async def usage_report(store: TenancyStore, scope: Scope, first: date, last: date, by: Group) -> UsageReportOut:
     """The report of CONTRACT §8.2: `{scope, from, to, by, rows: [{key, …}], total}`."""
     rows, total = await store.usage_report(scope.team_id or "", scope.user_id, first.isoformat(), last.isoformat(), by)
     return {"scope": scope.to_api(), "from": first.isoformat(), "to": last.isoformat(), "by": by, "rows": rows,
@@ -190,14 +198,14 @@ def within_ceiling(scope: Scope, defaults: Budgets, limits: Mapping[str, float |
     return allowed
 
 
-async def budget_view(store: TenancyStore, defaults: Budgets, scope: Scope, now: float) -> dict[str, Any]:
+async def budget_view(store: TenancyStore, defaults: Budgets, scope: Scope, now: float) -> BudgetsOut:
     """The budgets that hold the scope's runs, window by window: the budget that binds, where it comes from
     (app.yml, the operator's ceiling, a team admin's budget), the ceiling and the admin's budget apart,
     what was spent in the current window, and when the window resets."""
     at = datetime.fromtimestamp(now, UTC)
     starts = {window: window_start(window, at).timestamp() for window in WINDOWS}
     found = await store.spending(scope.subject, scope.kinds, starts)
-    budgets: list[dict[str, Any]] = []
+    budgets: list[BudgetOut] = []
     for kind, (own, spent) in found.items():
         for window in WINDOWS:
             default = getattr(defaults.of(kind), window)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.errors import NotFound, UsageError
 from yao_agent.identity import Identity
 from yao_agent.service import teams
 from yao_agent.service.process import Process
+from yao_agent.shapes import BudgetsOut, UsageReportOut
 from yao_agent.store.protocol import TenancyStore
 from yao_agent.store.records import RoleSetting
 
@@ -68,7 +68,7 @@ class Tenancy:
     async def usage(
         self, identity: Identity, *, first: str | None = None, last: str | None = None, by: str = "day",
         user: str | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> UsageReportOut:  # fmt: skip
         """Usage and cost from day `first` to `last` (YYYY-MM-DD, both included; default: this month so far,
         UTC) grouped `by` day, assistant, connector or user: a member's own, a team admin's whole team (or
         one member's, `user`). Forbidden for what a member may not see."""
@@ -77,7 +77,7 @@ class Tenancy:
         start, end = teams.span(first, last, self.process.rt.clock())
         return await teams.usage_report(self.store, scope, start, end, grouping)
 
-    async def budgets(self, identity: Identity, *, user: str | None = None) -> dict[str, Any]:
+    async def budgets(self, identity: Identity, *, user: str | None = None) -> BudgetsOut:
         """The budgets that hold the caller's runs (a team admin: the team's, or one member's with `user`),
         with what was spent in each window and when it resets."""
         scope = teams.scope_for(identity, user, "budgets")
@@ -86,7 +86,7 @@ class Tenancy:
 
     async def set_budget(
         self, identity: Identity, limits: Mapping[str, float | None], *, user: str | None = None
-    ) -> dict[str, Any]:
+    ) -> BudgetsOut:
         """Set windows of a budget (`per_day`, `per_month`: USD, or None for none there; the others stay):
         a team admin's team's, or one member's (`user`), at or below the operator's ceiling that holds it
         (Forbidden above it, or for none under one; and for a member, or a caller without a team).

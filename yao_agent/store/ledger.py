@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import ColumnElement, Float, Integer, bindparam, case, func, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -24,6 +24,9 @@ from yao_agent.identity import Identity
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.schema import spend_days, usage_ledger
 from yao_agent.store.tx import Sql, Tx
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import UsageRowOut, UsageTotalOut
 
 ScopeKind = Literal["team", "user"]
 GROUPS = ("day", "assistant", "connector", "user")
@@ -156,13 +159,13 @@ REPORTS = {(by, per_user): _report(by, per_user) for by in GROUPS for per_user i
 TOTALS = {per_user: Sql(select(*_measures()).where(*_where(per_user))) for per_user in (False, True)}
 
 
-def report(tx: Tx, team_id: str, user_id: str | None, first: str, last: str, by: Group) -> list[dict[str, Any]]:
+def report(tx: Tx, team_id: str, user_id: str | None, first: str, last: str, by: Group) -> list[UsageRowOut]:
     """Usage of a team (or of one of its users) from day `first` to `last` (inclusive), grouped `by`."""
     rows = tx.all(REPORTS[(by, user_id is not None)], _params(team_id, user_id, first, last))
     return [{"key": r.key, **_sums(r)} for r in rows]
 
 
-def total(tx: Tx, team_id: str, user_id: str | None, first: str, last: str) -> dict[str, Any]:
+def total(tx: Tx, team_id: str, user_id: str | None, first: str, last: str) -> UsageTotalOut:
     """What `report` counts, over the whole span: its total (each run counted once)."""
     return _sums(tx.all(TOTALS[user_id is not None], _params(team_id, user_id, first, last))[0])
 
@@ -171,6 +174,6 @@ def _params(team_id: str, user_id: str | None, first: str, last: str) -> dict[st
     return {"team_id": team_id, "first": first, "last": last} | ({"user_id": user_id} if user_id else {})
 
 
-def _sums(r: Any) -> dict[str, Any]:
+def _sums(r: Any) -> UsageTotalOut:
     return {"runs": int(r.runs), "input_tokens": int(r.input_tokens or 0), "output_tokens": int(r.output_tokens or 0),
             "cost_usd": round(float(r.cost_usd or 0.0), 6), "unpriced_tokens": int(r.unpriced_tokens or 0)}  # fmt: skip

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
+from yao_agent.shapes import UsageRowOut, UsageTotalOut
 from yao_agent.store.engine import Database
 from yao_agent.store.holds import Hold, Scope, Taken
 from yao_agent.store.ledger import Group, ScopeKind
@@ -128,7 +129,7 @@ class TenancyStore(Protocol):
 
     async def usage_report(
         self, team_id: str, user_id: str | None, first: str, last: str, by: Group
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]: ...
+    ) -> tuple[list[UsageRowOut], UsageTotalOut]: ...
 
     async def set_budget(
         self, scope: tuple[ScopeKind, str], limits: Limits, allowed: Callable[[Own], None] = ...

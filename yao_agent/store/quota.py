@@ -13,7 +13,7 @@ import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Float, bindparam, delete, func, select, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -26,6 +26,9 @@ from yao_agent.store.engine import Database
 from yao_agent.store.ledger import ScopeKind
 from yao_agent.store.schema import budgets, rate_events, usage_ledger
 from yao_agent.store.tx import Sql, Tx
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import UsageRowOut, UsageTotalOut
 
 WINDOW_S = 60.0  # rate limits count the last minute
 
@@ -162,11 +165,11 @@ class QuotaStore:
 
     async def usage_report(
         self, team_id: str, user_id: str | None, first: str, last: str, by: ledger.Group
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    ) -> tuple[list[UsageRowOut], UsageTotalOut]:
         """A team's (or one of its users') usage from day `first` to `last`, grouped `by`, and its total;
         read in one transaction, so that they agree (`team_id` "": the users without a team)."""
 
-        def work(tx: Tx) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        def work(tx: Tx) -> tuple[list[UsageRowOut], UsageTotalOut]:
             return ledger.report(tx, team_id, user_id, first, last, by), ledger.total(tx, team_id, user_id, first, last)
 
         return await self.db.read_tx(work)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, iso_time
 from yao_agent.store.step_inputs import StepInput
 from yao_agent.vocabulary import RunStatus, StepStatus, StepType, TerminalReason, Transition
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import ApprovalOut, ChatOut, DecisionOut, ResumePointOut, RunStepOut, RunViewOut, StepOut
 
 
 def iso(ts: float | None) -> str | None:
@@ -34,16 +38,16 @@ class ChatRecord:
     title: str
     created_at: float
     updated_at: float
-    last_status: str
+    last_status: RunStatus
     last_run_id: str | None
     message_count: int
 
-    def to_api(self) -> dict[str, Any]:
+    def to_api(self) -> ChatOut:
         return {
             "chat_id": self.id,
             "assistant_id": self.assistant_id,
             "title": self.title,
-            "updated_at": iso(self.updated_at),
+            "updated_at": iso_time(self.updated_at),
             "last_status": self.last_status,
         }
 
@@ -89,8 +93,8 @@ class StepRecord:
     transition: Transition | None = None  # an `llm` step's: why it was made
     billed: bool = False  # an `llm` step's usage ledger row is written already (a budgeted call's, as it ended)
 
-    def to_api(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type, "status": self.status}
+    def to_api(self) -> StepOut:
+        out: StepOut = {"type": self.type, "status": self.status}
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -115,16 +119,18 @@ class Approval:
     decided_at: float | None = None
     message_id: str | None = None  # the call's result in the chat (its stand-in until the call runs)
 
-    def request(self) -> dict[str, Any]:
+    def request(self) -> ApprovalOut:
         """How a pending call is shown (`GET …/approvals`, `stream_end.approvals`)."""
         return {"tool_call_id": self.tool_call_id, "server": self.server, "tool": self.tool,
                 "arguments": self.arguments}  # fmt: skip
 
-    def decision(self) -> dict[str, Any]:
-        """How a decided call is shown with its result in the history."""
-        out: dict[str, Any] = {"approved": self.status == "approved", "by": self.decided_by,
-                               "at": iso(self.decided_at)}  # fmt: skip
-        return out | ({"reason": self.reason} if self.reason else {})
+    def decision(self) -> DecisionOut:
+        """How a decided call is shown with its result in the history (a decided call has who and when)."""
+        out: DecisionOut = {"approved": self.status == "approved", "by": self.decided_by or "",
+                            "at": iso_time(self.decided_at or 0.0)}  # fmt: skip
+        if self.reason:
+            out["reason"] = self.reason
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +146,13 @@ class ResumePoint:
     def pending(self) -> tuple[Approval, ...]:
         return tuple(a for a in self.approvals if a.status == "pending")
 
-    def to_api(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"run_id": self.run.id, "status": self.run.status, "reason": self.run.reason}
+    def to_api(self) -> ResumePointOut:
+        status = self.run.status
+        assert status != "completed" and status != "running", "a run that completed or runs has no resume point"
+        out: ResumePointOut = {"run_id": self.run.id, "status": status, "reason": self.run.reason,
+                               "steps": [s.to_api() for s in self.steps]}  # fmt: skip
         if self.run.error is not None:
             out["error"] = self.run.error
-        out["steps"] = [s.to_api() for s in self.steps]
         return out
 
 
@@ -155,42 +163,50 @@ class RunView:
     run: RunRecord
     steps: tuple[StepRecord, ...]
 
-    def to_api(self) -> dict[str, Any]:
+    def to_api(self) -> RunViewOut:
         run = self.run
-        out: dict[str, Any] = {"run_id": run.id, "chat_id": run.chat_id, "assistant_id": run.assistant_id,
-                               "status": run.status, "reason": run.reason}  # fmt: skip
+        out: RunViewOut = {"run_id": run.id, "chat_id": run.chat_id, "assistant_id": run.assistant_id,
+                           "status": run.status, "reason": run.reason, "usage": run.usage,
+                           "resumed_from": run.resumed_from, "started_at": iso_time(run.started_at),
+                           "ended_at": iso(run.ended_at), "duration_ms": run.duration_ms,
+                           "app_version": run.app_version,
+                           "steps": [_step_view(step) for step in self.steps]}  # fmt: skip
         if run.error is not None:
             out["error"] = run.error
-        out |= {"usage": run.usage, "resumed_from": run.resumed_from, "started_at": iso(run.started_at),
-                "ended_at": iso(run.ended_at), "duration_ms": run.duration_ms,
-                "app_version": run.app_version}  # fmt: skip
-        out["steps"] = [_step_view(step) for step in self.steps]
         return out
 
 
-def _step_view(step: StepRecord) -> dict[str, Any]:
+def _step_view(step: StepRecord) -> RunStepOut:
     """A step's type, status, transition and timing; an `llm` step's connector, model and tokens (from
     its output, or for a try the call went past, its error) and the links of its chain it passed, each
     with why (it failed: a try of its own; it was skipped while cooling down); never what it was given
     (a resumable step keeps its whole input)."""
-    out: dict[str, Any] = {"seq": step.seq, "type": step.type, "status": step.status}
+    ended = step.ended_at
+    took = None if ended is None else max(0, round((ended - step.started_at) * 1000))
+    # with the durations: where a run's time went, gaps included
+    out: RunStepOut = {"seq": step.seq, "type": step.type, "status": step.status,
+                       "started_at": iso_time(step.started_at), "duration_ms": took}  # fmt: skip
     if step.transition is not None:
         out["transition"] = step.transition
     if step.thread_id is not None:
         out["thread_id"] = step.thread_id
-    output: object = step.output  # stored JSON: an llm step's is an object
-    made = cast("dict[str, Any]", output) if isinstance(output, dict) else {}
-    out |= {key: made[key] for key in ("connector", "model", "usage", "fallbacks") if made.get(key) is not None}
-    failed: object = step.error  # a try the call went past (pipeline/trail.py) names who failed in its error
-    if "connector" not in out and isinstance(failed, dict):
-        tried = cast("dict[str, Any]", failed)
-        out |= {key: tried[key] for key in ("connector", "model") if tried.get(key) is not None}
+    made = as_mapping(step.output)  # stored JSON: an llm step's is an object
+    for key in ANSWERED:
+        if made.get(key) is not None:
+            out[key] = made[key]
+    if "connector" not in out:  # a try the call went past (pipeline/trail.py) names who failed in its error
+        tried = as_mapping(step.error)
+        for key in WHO:
+            if tried.get(key) is not None:
+                out[key] = tried[key]
     if step.error is not None:
         out["error"] = step.error
-    ended = step.ended_at
-    out["started_at"] = iso(step.started_at)  # with the durations: where a run's time went, gaps included
-    out["duration_ms"] = None if ended is None else max(0, round((ended - step.started_at) * 1000))
     return out
+
+
+# What an llm step's output shows of the call, and what a failed try's error names.
+ANSWERED: tuple[Literal["connector", "model", "usage", "fallbacks"], ...] = ("connector", "model", "usage", "fallbacks")
+WHO: tuple[Literal["connector", "model"], ...] = ("connector", "model")
 
 
 @dataclass(frozen=True, slots=True)
