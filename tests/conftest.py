@@ -13,18 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.postgres import PG_URL, REQUIRE_SERVICES, pg_admin, pg_admin_truncate
 from yao_agent.store import SqlStore, open_engine, store_url
-
-PG_URL = os.environ.get("YAO_AGENT_TEST_PG", "")
-REQUIRE_SERVICES = os.environ.get("YAO_AGENT_REQUIRE_SERVICES") == "1"
-
-
-def _pg_admin(statement: str) -> None:
-    import psycopg
-
-    dsn = PG_URL.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(statement)  # pyright: ignore[reportCallIssue, reportArgumentType]  (psycopg wants a LiteralString)
 
 
 @pytest.fixture(scope="session")
@@ -35,12 +25,12 @@ def pg_database() -> Iterator[str]:
             pytest.fail("PostgreSQL is required (YAO_AGENT_TEST_PG is not set)")
         pytest.skip("PostgreSQL not available (set YAO_AGENT_TEST_PG)")
     name = f"yao_agent_test_{os.getpid()}_{secrets.token_hex(3)}"
-    _pg_admin(f'CREATE DATABASE "{name}"')
+    pg_admin(f'CREATE DATABASE "{name}"')
     base = PG_URL.rsplit("/", 1)[0]
     try:
         yield f"{base}/{name}"
     finally:
-        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -53,16 +43,6 @@ def store_raw_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-def pg_admin_truncate(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
-        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
-        tables = [t for t in tables if t != "alembic_version"]
-        if tables:
-            conn.execute(f"TRUNCATE {', '.join(tables)} CASCADE")  # pyright: ignore[reportArgumentType]
-
-
 @pytest.fixture
 async def store(store_raw_url: str, tmp_path: Path) -> AsyncIterator[SqlStore]:
     engine = await open_engine(store_url(store_raw_url, tmp_path))
@@ -71,3 +51,9 @@ async def store(store_raw_url: str, tmp_path: Path) -> AsyncIterator[SqlStore]:
         yield store
     finally:
         await store.aclose()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    """The file the `testing` server's `tally` tool appends a line to each time it really runs."""
+    return tmp_path / "ledger"

@@ -29,8 +29,7 @@
         ├── LoopDetected     the same tool calls with the same results, again and again
         ├── ContextOverflow  a request does not fit the model's window, even after compaction
         ├── OutputError      the final answer did not fit the output schema after its retries
-        ├── OverBudget       a model call would take a team's or user's spend past a budget: it is not made
-        └── AwaitingApproval tool calls wait for a person: the run ends `waiting` (not a failure)
+        └── OverBudget       a model call would take a team's or user's spend past a budget: it is not made
 
 Messages never contain secret values: errors name variables and files, never what they hold.
 """
@@ -38,12 +37,18 @@ Messages never contain secret values: errors name variables and files, never wha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import IntEnum
 
 from yao_agent.vocabulary import ModelErrorKind, TerminalReason
 
-if TYPE_CHECKING:
-    from yao_agent.shapes import ApprovalOut
+
+class Exit(IntEnum):
+    """The `yao-agent` command's exit codes, here once (the CLI reference lists them from this)."""
+
+    OK = 0  # done
+    FAILED = 1  # a run failed, or the command could not do what it was asked (a missing $ENV value, a store down)
+    USAGE = 2  # what was asked is wrong: bad arguments, an app that does not validate, no such chat
+    INTERRUPTED = 130  # Ctrl-C
 
 
 class YaoAgentError(Exception):
@@ -224,19 +229,6 @@ class OverBudget(RunError):
     def __init__(self, message: str, *, resets_at: float) -> None:
         super().__init__(message)
         self.resets_at = resets_at
-
-
-class AwaitingApproval(RunError):
-    """Tool calls of a reply need a person's approval: the run stops, `waiting`, before any of them runs.
-
-    `calls` are the pending calls as `GET /api/chats/{id}/approvals` shows them."""
-
-    reason = "approval_required"
-
-    def __init__(self, calls: list[ApprovalOut]) -> None:
-        names = ", ".join(sorted({f"{c['server']}__{c['tool']}" for c in calls}))
-        super().__init__(f"waiting for a person to approve {names}")
-        self.calls = calls
 
 
 class ChatBusy(UsageError):

@@ -10,21 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.connectors.helpers import ENGINES, EngineName, Sleeps, assemble, drain, fake_connector
+from tests.support.connectors import ENGINES, TOOLS, EngineName, Sleeps, assemble, drain, fake_connector
 from yao_agent.connectors import CallEvent, Engines, FailedTry, Fallback, ModelRequest, RetryPolicy, stream_call
 from yao_agent.connectors.deltas import Finish, TextDelta, ToolCallDelta, Usage
 from yao_agent.errors import ModelError
 from yao_agent.testing import FakeProvider, Reply, ToolCall
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
 
 
 @pytest.fixture

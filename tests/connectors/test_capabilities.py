@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.connectors.helpers import ENGINES, EngineName, assemble, drain, fake_connector
-from yao_agent.connectors import Engines, Fallback, ModelRequest, stream_call
+from tests.support.connectors import ENGINES, EngineName, assemble, drain, fake_connector
+from yao_agent.connectors import CallOptions, Engines, Fallback, ModelRequest, stream_call
 from yao_agent.dsl.specs import Capabilities, ConnectorSpec
 from yao_agent.errors import ModelError
 from yao_agent.testing import FakeProvider, Reply
@@ -36,7 +36,7 @@ def able(connector: ConnectorSpec, **caps: Any) -> ConnectorSpec:
 
 async def sent(connector: ConnectorSpec, fake: FakeProvider, **options: Any) -> dict[str, Any]:
     """The body the provider received for one call with `options` and one tool offered."""
-    request = ModelRequest(messages=[{"role": "user", "content": "hi"}], tools=[TOOL], options=options)
+    request = ModelRequest(messages=[{"role": "user", "content": "hi"}], tools=[TOOL], options=CallOptions.of(options))
     engines = Engines()
     try:
         async for _ in stream_call([connector], request, engines=engines):

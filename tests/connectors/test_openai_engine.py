@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.connectors.helpers import assemble, drain, fake_connector
+from tests.support.connectors import assemble, drain, fake_connector
 from yao_agent.connectors import Engines
 from yao_agent.connectors.openai_engine import OpenAIEngine
 from yao_agent.connectors.tls import default_tls, on_thread

@@ -10,7 +10,7 @@ from typing import cast
 import pytest
 from aiohttp import StreamReader, web
 
-from tests.connectors.helpers import assemble, drain, fake_connector
+from tests.support.connectors import assemble, drain, fake_connector
 from yao_agent.connectors.deltas import TextDelta, Usage
 from yao_agent.connectors.openai_wire import lines
 from yao_agent.errors import ModelError

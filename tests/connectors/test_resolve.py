@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
+from tests.support.apps import make_app
 from yao_agent.connectors import resolve_connectors
 from yao_agent.dsl import App, load_app
 from yao_agent.errors import ModelError

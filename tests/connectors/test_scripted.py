@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from tests.connectors.helpers import Sleeps, assemble, drain, fake_connector
+from tests.support.apps import make_app
+from tests.support.connectors import Sleeps, assemble, drain, fake_connector
 from yao_agent.connectors import Engines, Fallback, RetryPolicy
 from yao_agent.connectors.deltas import Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.connectors.providers import engine_for

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
+from tests.support.apps import make_app
 from yao_agent.cli import main
 from yao_agent.dsl import load_app
 from yao_agent.dsl.specs import Access

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.apps import make_app
+from tests.support.apps import make_app
 from yao_agent.cli import main
 
 REPO = Path(__file__).resolve().parents[2]

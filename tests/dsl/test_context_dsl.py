@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.apps import make_app
-from tests.dsl.test_loader import errors, warnings
+from tests.support.apps import errors, make_app, warnings
 from yao_agent.dsl import load_app
 from yao_agent.dsl.specs import ContextSettings
 

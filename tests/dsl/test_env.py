@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
+from tests.support.apps import make_app
 from yao_agent.dsl import load_app
 from yao_agent.dsl.envvars import EnvValue, resolve_env
 from yao_agent.errors import EnvVarMissing

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
+from tests.support.apps import make_app
 from yao_agent.dsl.templates import render
 from yao_agent.errors import RenderError
 from yao_agent.store import SqlStore, open_engine, store_url

@@ -7,17 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
+from tests.support.apps import errors, make_app, warnings
 from yao_agent.dsl import check_app, load_app
 from yao_agent.errors import SpecError, UsageError
-
-
-def errors(root: Path) -> list[str]:
-    return [str(p) for p in check_app(root).errors]
-
-
-def warnings(root: Path) -> list[str]:
-    return [str(p) for p in check_app(root).warnings]
 
 
 def test_minimal_app_loads_with_ids_from_paths(tmp_path: Path) -> None:

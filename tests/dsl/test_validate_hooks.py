@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.apps import make_app
+from tests.support.apps import make_app
 from yao_agent.cli import main
 
 HOOKED = "name: {name}\nhook: hooks/{name}.js\n"

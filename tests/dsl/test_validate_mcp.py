@@ -8,9 +8,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.apps import make_app
-from tests.tools.helpers import SERVERS_PY
-from tests.tools.servers import server as testing_server
+from tests.support.apps import make_app
+from tests.support.mcp_server import server as testing_server
+from tests.support.tools import SERVERS_PY
 from yao_agent.cli import main
 from yao_agent.dsl.refs import known_list
 

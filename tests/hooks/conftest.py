@@ -2,56 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from yao_agent.dsl.specs import HookPolicy
-from yao_agent.errors import HookError
-from yao_agent.hooks import HookCall, HookContext, HookRunner
-
-REPO = Path(__file__).resolve().parents[2]
-SNAPSHOT = {"chat_id": "chat_1", "assistant_id": "concierge", "user_id": "u1", "team_id": "t1", "locale": "en",
-            "metadata": {"channel": "web", "tags": ["a"]}}  # fmt: skip
-FAST = HookPolicy(timeout_ms=300, memory_mb=32)
-
-
-@dataclass
-class Host:
-    """The host side of ctx: records what the hook asked for and answers like the pipeline would."""
-
-    calls: list[tuple[Any, ...]] = field(default_factory=list[tuple[Any, ...]])
-    memory: dict[str, Any] = field(default_factory=dict[str, Any])
-    fail_with: Exception | None = None
-
-    def context(self, snapshot: dict[str, Any] | None = None) -> HookContext:
-        async def log(level: str, message: str) -> None:
-            self.calls.append(("log", level, message))
-
-        async def send(message: Any) -> str:
-            self.calls.append(("send", message))
-            return f"msg_{len(self.calls)}"
-
-        async def memory_get(key: str) -> Any:
-            self.calls.append(("memory_get", key))
-            return self.memory.get(key)
-
-        async def memory_set(key: str, value: Any) -> None:
-            self.calls.append(("memory_set", key, value))
-            self.memory[key] = value
-
-        async def call(assistant_id: str, messages: Any) -> Any:
-            self.calls.append(("call", assistant_id, messages))
-            if self.fail_with is not None:
-                raise self.fail_with
-            await asyncio.sleep(0)
-            return {"assistant_id": assistant_id, "content": f"child saw {len(messages)} messages"}
-
-        return HookContext(dict(snapshot or SNAPSHOT), log, send, memory_get, memory_set, call, "hooks/hook.js")
+from tests.support.hooks import Host
+from yao_agent.hooks import HookRunner
 
 
 @pytest.fixture
@@ -64,23 +20,3 @@ async def runner() -> AsyncIterator[HookRunner]:
 @pytest.fixture
 def host() -> Host:
     return Host()
-
-
-def write(folder: Path, source: str, name: str = "hook.js") -> Path:
-    path = folder / name
-    path.write_text(source, encoding="utf-8")
-    return path
-
-
-async def create(
-    runner: HookRunner, path: Path, host: Host, *args: Any, policy: HookPolicy = FAST, function: str = "Create"
-) -> HookCall:
-    return await runner.call(path, "hooks/hook.js", function, list(args), host.context(), policy)
-
-
-async def failure(runner: HookRunner, path: Path, host: Host, *args: Any, policy: HookPolicy = FAST) -> HookError:
-    with pytest.raises(HookError) as caught:
-        await create(runner, path, host, *args, policy=policy)
-    assert caught.value.file == "hooks/hook.js"
-    assert caught.value.function == "Create"
-    return caught.value

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.hooks.conftest import FAST, Host, create, failure, write
-from tests.tools.helpers import wait_until
+from tests.support.hooks import FAST, Host, create, failure, write
+from tests.support.waits import wait_until
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.errors import DelegateError, HookError, RunError, UsageError
 from yao_agent.hooks import HookCall, HookRunner

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hooks.conftest import SNAPSHOT, Host, write
+from tests.support.hooks import SNAPSHOT, Host, write
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.errors import HookError
 from yao_agent.hooks import HookRunner

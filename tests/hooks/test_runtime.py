@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.hooks.conftest import FAST, REPO, SNAPSHOT, Host, create, failure, write
+from tests.support import REPO
+from tests.support.hooks import FAST, SNAPSHOT, Host, create, failure, write
 from yao_agent.hooks import HookCall, HookRunner
 from yao_agent.hooks.procs import CONTEXTS_PER_WORKER
 

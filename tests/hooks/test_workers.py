@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.hooks.conftest import FAST, Host, create, write
-from tests.hooks.processes import worker_pids, zombies
-from tests.tools.helpers import wait_until
+from tests.support.hooks import FAST, Host, create, write
+from tests.support.processes import worker_pids, zombies
+from tests.support.waits import wait_until
 from yao_agent.dsl.specs import HookPolicy
 from yao_agent.errors import HookError
 from yao_agent.hooks import HookRunner

@@ -9,32 +9,21 @@ and the model it gives `make_runtime`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from yao_agent.connectors import Engines, RetryPolicy
-from yao_agent.dsl import load_app
-from yao_agent.ids import CountingIds
+from tests.support.apps import make_app
+from tests.support.cli import Cli
+from tests.support.hooks import Make, hooked
+from tests.support.quota import Clock, Quota
+from tests.support.runtimes import app_files, close, make_runtime
+from tests.support.tools import APPROVING, SERVERS_PY, in_process, tooled
 from yao_agent.pipeline import Runtime
-from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, ModelDouble, ScriptedModel
-
-CHAT = "name: Chat\nprompts:\n  - {role: system, content: 'You are {{ assistant.name }}.'}\n"
-
-
-def app_files(base_url: str, *, limits: str = "{max_turns: 10, timeout_s: 30}") -> dict[str, str]:
-    return {
-        "app.yml": f"roles:\n  default: fake.model\nhistory_size: 20\nlimits: {limits}\n",
-        "connectors/fake/model.yml": f"type: openai\nmodel: text\nbase_url: {base_url}\napi_key: sk-x\ntimeout_s: 5\n",
-        "assistants/chat/assistant.yml": CHAT,
-    }
-
-
-async def no_sleep(_seconds: float) -> None:
-    return None
+from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.testing import FakeProvider, ScriptedModel
 
 
 @pytest.fixture
@@ -48,17 +37,11 @@ async def http_fake() -> AsyncIterator[FakeProvider]:
         yield provider
 
 
-def make_runtime(
-    root: Path, store: SqlStore, files: dict[str, str], *, model: ModelDouble | FakeProvider | None = None
-) -> Runtime:
-    """A runtime for the app `files`, whose model is `model`: an in-process double is its engines, the
-    loopback fake provider (or None) is reached over HTTP at the `base_url` its connectors name."""
-    if model is None and any(ModelDouble.base_url in text for text in files.values()):
-        raise AssertionError("the app's connectors name the in-process model: pass it, make_runtime(..., model=fake)")
-    engines = model.engines() if isinstance(model, ModelDouble) else Engines()
-    app = load_app(make_app(root, files, base={}))
-    return Runtime(app=app, store=store, engines=engines, ids=CountingIds(), sleep=no_sleep,
-                   retry=RetryPolicy(max_attempts=1))  # fmt: skip
+@pytest.fixture
+def threaded_provider() -> Iterator[FakeProvider]:
+    """The loopback fake provider served from a thread of its own, for tests that run the CLI synchronously."""
+    with FakeProvider().running_in_thread() as provider:
+        yield provider
 
 
 @pytest.fixture
@@ -68,3 +51,62 @@ async def rt(tmp_path: Path, fake: ScriptedModel, store: SqlStore) -> AsyncItera
         yield runtime
     finally:
         await runtime.engines.aclose()
+
+
+@pytest.fixture
+async def tooled_rt(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> AsyncIterator[Runtime]:
+    """A runtime whose `tooled` assistant has the in-process `testing` server."""
+    runtime = in_process(tooled(tmp_path / "app", store, fake))
+    try:
+        yield runtime
+    finally:
+        await close(runtime)
+
+
+@pytest.fixture
+def make(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> Make:
+    """Build a runtime whose `hooked` assistant runs the hook given."""
+
+    def build(hook: str, assistant: str = "", more: dict[str, str] | None = None) -> Runtime:
+        return make_runtime(tmp_path / "app", store, hooked(fake, hook, assistant, more), model=fake)
+
+    return build
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock("2026-12-15T10:00:00")
+
+
+@pytest.fixture
+async def timed_store(store_raw_url: str, tmp_path: Path, clock: Clock) -> AsyncIterator[SqlStore]:
+    store = SqlStore(await open_engine(store_url(store_raw_url, tmp_path)), clock=clock)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+@pytest.fixture
+async def quota(tmp_path: Path, timed_store: SqlStore, fake: ScriptedModel, clock: Clock) -> AsyncIterator[Quota]:
+    made = Quota(tmp_path, timed_store, fake, clock)
+    try:
+        yield made
+    finally:
+        for rt in made.made:
+            await rt.engines.aclose()
+            await rt.hooks.aclose()
+
+
+@pytest.fixture
+def app(tmp_path: Path, threaded_provider: FakeProvider) -> Path:
+    """The app the approvals' CLI tests run: its `tooled` assistant's `tally` waits for a person."""
+    files = app_files(threaded_provider.base_url)
+    files["mcps/testing.yml"] = f"command: python\nargs: [{json.dumps(SERVERS_PY)}]\n"
+    files["assistants/tooled/assistant.yml"] = APPROVING
+    return make_app(tmp_path / "app", files, base={})
+
+
+@pytest.fixture
+def cli(app: Path, store_raw_url: str) -> Cli:
+    return Cli(app, store_raw_url)

@@ -17,29 +17,27 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from tests.pipeline.conftest import app_files
-from tests.pipeline.helpers import end_of, runs_of, turn
-from tests.pipeline.test_context import Model, agent_runtime, ask
-from tests.pipeline.test_quota import BOB, CAROL, DAVE, Clock, Quota, clock, hello, quota, timed_store
+from tests.support.context import Model, agent_runtime, ask
+from tests.support.quota import BOB, CAROL, DAVE, Clock, Quota, hello
+from tests.support.runtimes import app_files, end_of, runs_of, turn
 from yao_agent.ids import RandomIds
 from yao_agent.service.runs import Runs
-from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store import SqlStore, Store, open_engine, store_url
 from yao_agent.store.schema import budget_holds, spend_days, usage_ledger
 from yao_agent.testing import FunctionModel, Reply, ScriptedModel
 from yao_agent.testing.fake_scenarios import RecordedRequest
 
-__all__ = ["clock", "quota", "timed_store"]  # the fixtures of test_quota.py, used here too
 CALL = {"prompt_tokens": 1, "completion_tokens": 29, "total_tokens": 30}  # $0.30
 HELD = "options: {max_tokens: 29}\n"  # what a call may write: its hold covers its cost
 
 
-async def spent(store: SqlStore) -> float:
+async def spent(store: Store) -> float:
     """What the ledger says was spent, in USD (each call once)."""
     return float(await store.db.read_tx(lambda tx: tx.scalar(select(func.coalesce(func.sum(usage_ledger.c.cost_usd),
                                                                                      0.0)))))  # fmt: skip
 
 
-async def count(store: SqlStore, table: Any) -> int:
+async def count(store: Store, table: Any) -> int:
     return int(await store.db.read_tx(lambda tx: tx.scalar(select(func.count()).select_from(table))))
 
 

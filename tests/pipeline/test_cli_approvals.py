@@ -7,7 +7,6 @@ The model is the loopback fake provider; the store is SQLite, and PostgreSQL whe
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shlex
@@ -18,53 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.pipeline.test_cli_chat import REPO, Terminal
-from yao_agent.cli import main
+from tests.support import REPO
+from tests.support.cli import Cli, Terminal
 from yao_agent.testing import FakeProvider, Reply, ToolCall
-
-SERVERS = REPO / "tests" / "tools" / "servers.py"
-APPROVING = "name: Tooled\nmcp:\n  servers: [{server: testing, approve: [tally]}]\n  max_turns: 3\n"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider().running_in_thread() as provider:
-        yield provider
-
-
-@pytest.fixture
-def app(tmp_path: Path, fake: FakeProvider) -> Path:
-    files = app_files(fake.base_url)
-    files["mcps/testing.yml"] = f"command: python\nargs: [{json.dumps(str(SERVERS))}]\n"
-    files["assistants/tooled/assistant.yml"] = APPROVING
-    return make_app(tmp_path / "app", files, base={})
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    return tmp_path / "ledger"
-
-
-class Cli:
-    """`yao-agent --app APP --db DB …` run in this process: (exit code, stdout)."""
-
-    def __init__(self, app: Path, db: str) -> None:
-        self.app, self.db = app, db
-
-    def __call__(self, *args: str) -> tuple[int, str]:
-        out = io.StringIO()
-        code = main(["--app", str(self.app), "--db", self.db, *args], out=out)
-        return code, out.getvalue()
-
-    def words(self) -> list[str]:
-        return ["--app", str(self.app), "--db", self.db]
-
-
-@pytest.fixture
-def cli(app: Path, store_raw_url: str) -> Cli:
-    return Cli(app, store_raw_url)
 
 
 def tally(ledger: Path, label: str, call_id: str) -> ToolCall:
@@ -75,9 +30,9 @@ def counted(ledger: Path) -> list[str]:
     return ledger.read_text().split() if ledger.exists() else []
 
 
-def waiting_chat(cli: Cli, fake: FakeProvider, ledger: Path, chat_id: str = "c1", *more: str) -> str:
+def waiting_chat(cli: Cli, threaded_provider: FakeProvider, ledger: Path, chat_id: str = "c1", *more: str) -> str:
     """A turn whose reply asks for two tallies: the run waits for a person. Returns what it printed."""
-    fake.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"), tally(ledger, "twice", "t2"))))
+    threaded_provider.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"), tally(ledger, "twice", "t2"))))
     code, shown = cli("chat", "tooled", "pay", "--chat", chat_id, *more)
     assert code == 0, shown  # waiting is no failure
     assert counted(ledger) == []
@@ -85,18 +40,18 @@ def waiting_chat(cli: Cli, fake: FakeProvider, ledger: Path, chat_id: str = "c1"
 
 
 def test_a_one_shot_chat_that_waits_says_which_calls_and_how_to_decide(
-    cli: Cli, fake: FakeProvider, ledger: Path
+    cli: Cli, threaded_provider: FakeProvider, ledger: Path
 ) -> None:
-    lines = waiting_chat(cli, fake, ledger).splitlines()
+    lines = waiting_chat(cli, threaded_provider, ledger).splitlines()
     assert lines[3:5] == [f"⏸ testing__tally waits for approval (call {n})" for n in ("t1", "t2")]
     assert lines[5].startswith("── waiting · ") and lines[5].endswith(" · 2 calls waiting for approval")
     assert lines[6:] == ["decide with: yao-agent approve c1 [--deny ID[:REASON]]..."]
 
 
 def test_approvals_lists_the_pending_calls_as_a_table_and_as_json(
-    cli: Cli, fake: FakeProvider, ledger: Path, capsys: pytest.CaptureFixture[str]
+    cli: Cli, threaded_provider: FakeProvider, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    waiting_chat(cli, fake, ledger)
+    waiting_chat(cli, threaded_provider, ledger)
     code, shown = cli("approvals", "c1")
     assert (code, shown.splitlines()) == (0, [
         "tool call id  tool            arguments",
@@ -119,10 +74,10 @@ def test_approvals_lists_the_pending_calls_as_a_table_and_as_json(
 
 
 def test_approve_runs_the_approved_call_once_and_never_the_denied_one(
-    cli: Cli, fake: FakeProvider, ledger: Path, capsys: pytest.CaptureFixture[str]
+    cli: Cli, threaded_provider: FakeProvider, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    waiting_chat(cli, fake, ledger)
-    fake.enqueue(Reply(text="Paid once; the second one was refused."))
+    waiting_chat(cli, threaded_provider, ledger)
+    threaded_provider.enqueue(Reply(text="Paid once; the second one was refused."))
     code, shown = cli("approve", "c1", "--deny", "t2:too costly: we paid already")
     lines = shown.splitlines()
     assert code == 0, shown
@@ -135,7 +90,7 @@ def test_approve_runs_the_approved_call_once_and_never_the_denied_one(
     assert lines[5] == "Paid once; the second one was refused."
     assert lines[6].startswith("── completed · ")
     assert counted(ledger) == ["paid"]  # once for the approved call, never for the denied one
-    sent = {m["tool_call_id"]: m["content"] for m in fake.requests[-1].messages if m["role"] == "tool"}
+    sent = {m["tool_call_id"]: m["content"] for m in threaded_provider.requests[-1].messages if m["role"] == "tool"}
     assert sent == {"t1": "counted paid", "t2": "denied: too costly: we paid already"}  # what the model read
     code, shown = cli("history", "c1")
     assert code == 0
@@ -153,9 +108,9 @@ def test_approve_runs_the_approved_call_once_and_never_the_denied_one(
 
 
 def test_an_unknown_deny_id_is_refused_and_nothing_is_decided(
-    cli: Cli, fake: FakeProvider, ledger: Path, capsys: pytest.CaptureFixture[str]
+    cli: Cli, threaded_provider: FakeProvider, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    waiting_chat(cli, fake, ledger)
+    waiting_chat(cli, threaded_provider, ledger)
     capsys.readouterr()
     assert cli("approve", "c1", "--deny", "t3:typo") == (2, "")
     assert capsys.readouterr().err == "error: --deny: no pending call 't3' (pending: t1, t2); nothing was decided\n"
@@ -163,14 +118,16 @@ def test_an_unknown_deny_id_is_refused_and_nothing_is_decided(
     assert capsys.readouterr().err == "error: --deny: call 't1' is denied twice\n"
     assert cli("resume", "c1") == (2, "")  # a resume is no way around a person's decision
     assert "waits for a person to approve testing__tally" in capsys.readouterr().err
-    assert counted(ledger) == [] and len(fake.requests) == 1  # no tool ran, the model was not asked again
+    assert counted(ledger) == [] and len(threaded_provider.requests) == 1  # no tool ran, the model was not asked again
     code, shown = cli("approvals", "c1", "--json")
     assert code == 0 and [a["tool_call_id"] for a in json.loads(shown)["approvals"]] == ["t1", "t2"]
 
 
-def test_approve_json_prints_the_continuations_events_only(cli: Cli, fake: FakeProvider, ledger: Path) -> None:
-    waiting_chat(cli, fake, ledger)
-    fake.enqueue(Reply(text="Both paid."))
+def test_approve_json_prints_the_continuations_events_only(
+    cli: Cli, threaded_provider: FakeProvider, ledger: Path
+) -> None:
+    waiting_chat(cli, threaded_provider, ledger)
+    threaded_provider.enqueue(Reply(text="Both paid."))
     code, shown = cli("approve", "c1", "--json")
     events = [json.loads(line) for line in shown.splitlines()]  # every line is an event
     assert code == 0
@@ -182,17 +139,17 @@ def test_approve_json_prints_the_continuations_events_only(cli: Cli, fake: FakeP
 
 
 def test_the_hinted_command_decides_as_the_same_person(
-    cli: Cli, fake: FakeProvider, ledger: Path, capsys: pytest.CaptureFixture[str]
+    cli: Cli, threaded_provider: FakeProvider, ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     capsys.readouterr()
-    shown = waiting_chat(cli, fake, ledger, "b1", "--user", "bob", "--team", "acme", "--json")
+    shown = waiting_chat(cli, threaded_provider, ledger, "b1", "--user", "bob", "--team", "acme", "--json")
     events = [json.loads(line) for line in shown.splitlines()]  # stdout stays events: the hint is on stderr
     assert [e["tool_call_id"] for e in events if e["type"] == "approval_request"] == ["t1", "t2"]
     assert (events[-1]["status"], events[-1]["reason"]) == ("waiting", "approval_required")
     hint = capsys.readouterr().err.strip()
     assert hint == "decide with: yao-agent approve b1 --user bob --team acme [--deny ID[:REASON]]..."
     command = shlex.split(hint.removeprefix("decide with: ").removesuffix(" [--deny ID[:REASON]]..."))
-    fake.enqueue(Reply(text="Done."))
+    threaded_provider.enqueue(Reply(text="Done."))
     code, shown = cli(*command[1:], "--deny", "t1")
     assert code == 0 and "Done." in shown
     assert counted(ledger) == ["twice"]
@@ -201,9 +158,9 @@ def test_the_hinted_command_decides_as_the_same_person(
 
 
 def test_a_repl_without_a_terminal_does_not_ask_and_says_how_to_decide(
-    cli: Cli, fake: FakeProvider, ledger: Path
+    cli: Cli, threaded_provider: FakeProvider, ledger: Path
 ) -> None:
-    fake.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"),)))
+    threaded_provider.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"),)))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "yao_agent.cli", *cli.words(), "chat", "tooled", "--chat", "p1"],
                           input="pay\n", capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
@@ -232,9 +189,9 @@ def asked(ledger: Path, label: str) -> bytes:
 
 
 def test_the_repl_asks_for_each_call_then_continues_the_run(
-    repl: Terminal, cli: Cli, fake: FakeProvider, ledger: Path, tmp_path: Path
+    repl: Terminal, cli: Cli, threaded_provider: FakeProvider, ledger: Path, tmp_path: Path
 ) -> None:
-    fake.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"), tally(ledger, "twice", "t2"))),
+    threaded_provider.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"), tally(ledger, "twice", "t2"))),
                  Reply(text="One paid, one refused."))  # fmt: skip
     repl.wait_for(b"you> ")
     repl.type(b"pay twice\r")
@@ -256,9 +213,9 @@ def test_the_repl_asks_for_each_call_then_continues_the_run(
 
 
 def test_the_repl_asks_again_when_the_continuation_waits_again(
-    repl: Terminal, cli: Cli, fake: FakeProvider, ledger: Path
+    repl: Terminal, cli: Cli, threaded_provider: FakeProvider, ledger: Path
 ) -> None:
-    fake.enqueue(Reply(tool_calls=(tally(ledger, "first", "t1"),)),
+    threaded_provider.enqueue(Reply(tool_calls=(tally(ledger, "first", "t1"),)),
                  Reply(tool_calls=(tally(ledger, "second", "t2"),)), Reply(text="Second one paid."))  # fmt: skip
     repl.wait_for(b"you> ")
     repl.type(b"pay\r")
@@ -272,7 +229,7 @@ def test_the_repl_asks_again_when_the_continuation_waits_again(
     repl.type(b"\x04")
     assert repl.process.wait(30) == 0
     assert counted(ledger) == ["second"]
-    sent = {m["tool_call_id"]: m["content"] for m in fake.requests[1].messages if m["role"] == "tool"}
+    sent = {m["tool_call_id"]: m["content"] for m in threaded_provider.requests[1].messages if m["role"] == "tool"}
     assert sent == {"t1": "denied: not approved"}
     history = cli("history", "r1")[1].splitlines()
     assert "tool: denied: not approved · denied by local" in history
@@ -280,9 +237,9 @@ def test_the_repl_asks_again_when_the_continuation_waits_again(
 
 
 def test_ctrl_d_at_a_question_decides_nothing_and_the_calls_still_wait(
-    repl: Terminal, cli: Cli, fake: FakeProvider, ledger: Path
+    repl: Terminal, cli: Cli, threaded_provider: FakeProvider, ledger: Path
 ) -> None:
-    fake.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"),)))
+    threaded_provider.enqueue(Reply(tool_calls=(tally(ledger, "paid", "t1"),)))
     repl.wait_for(b"you> ")
     repl.type(b"pay\r")
     repl.wait_for(asked(ledger, "paid"))
@@ -290,6 +247,6 @@ def test_ctrl_d_at_a_question_decides_nothing_and_the_calls_still_wait(
     assert b"decide with: yao-agent approve r1 [--deny ID[:REASON]]..." in repl.wait_for(b"you> ")
     repl.type(b"\x04")
     assert repl.process.wait(30) == 0
-    assert counted(ledger) == [] and len(fake.requests) == 1
+    assert counted(ledger) == [] and len(threaded_provider.requests) == 1
     code, shown = cli("approvals", "r1", "--json")
     assert code == 0 and [a["tool_call_id"] for a in json.loads(shown)["approvals"]] == ["t1"]

@@ -7,25 +7,22 @@ import json
 import logging
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
 import termios
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from yao_agent.cli import main
+from tests.support import REPO
+from tests.support.apps import make_app
+from tests.support.cli import Terminal, cli
+from tests.support.runtimes import app_files
 from yao_agent.cli.chat import Renderer, terminal_logging
 from yao_agent.events import StreamEnd
 from yao_agent.testing import FakeProvider, Reply
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -37,12 +34,6 @@ def fake() -> Iterator[FakeProvider]:
 @pytest.fixture
 def app(tmp_path: Path, fake: FakeProvider) -> Path:
     return make_app(tmp_path / "app", app_files(fake.base_url), base={})
-
-
-def cli(app: Path, *args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main(["--app", str(app), *args], out=out)
-    return code, out.getvalue()
 
 
 def test_chat_streams_the_reply_and_history_shows_it(app: Path, fake: FakeProvider) -> None:
@@ -221,39 +212,6 @@ def test_a_scripted_chat_and_validate_import_no_model_sdk(tmp_path: Path, comman
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "SDKS []"
-
-
-class Terminal:
-    """`yao-agent` on a pseudo-terminal, as a person at a keyboard has it."""
-
-    def __init__(self, home: Path, *args: str) -> None:
-        self.master, slave = os.openpty()
-        self.mode = termios.tcgetattr(self.master)
-        env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(home), "TERM": "xterm"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "yao_agent.cli", *args],
-            stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-        )  # fmt: skip
-        os.close(slave)
-        self.seen = b""
-
-    def wait_for(self, text: bytes, timeout: float = 60) -> bytes:
-        """Read until `text` has appeared (again), and return what came since the last wait."""
-        start, deadline = len(self.seen), time.monotonic() + timeout
-        while text not in self.seen[start:] and time.monotonic() < deadline:
-            if select.select([self.master], [], [], 0.1)[0]:
-                self.seen += os.read(self.master, 4096)
-        assert text in self.seen[start:], self.seen.decode(errors="replace")
-        return self.seen[start:]
-
-    def type(self, keys: bytes) -> None:
-        os.write(self.master, keys)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(10)
-        os.close(self.master)
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import io
 import json
 from pathlib import Path
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.store.test_store import a_run, finished
+from tests.support.apps import make_app
+from tests.support.runtimes import app_files
+from tests.support.stores import a_run, finished
 from yao_agent.cli import main
 from yao_agent.cli.chat import Renderer
 from yao_agent.events import Compaction

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.test_cli_chat import REPO, Terminal, cli
+from tests.support import REPO
+from tests.support.apps import make_app
+from tests.support.cli import Terminal, cli
 
 LONG = "Could you explain in detail how the light and heavy roles differ, and when this app uses each of them?"
 

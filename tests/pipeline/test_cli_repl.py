@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.pipeline.test_cli_chat import REPO, cli
+from tests.support import REPO
+from tests.support.apps import make_app
+from tests.support.cli import cli
+from tests.support.runtimes import app_files
 from yao_agent.testing import FakeProvider, Reply
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 
-from tests.pipeline.test_cli_approvals import Cli, app, cli, fake, ledger
+from tests.support.cli import Cli
 from yao_agent.testing import FakeProvider, Reply
 
-__all__ = ["app", "cli", "fake", "ledger"]  # the fixtures this file shares with the approvals' CLI tests
 
-
-def test_runs_lists_a_chats_runs_and_shows_one_runs_steps(cli: Cli, fake: FakeProvider) -> None:
+def test_runs_lists_a_chats_runs_and_shows_one_runs_steps(cli: Cli, threaded_provider: FakeProvider) -> None:
     usage = {"prompt_tokens": 120, "completion_tokens": 35, "total_tokens": 155}
-    fake.enqueue(Reply(text="Hello.", usage=usage))
+    threaded_provider.enqueue(Reply(text="Hello.", usage=usage))
     assert cli("chat", "tooled", "hi", "--chat", "r1")[0] == 0
     code, listed = cli("runs", "r1")
     assert code == 0
@@ -34,17 +32,17 @@ def test_runs_lists_a_chats_runs_and_shows_one_runs_steps(cli: Cli, fake: FakePr
     )
 
 
-def test_runs_of_a_chat_that_is_not_yours_is_exit_2(cli: Cli, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="Hello."))
+def test_runs_of_a_chat_that_is_not_yours_is_exit_2(cli: Cli, threaded_provider: FakeProvider) -> None:
+    threaded_provider.enqueue(Reply(text="Hello."))
     assert cli("chat", "tooled", "hi", "--chat", "r2")[0] == 0
     assert cli("runs", "r2", "--user", "mallory")[0] == 2
     assert cli("runs", "nope")[0] == 2
     assert cli("runs", "r2", "run_nope")[0] == 2
 
 
-def test_a_try_that_failed_and_was_retried_shows_as_a_step(cli: Cli, fake: FakeProvider) -> None:
+def test_a_try_that_failed_and_was_retried_shows_as_a_step(cli: Cli, threaded_provider: FakeProvider) -> None:
     """The provider's 503, retried: the failed try is a line of its own, with who failed how."""
-    fake.enqueue(Reply(status=503, error_message="overloaded"), Reply(text="Hello."))
+    threaded_provider.enqueue(Reply(status=503, error_message="overloaded"), Reply(text="Hello."))
     assert cli("chat", "tooled", "hi", "--chat", "r3")[0] == 0
     run_id = cli("runs", "r3")[1].split()[0]
     code, shown = cli("runs", "r3", run_id)

@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import end_of, turn
-from tests.pipeline.test_cli_approvals import Cli
+from tests.support.apps import make_app
+from tests.support.cli import Cli
+from tests.support.runtimes import app_files, end_of, make_runtime, turn
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, turn
+from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, turn
 from yao_agent.connectors import Cooldowns, RetryPolicy
 from yao_agent.events import FallbackEvent, StreamEnd
 from yao_agent.pipeline import Runtime

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
+from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, runs_of, turn
 from yao_agent.events import Compaction
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore

@@ -25,10 +25,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import runs_of
-from tests.pipeline.pairing import request_problems, stored_problems
-from tests.pipeline.test_tools import ASSISTANT, close, in_process
+from tests.support.pairing import request_problems, stored_problems
+from tests.support.runtimes import app_files, close, make_runtime, runs_of
+from tests.support.tools import ASSISTANT, in_process
 from yao_agent.events import Event, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, turn
+from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, turn
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel
 

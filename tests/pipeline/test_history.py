@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.pipeline.helpers import stored, turn
+from tests.support.runtimes import stored, turn
 from yao_agent.dsl import load_app
 from yao_agent.messages import ChatMessage, ToolCall, provider_messages
 from yao_agent.pipeline import Runtime

@@ -5,32 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 
 import pytest
 from sqlalchemy import String
 
-from tests.hooks.processes import running_workers
-from tests.pipeline.conftest import make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
-from tests.pipeline.test_hooks import Make, close, hooked
-from tests.tools.helpers import wait_until
+from tests.support.hooks import Make
+from tests.support.processes import running_workers
+from tests.support.runtimes import ALICE, close, end_of, runs_of, stored, turn
+from tests.support.waits import wait_until
 from yao_agent.events import Event
 from yao_agent.hooks.host import MAX_CALLS_PER_RUN, MAX_SEND_BYTES, MAX_SENT_PER_RUN
 from yao_agent.pipeline import RunRequest, Runtime
-from yao_agent.store import SqlStore
 from yao_agent.store.chats import MEMORY_KEY_MAX
 from yao_agent.store.schema import memory
 from yao_agent.testing import Reply, ScriptedModel
-
-
-@pytest.fixture
-def make(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> Make:
-    def build(hook: str, assistant: str = "", more: dict[str, str] | None = None) -> Runtime:
-        return make_runtime(tmp_path / "app", store, hooked(fake, hook, assistant, more), model=fake)
-
-    return build
-
 
 ATTACKED = "name: Hooked\nhook: hooks/h.js\nhook_policy: {timeout_ms: 1000, memory_mb: 32}\n"
 BESIDE = {

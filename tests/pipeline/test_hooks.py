@@ -2,52 +2,21 @@
 
 from __future__ import annotations
 
-import textwrap
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
-from tests.pipeline.test_tools import in_process
+from tests.support.hooks import Make, hooked
+from tests.support.runtimes import ALICE, close, end_of, make_runtime, runs_of, stored, turn
+from tests.support.tools import in_process
 from yao_agent.dsl import load_app
 from yao_agent.events import MessageDelta, MessageEnd, MessageStart, StreamEnd, StreamStart
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.schema import steps
 from yao_agent.testing import Reply, ScriptedModel
-
-ECHO = "type: scripted\nrules:\n  - reply: 'echo: {{ last_user }}'\n"
-
-
-def hooked(fake: ScriptedModel, hook: str, assistant: str = "", more: dict[str, str] | None = None) -> dict[str, str]:
-    files = app_files(fake.base_url)
-    files["hooks/h.js"] = textwrap.dedent(hook)
-    files["assistants/hooked/assistant.yml"] = assistant or (
-        "name: Hooked\nhook: hooks/h.js\nhook_policy: {timeout_ms: 300, memory_mb: 16}\n"
-        "prompt_presets:\n  terse: [{role: system, content: 'Be terse.'}]\n"
-    )
-    files["connectors/demo/echo.yml"] = ECHO
-    return {**files, **(more or {})}
-
-
-Make = Callable[..., Runtime]
-
-
-@pytest.fixture
-def make(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> Make:
-    def build(hook: str, assistant: str = "", more: dict[str, str] | None = None) -> Runtime:
-        return make_runtime(tmp_path / "app", store, hooked(fake, hook, assistant, more), model=fake)
-
-    return build
-
-
-async def close(rt: Runtime) -> None:
-    await rt.engines.aclose()
-    await rt.hooks.aclose()
 
 
 async def test_create_rewrites_the_request(make: Make, fake: ScriptedModel) -> None:
@@ -279,7 +248,7 @@ async def test_a_failing_next_keeps_the_reply_and_resume_reruns_only_the_hook(
     assert point is not None and [(s.type, s.status) for s in point.steps] == [("hook_next", "failed")]
 
     hook_path.write_text("function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }\n")
-    runs_of(rt).adopt(load_app(tmp_path / "app"))  # the fixed hook is a new app version (as a reload serves it)
+    runs_of(rt).process.adopt(load_app(tmp_path / "app"))  # the fixed hook is a new app version (as a reload serves it)
     handle = await runs_of(rt).resume(ALICE, "c1")
     events = [e async for e in handle.events()]
     end = end_of(events)
@@ -313,7 +282,7 @@ async def test_next_can_delegate_after_the_model_replied(make: Make, fake: Scrip
 async def test_create_chooses_the_mcp_servers(make: Make, fake: ScriptedModel) -> None:
     rt = in_process(make(
         "function Create() { return {mcp_servers: [{server: 'testing', tools: ['add', 'echo']}]} }",
-        more={"mcps/testing.yml": "command: python\nargs: [-m, tests.tools.servers]\n"},
+        more={"mcps/testing.yml": "command: python\nargs: [-m, tests.support.mcp_server]\n"},
     ))  # fmt: skip
     fake.enqueue(Reply(text="with tools"))
     assert end_of(await turn(rt, "hi", assistant="hooked")).status == "completed"
@@ -321,6 +290,44 @@ async def test_create_chooses_the_mcp_servers(make: Make, fake: ScriptedModel) -
     assert sorted(t["function"]["name"] for t in request.body["tools"]) == ["testing__add", "testing__echo"]
     await close(rt)
     await rt.tools.aclose()
+
+
+async def test_next_sees_the_servers_and_approvals_create_chose(make: Make, fake: ScriptedModel) -> None:
+    """The run's options as JSON: the servers as objects (they used to reach the hook as Python objects, and
+    the run failed with an internal error)."""
+    rt = in_process(make(
+        "function Create() { return {top_p: 0.5, mcp_servers: [{server: 'testing', tools: ['add']}],\n"
+        "                            require_approval: ['testing__echo'], max_tokens: 20} }\n"
+        "function Next(ctx, payload, options) { return {data: options} }",
+        more={"mcps/testing.yml": "command: python\nargs: [-m, tests.tools.servers]\n"},
+    ))  # fmt: skip
+    fake.enqueue(Reply(text="ok"))
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert end.status == "completed"
+    servers = [{"server": "testing", "tools": ["add"], "approve": []}]
+    assert list(end.next.items()) == [  # as set: Create's options in the order it may give them, then the rest
+        ("connector", "use::default"), ("metadata", {}), ("locale", "en"), ("max_tokens", 20), ("top_p", 0.5),
+        ("mcp_servers", servers), ("require_approval", ["testing__echo"])]  # fmt: skip
+    assert (fake.requests[0].body["max_tokens"], fake.requests[0].body["top_p"]) == (20, 0.5)
+    await close(rt)
+    await rt.tools.aclose()
+
+
+async def test_a_call_option_create_may_not_set_is_an_unknown_key(make: Make, fake: ScriptedModel) -> None:
+    """`stop` is a call option a request may set, not a Create hook: reported as any unknown key, naming
+    what Create may return, and nothing of the answer is applied."""
+    rt = make("function Create() { return {temperature: 0.3, stop: ['END']} }")
+    end = end_of(await turn(rt, "hi", assistant="hooked"))
+    assert (end.status, end.reason) == ("failed", "hook_error")
+    assert end.error is not None and end.error["message"] == (
+        "Create returned unknown key 'stop' (expected one of: messages, connector, prompt_preset, temperature, "
+        "max_tokens, max_completion_tokens, top_p, metadata, locale, mcp_servers, disable_global_prompts, "
+        "delegate, require_approval)"
+    )
+    assert fake.requests == []
+    [create] = [s for s in await steps_of(rt, end.run_id) if s.type == "hook_create"]
+    assert (create.status, create.output) == ("failed", None)
+    await close(rt)
 
 
 async def test_create_sets_the_locale_the_prompts_and_next_see(make: Make, fake: ScriptedModel) -> None:
@@ -578,7 +585,7 @@ async def test_a_failing_next_in_a_delegated_child_resumes_only_that_hook(
         ("delegate", "failed"), ("hook_next", "failed")]  # fmt: skip
 
     expert_hook.write_text("function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }\n")
-    runs_of(rt).adopt(load_app(tmp_path / "app"))
+    runs_of(rt).process.adopt(load_app(tmp_path / "app"))
     events = [e async for e in (await runs_of(rt).resume(ALICE, "c1")).events()]
     end = end_of(events)
     assert (end.status, end.next) == ("completed", {"saw": "the expert's reply"})

@@ -7,16 +7,16 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from tests.pipeline import test_tools
-from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
-from tests.pipeline.test_tools import call, close, in_process, tooled
-from tests.tools.helpers import reached, wait_until
+from tests.support.runtimes import ALICE, close, end_of, runs_of, stored, turn
+from tests.support.tools import call, in_process, tooled
+from tests.support.waits import reached, wait_until
 from yao_agent.events import Event, ToolResult
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.records import Approval, RunRecord, StepRecord
+from yao_agent.store.step_inputs import ToolRound
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 
 
@@ -34,12 +34,9 @@ class DiesBeforeItsFlush(SqlStore):
         return None
 
 
-rt = test_tools.rt  # the fixture: a runtime whose `tooled` assistant has the in-process `testing` server
-
-
-async def tool_results(rt: Runtime, count: int) -> None:
+async def tool_results(tooled_rt: Runtime, count: int) -> None:
     async def committed() -> bool:
-        return sum(1 for r in await stored(rt) if r[0] == "tool") >= count
+        return sum(1 for r in await stored(tooled_rt) if r[0] == "tool") >= count
 
     await wait_until(committed)
 
@@ -52,41 +49,46 @@ def counted(tally: Path, label: str, call_id: str) -> ToolCall:
     return call("testing__tally", {"path": str(tally), "label": label}, call_id)
 
 
-async def step_rows(rt: Runtime, chat_id: str = "c1") -> list[tuple[str, str, str | None]]:
-    run = await rt.store.latest_run(ALICE, chat_id)
+async def step_rows(tooled_rt: Runtime, chat_id: str = "c1") -> list[tuple[str, str, str | None]]:
+    run = await tooled_rt.store.latest_run(ALICE, chat_id)
     assert run is not None
-    view = await rt.store.run_view(ALICE, chat_id, run.id)
+    view = await tooled_rt.store.run_view(ALICE, chat_id, run.id)
     assert view is not None
     return [(s.type, s.status, s.transition) for s in view.steps]
 
 
-async def test_steps_are_stored_while_the_run_goes_on(rt: Runtime, fake: ScriptedModel, tmp_path: Path) -> None:
+async def test_steps_are_stored_while_the_run_goes_on(tooled_rt: Runtime, fake: ScriptedModel, tmp_path: Path) -> None:
     tally, hold = tmp_path / "tally", tmp_path / "hold"
     fake.enqueue(
         Reply(tool_calls=(counted(tally, "a", "c1"),)),
         Reply(tool_calls=(counted(tally, "b", "c2"), held(tally, "c", hold, "c3"))),
         Reply(text="All counted."),
     )
-    handle = await runs_of(rt).start(RunRequest("tooled", ALICE, [{"role": "user", "content": "count"}], chat_id="c1"))
+    handle = await runs_of(tooled_rt).start(
+        RunRequest("tooled", ALICE, [{"role": "user", "content": "count"}], chat_id="c1")
+    )
     reading = asyncio.create_task(_drain(handle.events()))
     await wait_until(lambda: reached(hold, "started"))  # c3 is running: the run is not over
-    await tool_results(rt, 2)  # c2 finished alongside it: its result is committed as it finishes
-    assert await stored(rt) == [
+    await tool_results(tooled_rt, 2)  # c2 finished alongside it: its result is committed as it finishes
+    assert await stored(tooled_rt) == [
         ("user", "count", "completed"),
         ("assistant", None, "completed"),
         ("tool", "counted a", "completed"),
         ("assistant", None, "completed"),
         ("tool", "counted b", "completed"),
     ]
-    assert await step_rows(rt) == [("llm", "completed", "first"), ("tool", "completed", None),
+    assert await step_rows(tooled_rt) == [("llm", "completed", "first"), ("tool", "completed", None),
                                    ("llm", "completed", "tool_results")]  # fmt: skip
-    run = await rt.store.latest_run(ALICE, "c1")
+    run = await tooled_rt.store.latest_run(ALICE, "c1")
     assert run is not None and run.status == "running"
     hold.write_text("go")
     events = await reading
     assert end_of(events).status == "completed"
-    assert [(m[0], m[1]) for m in await stored(rt)][-2:] == [("tool", "counted c"), ("assistant", "All counted.")]
-    assert [s[:2] for s in await step_rows(rt)] == [
+    assert [(m[0], m[1]) for m in await stored(tooled_rt)][-2:] == [
+        ("tool", "counted c"),
+        ("assistant", "All counted."),
+    ]
+    assert [s[:2] for s in await step_rows(tooled_rt)] == [
         ("llm", "completed"),
         ("tool", "completed"),
         ("llm", "completed"),
@@ -110,31 +112,31 @@ async def dead_run(tmp_path: Path, store: SqlStore, fake: ScriptedModel, replies
     return runtime
 
 
-async def resumed(rt: Runtime, store: SqlStore) -> list[Event]:
-    rt.store = store  # the next process flushes as usual
-    return [e async for e in (await runs_of(rt).resume(ALICE, "c1")).events()]
+async def resumed(tooled_rt: Runtime, store: SqlStore) -> list[Event]:
+    tooled_rt.store = store  # the next process flushes as usual
+    return [e async for e in (await runs_of(tooled_rt).resume(ALICE, "c1")).events()]
 
 
 async def test_a_killed_run_after_a_round_of_results_asks_the_model_with_them(
     tmp_path: Path, store: SqlStore, fake: ScriptedModel
 ) -> None:
     tally = tmp_path / "tally"
-    rt = await dead_run(tmp_path, store, fake, [Reply(tool_calls=(counted(tally, "a", "c1"),))])
+    tooled_rt = await dead_run(tmp_path, store, fake, [Reply(tool_calls=(counted(tally, "a", "c1"),))])
     try:
         point = await store.resume_point(ALICE, "c1")
         assert point is not None and point.run.status == "interrupted"
         assert [(s.type, s.status, s.transition) for s in point.steps] == [("llm", "interrupted", "tool_results")]
         fake.enqueue(Reply(text="Counted."))
-        events = await resumed(rt, store)
+        events = await resumed(tooled_rt, store)
         assert end_of(events).status == "completed"
         assert len(fake.requests) == 3  # the reply with the call is never asked for again
         assert fake.requests[-1].messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "counted a"}
         assert tally.read_text().split() == ["a"]
-        assert [(m[0], m[1]) for m in await stored(rt)] == [("user", "count"), ("assistant", None),
+        assert [(m[0], m[1]) for m in await stored(tooled_rt)] == [("user", "count"), ("assistant", None),
                                                           ("tool", "counted a"), ("assistant", "Counted.")]  # fmt: skip
-        assert (await step_rows(rt))[0][2] == "tool_results"
+        assert (await step_rows(tooled_rt))[0][2] == "tool_results"
     finally:
-        await close(rt)
+        await close(tooled_rt)
 
 
 async def test_a_killed_run_with_a_complete_answer_is_not_asked_again(
@@ -176,7 +178,7 @@ async def test_a_killed_round_runs_only_its_calls_without_a_result(
         assert await store.recover_interrupted(OPERATOR, lambda _owner, _beat: True) != []
         point = await store.resume_point(ALICE, "c1")
         assert point is not None and [(s.type, s.status) for s in point.steps] == [("tool", "interrupted")]
-        assert [c["id"] for c in point.steps[0].input["calls"]] == ["c3"]
+        assert isinstance(given := point.steps[0].input, ToolRound) and given.ids == ["c3"]
         rows = await stored(runtime)
         assert [(r[0], r[1][:12] if r[1] else r[1]) for r in rows] == [
             ("user", "count"), ("assistant", None), ("tool", "counted b"), ("tool", "interrupted:")]  # fmt: skip

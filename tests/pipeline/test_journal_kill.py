@@ -14,14 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.pipeline.test_tools import ASSISTANT, call
-from tests.tools.helpers import free_port, reached, wait_until
+from tests.support.apps import make_app
+from tests.support.runtimes import app_files
+from tests.support.tools import ASSISTANT, call
+from tests.support.waits import free_port, reached, wait_until
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store.step_inputs import ToolRound
 from yao_agent.testing import FakeProvider, RecordedRequest, Reply, ToolCall
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def tally_call(tally: Path, label: str, call_id: str, hold: Path | None = None) 
 
 def files_for(base_url: str) -> dict[str, str]:
     files = app_files(base_url)
-    files["mcps/testing.yml"] = f"command: python\nargs: [-m, tests.tools.servers]\ncwd: {REPO}\n"
+    files["mcps/testing.yml"] = f"command: python\nargs: [-m, tests.support.mcp_server]\ncwd: {REPO}\n"
     files["assistants/tooled/assistant.yml"] = ASSISTANT.format(max_turns=5)
     return files
 
@@ -88,11 +89,12 @@ async def test_sigkill_mid_round_then_resume_runs_each_tool_once(tmp_path: Path,
         try:
             run = await rt.store.latest_run(LOCAL, "k1")
             assert run is not None and run.status == "running"  # nobody has looked yet
-            assert await runs.recover() == [run.id]
+            assert await runs.process.recover() == [run.id]
             point = await rt.store.resume_point(LOCAL, "k1")
             assert point is not None and point.run.status == "interrupted"
             assert [(s.type, s.status) for s in point.steps] == [("tool", "interrupted")]
-            assert [c["id"] for c in point.steps[0].input["calls"]] == ["c3"]  # only the call without a result
+            given = point.steps[0].input
+            assert isinstance(given, ToolRound) and given.ids == ["c3"]  # only the call without a result
             assert each_call_answered_once(await rt.store.history(LOCAL, "k1"))  # c3's stand-in keeps it valid
 
             hold.write_text("go")

@@ -10,10 +10,9 @@ from typing import Any, cast
 
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
-from tests.pipeline.test_tools import call, close, in_process, tooled
+from tests.support.apps import make_app
+from tests.support.runtimes import ALICE, app_files, close, end_of, make_runtime, runs_of, turn
+from tests.support.tools import call, in_process, tooled
 from yao_agent.dsl import check_app, load_app
 from yao_agent.events import Event, MessageDelta, MessageEnd, MessageStart, ToolResult
 from yao_agent.pipeline import RunRequest, Runtime

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, runs_of
+from tests.support.runtimes import ALICE, app_files, make_runtime, runs_of
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.pipeline.helpers import stored
+from tests.support.apps import make_app
+from tests.support.runtimes import app_files, stored
 from yao_agent.errors import NoActiveRun, NotFound, UsageError
 from yao_agent.events import MessageDelta, StreamEnd
 from yao_agent.identity import Identity
@@ -32,7 +31,7 @@ LOCAL = Identity("local")
 
 @pytest.fixture
 def pg_url(pg_database: str) -> str:
-    from tests.conftest import pg_admin_truncate
+    from tests.support.postgres import pg_admin_truncate
 
     pg_admin_truncate(pg_database)
     return pg_database
@@ -217,7 +216,7 @@ async def skewed_runs(app: Path, pg_url: str, skew_s: float) -> Runs:
     rt = await Runtime.open(app, db=pg_url)
     host, _, _ = rt.owner.split("|")  # (another live process, as `owner_is_dead` reads it: our parent)
     runs = Runs(replace(rt, clock=lambda: time.time() + skew_s, owner=f"{host}|{os.getppid()}|skewed"))
-    await runs.share_chats()
+    await runs.process.share_chats()
     return runs
 
 
@@ -255,7 +254,7 @@ async def test_a_request_accepted_after_an_interrupt_survives_it_whatever_the_cl
         events = aiter(first.events())
         while not isinstance(await anext(events), MessageDelta):
             pass
-        lease = skewed.admission.lease
+        lease = skewed.process.admission.lease
         assert isinstance(lease, PgLease)
         interrupt_at = lease.now()  # the interrupting request is accepted over there now…
         await asyncio.sleep(0.05)

@@ -9,51 +9,24 @@ Every connector here is priced at $0.01 a token, in and out, so a reply's tokens
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Table, func, select
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files, no_sleep
-from tests.pipeline.helpers import end_of, runs_of, turn
-from yao_agent.connectors import RetryPolicy
-from yao_agent.dsl import load_app
+from tests.support.quota import BOB, CAROL, DAVE, LIMITS, Clock, Quota, hello
+from tests.support.runtimes import end_of, runs_of, turn
 from yao_agent.errors import BudgetExceeded, RateLimited
 from yao_agent.identity import Identity
-from yao_agent.ids import CountingIds, IdSource, RandomIds
-from yao_agent.pipeline import RunRequest, Runtime
+from yao_agent.ids import RandomIds
+from yao_agent.pipeline import Runtime
 from yao_agent.service.runs import Runs
-from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store import SqlStore, Store, open_engine, store_url
 from yao_agent.store.schema import chats, messages, rate_events, runs, usage_ledger
-from yao_agent.testing import ModelDouble, Reply, ScriptedModel
+from yao_agent.testing import Reply
 
-BOB, CAROL = Identity("bob", "acme"), Identity("carol", "acme")
-DAVE = Identity("dave", "beta")  # another team
 ALICE = Identity("alice")  # no team: only her user scope
-PRICE = "pricing: {input_per_mtok: 10000, output_per_mtok: 10000}\n"  # $0.01 a token
-LIMITS = "{max_turns: 10, timeout_s: 30%s}"  # app_files' limits, with a test's own
-
-
-class Clock:
-    """The time of the runtime and of the store alike (runs stamp their ledger rows, the store its rate
-    events): a test sets it, and it stays where it was set."""
-
-    def __init__(self, at: str) -> None:
-        self.now = 0.0
-        self.set(at)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def set(self, at: str) -> None:
-        self.now = datetime.fromisoformat(at).replace(tzinfo=UTC).timestamp()
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def costing(cents: int, text: str = "Done.", **extra: Any) -> Reply:
@@ -62,70 +35,14 @@ def costing(cents: int, text: str = "Done.", **extra: Any) -> Reply:
     return Reply(text=text, usage=usage, **extra)
 
 
-@pytest.fixture
-def clock() -> Clock:
-    return Clock("2026-12-15T10:00:00")
-
-
-@pytest.fixture
-async def timed_store(store_raw_url: str, tmp_path: Path, clock: Clock) -> AsyncIterator[SqlStore]:
-    store = SqlStore(await open_engine(store_url(store_raw_url, tmp_path)), clock=clock)
-    try:
-        yield store
-    finally:
-        await store.aclose()
-
-
-class Quota:
-    """An app whose `app.yml` says `budgets` and `limits` as a test wants them, run on the test's store."""
-
-    def __init__(
-        self, tmp_path: Path, store: SqlStore, fake: ScriptedModel, clock: Clock, model: ModelDouble | None = None
-    ) -> None:
-        """`model`: what answers the runtimes' calls, when not `fake`."""
-        self.tmp_path, self.store, self.fake, self.clock = tmp_path, store, fake, clock
-        self.model: ModelDouble = model or fake
-        self.made: list[Runtime] = []
-
-    def runtime(
-        self, *, budgets: str = "{}", limits: str = LIMITS % "", store: SqlStore | None = None,
-        ids: IdSource | None = None, more: dict[str, str] | None = None, connector: str = "",
-    ) -> Runtime:  # fmt: skip
-        """`more`: files added to the app; `connector`: lines added to `fake.model`'s."""
-        root = self.tmp_path / f"app{len(self.made)}"
-        files = app_files(self.model.base_url, limits=limits) | (more or {})
-        files["app.yml"] += f"budgets: {budgets}\n"
-        files["connectors/fake/model.yml"] += PRICE + connector
-        rt = Runtime(app=load_app(make_app(root, files, base={})), store=store or self.store,
-                     engines=self.model.engines(), ids=ids or CountingIds(), sleep=no_sleep,
-                     retry=RetryPolicy(max_attempts=1), clock=self.clock)  # fmt: skip
-        self.made.append(rt)
-        return rt
-
-
-@pytest.fixture
-async def quota(tmp_path: Path, timed_store: SqlStore, fake: ScriptedModel, clock: Clock) -> AsyncIterator[Quota]:
-    made = Quota(tmp_path, timed_store, fake, clock)
-    try:
-        yield made
-    finally:
-        for rt in made.made:
-            await rt.engines.aclose()
-            await rt.hooks.aclose()
-
-
-async def rows(store: SqlStore, table: Table) -> int:
+async def rows(store: Store, table: Table) -> int:
     return int(await store.db.read_tx(lambda tx: tx.scalar(select(func.count()).select_from(table))))
 
 
-async def counts(store: SqlStore) -> dict[str, int]:
+async def counts(store: Store) -> dict[str, int]:
     """How many chats, runs, messages, ledger rows and rate events the store holds."""
     tables = (chats, runs, messages, usage_ledger, rate_events)
     return {table.name: await rows(store, table) for table in tables}
-
-
-def hello(who: Identity, chat_id: str) -> RunRequest:
-    return RunRequest("chat", who, [{"role": "user", "content": "Hello."}], chat_id=chat_id)
 
 
 async def runs_now(q: Quota, rt: Runtime, who: Identity, chat_id: str, cents: int = 1) -> None:

@@ -18,15 +18,17 @@ from typing import Any
 
 import pytest
 
-from tests.pipeline.helpers import ALICE, end_of, runs_of
-from tests.pipeline.test_tools import call, close, in_process, tooled
+from tests.support.runtimes import ALICE, close, end_of, runs_of
+from tests.support.tools import call, in_process, tooled
 from yao_agent.base.jsonvalue import as_mapping
+from yao_agent.connectors import CallOptions
 from yao_agent.dsl.specs import McpUse
 from yao_agent.events import ApprovalRequest, Event, StreamEnd
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.ids import RandomIds
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunRequest, Runtime, carry, permission
+from yao_agent.pipeline.options import RunOptions
 from yao_agent.store import SqlStore
 from yao_agent.store.records import Approval, RunRecord, StepRecord
 from yao_agent.testing import RecordedRequest, Reply, ScriptedModel
@@ -169,7 +171,7 @@ async def _until_it_ends(rt: Runtime, store: DiesAfter, chat_id: str, tally: Pat
             assert await store.recover_interrupted(OPERATOR, lambda _owner, _beat: True) != []
             handle = await runs.resume(ALICE, chat_id)
         elif end.status == "waiting":
-            point = await runs.approvals(ALICE, chat_id)
+            point = await runs.conversations.approvals(ALICE, chat_id)
             handle = await runs.decide(ALICE, chat_id, [{"tool_call_id": a.tool_call_id, "approve": True}
                                                         for a in point.pending])  # fmt: skip
         else:
@@ -241,18 +243,44 @@ async def test_a_call_with_arguments_that_are_no_json_is_answered_so_again_after
 
 
 async def test_the_carry_keeps_the_runs_choices_as_the_store_can_hold_them(rt: Runtime) -> None:
-    """What the store gets back is what the run had: tuples, the MCP servers a hook chose; an option the
-    store could not write is left out rather than costing the run its journal."""
-    state = await permission.check(rt, RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}]))
+    """What the store gets back is what the run had: tuples, the MCP servers a hook chose, the options in
+    the order they were set."""
+    request = RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}], options={"temperature": 0.2})
+    state = await permission.check(rt, request)
     chosen = (McpUse("bank", ("pay", "balance"), ("pay",)), McpUse("files"))
-    state.options |= {"require_approval": ("bank__pay",), "mcp_servers": chosen, "temperature": 0.2,
-                      "odd": object(), "nan": float("nan")}  # fmt: skip
+    state.options = state.options.over(RunOptions(require_approval=("bank__pay",))).over(RunOptions(mcp_servers=chosen))
     state.turns, state.tool_turns, state.signatures, state.spend.calls = 3, 2, ["s1", "s2"], 4
-    back = carry.read(json.loads(json.dumps(carry.snapshot(state))))
+    stored = json.loads(json.dumps(carry.snapshot(state)))
+    assert list(stored["options"]) == ["temperature", "require_approval", "mcp_servers"]  # in the order set
+    back = carry.read(stored)
     assert back is not None
-    assert dict(back.options) == {"require_approval": ("bank__pay",), "mcp_servers": chosen, "temperature": 0.2}
+    kept = RunOptions(mcp_servers=chosen, require_approval=("bank__pay",), call=CallOptions(temperature=0.2))
+    assert back.options == kept
     assert (back.turns, back.tool_turns, back.signatures, back.hook_calls) == (3, 2, ("s1", "s2"), 4)
     assert carry.read({"version": 99, "turns": 3}) is None  # a carry this version does not know: none
+
+
+# A carry as the run kept it before its options were typed: the hook's choices first, as Create gave them.
+OLD_CARRY: dict[str, Any] = {
+    "version": 1, "turns": 2, "tool_turns": 1, "tool_attempt": 0, "output_retries": 0, "signatures": ["s1"],
+    "hook_calls": 1, "hook_sent_bytes": 10, "created": True,
+    "options": {"connector": "fake.model", "temperature": 0.25, "max_tokens": 64, "top_p": 0.5,
+                "mcp_servers": [{"server": "bank", "tools": None, "approve": ["pay"]}],
+                "require_approval": ["bank__pay"]},
+    "metadata": {"route": "light"}, "locale": "fr", "create_messages": None,
+}  # fmt: skip
+
+
+def test_a_carry_stored_before_the_options_were_typed_is_read_and_kept_as_it_was() -> None:
+    back = carry.read(OLD_CARRY)
+    assert back is not None
+    chosen = back.options
+    assert (chosen.connector, chosen.call.temperature, chosen.call.max_tokens) == ("fake.model", 0.25, 64)
+    assert chosen.mcp_servers == (McpUse("bank", None, ("pay",)),) and chosen.require_approval == ("bank__pay",)
+    assert json.dumps(chosen.to_json()) == json.dumps(OLD_CARRY["options"])  # written back as it was
+    # An option no run sets any more (an embedding caller's, once carried as it was) is passed over.
+    odd = carry.read(OLD_CARRY | {"options": {"odd": object(), "seed": 3}})
+    assert odd is not None and odd.options == RunOptions(call=CallOptions(seed=3))
 
 
 def down_once(when: Callable[[RecordedRequest], bool], then: Callable[[RecordedRequest], Reply]) -> ScriptedModel:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
+from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, runs_of, stored, turn
 from yao_agent.connectors import Engines
 from yao_agent.connectors.deltas import Delta, TextDelta
 from yao_agent.connectors.request import ModelRequest
@@ -20,6 +20,7 @@ from yao_agent.events import Event, MessageDelta, MessageEnd, MessageStart, Stre
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
+from yao_agent.store.step_inputs import ModelCall
 from yao_agent.testing import Reply, ScriptedModel
 
 
@@ -77,7 +78,8 @@ async def test_provider_error_before_the_first_token_fails_the_run_and_keeps_the
     assert await stored(rt) == [("user", "hello?", "completed")]
     point = await rt.store.resume_point(ALICE, "c1")
     assert point is not None and [(s.type, s.status) for s in point.steps] == [("llm", "failed")]
-    assert point.steps[0].input["messages"][-1] == {"role": "user", "content": "hello?"}
+    assert isinstance(given := point.steps[0].input, ModelCall)
+    assert given.messages[-1] == {"role": "user", "content": "hello?"}
 
 
 async def test_resume_after_a_500_completes_without_a_second_user_message(rt: Runtime, fake: ScriptedModel) -> None:
@@ -244,6 +246,51 @@ async def test_another_tenants_chat_is_not_found(rt: Runtime, fake: ScriptedMode
 async def test_malformed_input_is_a_usage_error(rt: Runtime, messages: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
         await runs_of(rt).start(RunRequest("chat", ALICE, messages, chat_id="c1"))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        # A request sets call options only: what else a run decides is the app's and its hooks' (a connector
+        # picked this way used to be taken as a Create hook's choice; MCP servers failed the run).
+        (
+            {"connector": "demo.echo"},
+            "options: 'connector' is not an option a request may set (expected one of: "
+            "temperature, top_p, max_tokens, max_completion_tokens, stop, seed, "
+            "presence_penalty, frequency_penalty, logit_bias, reasoning_effort, "
+            "parallel_tool_calls, response_format)",
+        ),
+        ({"mcp_servers": ["testing"]}, "options: 'mcp_servers' is not an option a request may set"),
+        ({"tool_choice": "none"}, "options: 'tool_choice' is not an option a request may set"),  # the operator's
+        # It reaches the hooks, the provider and the store as JSON (it used to cost the run its journal).
+        ({"temperature": float("nan")}, "options: 'temperature' has no JSON form"),
+    ],
+)
+async def test_an_option_a_request_may_not_set_is_a_usage_error(
+    rt: Runtime, fake: ScriptedModel, options: dict[str, Any], message: str
+) -> None:
+    request = RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1", options=options)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        await runs_of(rt).start(request)
+    assert await stored(rt) == [] and fake.requests == []
+
+
+async def test_a_requests_call_options_reach_the_model_over_the_assistants(
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
+) -> None:
+    """The assistant's options as its file lists them, then the request's: the provider's body is the same
+    whichever way the run carries them."""
+    files = app_files(fake.base_url)
+    files["assistants/chat/assistant.yml"] += "options: {max_tokens: 50, temperature: 0.1}\n"
+    rt = make_runtime(tmp_path / "app", store, files, model=fake)
+    fake.enqueue("echo")
+    request = RunRequest("chat", ALICE, [{"role": "user", "content": "hi"}], chat_id="c1",
+                         options={"seed": 7, "temperature": 0.5})  # fmt: skip
+    assert end_of([e async for e in runs_of(rt).stream(request)]).status == "completed"
+    [sent] = fake.requests
+    options = {k: v for k, v in sent.body.items() if k not in ("model", "messages", "stream", "stream_options")}
+    assert list(options.items()) == [("max_tokens", 50), ("temperature", 0.5), ("seed", 7)]
+    await rt.engines.aclose()
 
 
 async def test_stream_end_is_last_and_once_even_on_failure(rt: Runtime, fake: ScriptedModel) -> None:

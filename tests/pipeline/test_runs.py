@@ -10,27 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, turn
+from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, turn
+from tests.support.stores import CountingStore
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest
 from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
-from yao_agent.store.records import ChatRecord
 from yao_agent.testing import Reply, ScriptedModel
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class CountingStore(SqlStore):
-    """The real store, counting how often a chat's owner is looked up."""
-
-    checks = 0
-
-    async def check_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None:
-        type(self).checks += 1
-        return await super().check_chat(identity, chat_id)
 
 
 def ask(text: str, chat_id: str | None = None, who: Identity = ALICE, must_exist: bool = False) -> RunRequest:

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
-from tests.pipeline.test_tools import call, close, in_process, tooled
+from tests.support.runtimes import ALICE, app_files, close, end_of, make_runtime, runs_of, turn
+from tests.support.tools import call, in_process, tooled
 from yao_agent.events import Event, ToolResult, to_json
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, stored, turn
+from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, runs_of, stored, turn
 from yao_agent.base.structured import (
     AnswerProblem,
     SchemaUnusable,

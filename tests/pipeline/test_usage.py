@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.pipeline.helpers import ALICE, end_of, runs_of, turn
+from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, runs_of, turn
 from yao_agent.dsl.specs import ConnectorSpec, Pricing
 from yao_agent.events import Event, MessageDelta, MessageEnd
 from yao_agent.identity import Identity

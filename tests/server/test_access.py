@@ -15,9 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.pipeline.conftest import app_files, make_runtime
-from tests.server.conftest import Live, running
-from tests.server.test_tenants import assert_error, client_for, says
+from tests.support.runtimes import app_files, make_runtime
+from tests.support.servers import Live, assert_error, client_for, running, says
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider

@@ -6,28 +6,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.pipeline.conftest import make_runtime
-from tests.pipeline.test_runs import CountingStore
-from tests.server.conftest import Live, openai_client, running, server_files
-from tests.tools.helpers import wait_until
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, openai_client, running, server_files, sse
+from tests.support.stores import CountingStore
+from tests.support.waits import wait_until
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
 ALICE = Identity("alice")
-
-
-async def sse(response: httpx.Response) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    async for line in response.aiter_lines():
-        if line.startswith("data: "):
-            events.append(json.loads(line[6:]))
-    return events
 
 
 async def test_openai_client_non_streaming(live: Live, fake: FakeProvider) -> None:

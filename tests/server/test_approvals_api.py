@@ -15,62 +15,22 @@ import httpx
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, openai_client, running, server_files
-from tests.server.test_serve import serving
-from tests.tools.servers import server as testing_server
+from tests.support.approvals import APPROVE, Events, counted, events_of, payer_runtime, tally, waiting_reply
+from tests.support.servers import Live, openai_client, running, serving
 from yao_agent.base.jsonvalue import strict_loads
 from yao_agent.identity import Identity
 from yao_agent.ids import RandomIds
-from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply, ToolCall
-from yao_agent.tools import ToolManager
 
 REPO = Path(__file__).resolve().parents[2]
 ALICE = Identity("alice")
-# Every tally waits for a person; add needs nobody.
-PAYER = "name: Payer\nmcp:\n  servers: [{server: testing, approve: [tally]}]\n  max_turns: 3\n"
-Events = list[dict[str, Any]]
-
-
-def payer_files(base_url: str) -> dict[str, str]:
-    """The app: its MCP server is a stdio subprocess (what a `yao-agent serve` of this folder starts)."""
-    files = server_files(base_url)
-    files["mcps/testing.yml"] = f"command: python\nargs: [-m, tests.tools.servers]\ncwd: {REPO}\n"
-    files["assistants/payer/assistant.yml"] = PAYER
-    return files
-
-
-def payer_runtime(root: Path, store: SqlStore, fake: FakeProvider) -> Runtime:
-    """The app on `store`, its MCP server in this process (fast; the same tools as the stdio one)."""
-    rt = make_runtime(root, store, payer_files(fake.base_url))
-    rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
-    return rt
 
 
 @pytest.fixture
 async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
     async with running(payer_runtime(tmp_path / "app", store, fake)) as served:
         yield served
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Path:
-    """The file `tally` appends a line to each time it really runs."""
-    return tmp_path / "ledger"
-
-
-def tally(ledger: Path, label: str, call_id: str) -> ToolCall:
-    return ToolCall("testing__tally", json.dumps({"path": str(ledger), "label": label}), id=call_id)
-
-
-def add(call_id: str) -> ToolCall:
-    return ToolCall("testing__add", json.dumps({"a": 2, "b": 3}), id=call_id)
-
-
-def counted(ledger: Path) -> list[str]:
-    return ledger.read_text().split() if ledger.exists() else []
 
 
 def says(text: str) -> list[dict[str, str]]:
@@ -81,18 +41,6 @@ def approvals_of(ledger: Path, label: str = "paid") -> list[dict[str, Any]]:
     """What the run waits for after `waiting_reply`: the tally only (the add needs nobody)."""
     return [{"tool_call_id": "t1", "server": "testing", "tool": "tally",
              "arguments": {"path": str(ledger), "label": label}}]  # fmt: skip
-
-
-def waiting_reply(ledger: Path, text: str = "") -> Reply:
-    """A reply asking for a tally (a person must approve) and an add (nobody must): neither runs yet."""
-    return Reply(text=text, tool_calls=(tally(ledger, "paid", "t1"), add("a1")))
-
-
-async def events_of(client: httpx.AsyncClient, path: str, body: object) -> Events:
-    """The SSE events of one POST, read to the end."""
-    async with client.stream("POST", path, json=body) as response:
-        assert response.status_code == 200, (await response.aread()).decode()
-        return [json.loads(line[6:]) async for line in response.aiter_lines() if line.startswith("data: ")]
 
 
 async def start_waiting(client: httpx.AsyncClient, fake: FakeProvider, ledger: Path) -> tuple[str, Events]:
@@ -124,9 +72,6 @@ def error_of(response: httpx.Response, status: int, kind: str) -> str:
     error = response.json()["error"]
     assert error["type"] == kind, error
     return error["message"]
-
-
-APPROVE = {"decisions": [{"tool_call_id": "t1", "approve": True}]}
 
 
 # --- a run that waits ------------------------------------------------------------------------------------

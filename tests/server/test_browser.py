@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, running, server_files
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, running, server_files
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
@@ -94,7 +94,7 @@ async def test_another_origin_gets_no_cors_headers(cors: Live) -> None:
 @pytest.mark.parametrize("origins", ["['https://chat.example.com/']", "['chat.example.com']", "'*'",
                                      "['https://Chat.example.com']"])  # fmt: skip
 def test_cors_origins_must_be_origins(tmp_path: Path, origins: str) -> None:
-    from tests.apps import make_app
+    from tests.support.apps import make_app
     from yao_agent.dsl.loader import check_app
 
     root = make_app(tmp_path / "app", {"app.yml": f"server:\n  cors_origins: {origins}\n"})

@@ -13,13 +13,11 @@ from typing import Any
 import openai
 import pytest
 
-from tests.server.conftest import Live
-from tests.server.test_tenants import assert_error, says
-from tests.server.test_usage_api import APRIL_2, Clock, clock, live, run_as, used
+from tests.support.servers import Live, assert_error, says
+from tests.support.usage import APRIL_2, Clock, run_as, used
 from yao_agent.identity import Identity
 from yao_agent.testing import FakeProvider, Reply
 
-__all__ = ["clock", "live"]  # the fixtures of test_usage_api.py, used here too
 UNTIL_MIDNIGHT = 9 * 3600  # at 15:00 UTC, when alice's daily budget resets
 
 
@@ -32,9 +30,9 @@ def counting(sent: list[str]) -> openai.DefaultAsyncHttpxClient:
     return openai.DefaultAsyncHttpxClient(event_hooks={"request": [note]}, timeout=30)
 
 
-async def ask_openai(live: Live, sent: list[str]) -> openai.RateLimitError:
+async def ask_openai(usage_live: Live, sent: list[str]) -> openai.RateLimitError:
     """One completion asked with the official client and its default retries (2), as alice."""
-    async with openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=live.tokens["alice"],
+    async with openai.AsyncOpenAI(base_url=usage_live.url + "/v1", api_key=usage_live.tokens["alice"],
                                   http_client=counting(sent)) as client:  # fmt: skip
         with pytest.raises(openai.RateLimitError) as refused:
             await client.chat.completions.create(model="priced", messages=[{"role": "user", "content": "more"}])
@@ -55,32 +53,32 @@ def refusal_of(answer: openai.RateLimitError) -> dict[str, Any]:
 
 
 async def test_a_spent_budget_is_a_429_the_openai_client_does_not_resend(
-    live: Live, fake: FakeProvider, clock: Clock
+    usage_live: Live, fake: FakeProvider, clock: Clock
 ) -> None:
     clock.at(APRIL_2, hour=15)
-    await run_as(live, fake, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
-    async with live.client("alice") as alice:
+    await run_as(usage_live, fake, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
+    async with usage_live.client("alice") as alice:
         refused = await alice.post("/api/assistants/chat/runs?stream=false", json={"messages": says("more")})
     error = check_refusal(refused.status_code, refused.headers, assert_error(refused, 429) and refused.json())
     assert error["message"] == "user alice spent $0.50 of its $0.50 daily budget; it resets 2026-04-03T00:00:00Z"
     sent: list[str] = []
-    answer = await ask_openai(live, sent)
+    answer = await ask_openai(usage_live, sent)
     assert sent == ["/v1/chat/completions"]  # once: no automatic resend of a budget spent
     refusal_of(answer)
     assert len(fake.requests) == 1  # alice's first run alone reached the model
 
 
 async def test_a_budget_that_stops_a_completion_mid_run_is_a_429_too(
-    live: Live, fake: FakeProvider, clock: Clock
+    usage_live: Live, fake: FakeProvider, clock: Clock
 ) -> None:
     """The run's first call spends alice's day, and its reply, cut at the output limit, is not continued: the
     completion answers 429 `budget_exceeded` (the run is stored failed, resumable), and is not resent."""
     clock.at(APRIL_2, hour=15)
     fake.enqueue(Reply(text="The first half", usage=used(50_000, 50_000), finish_reason="length"))
     sent: list[str] = []
-    answer = await ask_openai(live, sent)
+    answer = await ask_openai(usage_live, sent)
     assert sent == ["/v1/chat/completions"] and len(fake.requests) == 1
     error = refusal_of(answer)
     assert error["message"].startswith("user alice spent $0.50 of its $0.50 daily budget; the model was not called")
-    run = await live.rt.store.latest_run(Identity("alice"), answer.response.headers["X-Chat-Id"])
+    run = await usage_live.rt.store.latest_run(Identity("alice"), answer.response.headers["X-Chat-Id"])
     assert run is not None and (run.status, run.reason) == ("failed", "budget_exceeded")

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from sqlalchemy import func, insert, select
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, running, server_files
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, running, server_files
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore
 from yao_agent.store.schema import chat_leases, metadata, runs, usage_ledger

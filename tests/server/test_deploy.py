@@ -19,9 +19,10 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.server.test_serve import free_port, said, stopped
+from tests.support.apps import make_app
+from tests.support.runtimes import app_files
+from tests.support.servers import said, stopped
+from tests.support.waits import free_port
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import runs as runs_table
@@ -40,7 +41,7 @@ async def fake() -> AsyncIterator[FakeProvider]:
 
 @pytest.fixture
 async def pg_store(pg_database: str, tmp_path: Path) -> AsyncIterator[tuple[str, SqlStore]]:
-    from tests.conftest import pg_admin_truncate
+    from tests.support.postgres import pg_admin_truncate
 
     pg_admin_truncate(pg_database)
     store = SqlStore(await open_engine(store_url(pg_database, tmp_path)))

@@ -12,8 +12,8 @@ import pytest
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, SecretStr
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, running, server_files
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, running, server_files
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 

@@ -23,8 +23,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.apps import make_app
-from tests.server.test_serve import REPO, cli, free_port, said, stopped
+from tests.support import REPO
+from tests.support.apps import make_app
+from tests.support.cli import cli
+from tests.support.servers import said, stopped
+from tests.support.waits import free_port
 from yao_agent.ids import bind_run
 from yao_agent.observe import logs
 from yao_agent.testing import FakeProvider, Reply

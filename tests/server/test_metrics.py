@@ -20,11 +20,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.apps import make_app
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, running, server_files
-from tests.server.test_serve import serving
-from tests.tools.servers import server as testing_server
+from tests.support.apps import make_app
+from tests.support.mcp_server import server as testing_server
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, running, server_files, serving
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply, ToolCall
@@ -44,7 +43,7 @@ def metrics_files(base_url: str) -> dict[str, str]:
     """An app with a priced model, a tool server, a hook, and a chain whose first connector is down."""
     files = server_files(base_url)
     files["connectors/fake/model.yml"] += PRICED
-    files["mcps/testing.yml"] = f"command: python\nargs: [-m, tests.tools.servers]\ncwd: {REPO}\n"
+    files["mcps/testing.yml"] = f"command: python\nargs: [-m, tests.support.mcp_server]\ncwd: {REPO}\n"
     files["assistants/tooled/assistant.yml"] = "name: Tooled\nmcp:\n  servers: [testing]\n"
     files["assistants/approving/assistant.yml"] = "name: A\nmcp:\n  servers: [{server: testing, approve: [add]}]\n"
     files["hooks/h.js"] = textwrap.dedent(HOOK)

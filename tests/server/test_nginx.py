@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.apps import make_app
-from tests.conftest import pg_admin_truncate
-from tests.server.nginx import Nginx, Server, fronting, require_nginx, started
-from tests.server.test_approvals_api import APPROVE, counted, events_of, payer_files, waiting_reply
-from tests.tools.helpers import wait_until
+from tests.support.approvals import APPROVE, counted, events_of, payer_files, waiting_reply
+from tests.support.apps import make_app
+from tests.support.nginx import Nginx, Server, fronting, require_nginx, started
+from tests.support.postgres import pg_admin_truncate
+from tests.support.waits import wait_until
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord

@@ -13,9 +13,9 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, openai_client, running, server_files
-from tests.tools.servers import server as testing_server
+from tests.support.mcp_server import server as testing_server
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, openai_client, running, server_files
 from yao_agent.dsl import load_app
 from yao_agent.identity import Identity
 from yao_agent.ids import CountingIds

@@ -16,9 +16,9 @@ import httpx
 import pytest
 from sqlalchemy import Table, func, select
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.server.test_serve import serving
+from tests.support.apps import make_app
+from tests.support.runtimes import app_files
+from tests.support.servers import serving
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import chats, rate_events, runs

@@ -11,13 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import CHAT, app_files
-from tests.pipeline.helpers import ALICE, end_of
-from tests.pipeline.test_tools import call, close, in_process, tooled
-from tests.server.conftest import Live
-from tests.server.test_serve import said, serving
-from tests.tools.helpers import reached, wait_until
+from tests.support.apps import make_app
+from tests.support.runtimes import ALICE, CHAT, app_files, close, end_of
+from tests.support.servers import Live, said, serving
+from tests.support.tools import call, in_process, tooled
+from tests.support.waits import reached, wait_until
 from yao_agent.events import Event, StreamStart
 from yao_agent.identity import OPERATOR
 from yao_agent.pipeline import RunRequest
@@ -213,14 +211,14 @@ async def test_app_state_is_for_team_admins(live: Live) -> None:
     async with live.client("") as anyone:
         ready = await anyone.get("/readyz")
         assert ready.json() == {"status": "ready", "app_version": live.runs.app.version}
-        live.runs.draining = True
+        live.runs.process.draining = True
         refused = await anyone.get("/readyz")
         assert (refused.status_code, refused.json()["error"]["type"]) == (503, "unavailable")
         assert (await anyone.get("/healthz")).status_code == 200  # alive still, while it drains
 
 
 def test_the_version_is_the_same_for_the_same_files_and_changes_with_a_hook(tmp_path: Path) -> None:
-    from tests.apps import make_app
+    from tests.support.apps import make_app
     from yao_agent.dsl import load_app
 
     files = {"assistants/hooked/assistant.yml": "name: Hooked\nhook: hooks/h.js\n",

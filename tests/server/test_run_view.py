@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.pipeline.test_tools import call, in_process, tooled
-from tests.server.conftest import Live, running
+from tests.support.servers import Live, running
+from tests.support.tools import call, in_process, tooled
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel
 

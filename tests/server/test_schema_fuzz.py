@@ -35,8 +35,8 @@ from schemathesis import Case, CheckContext, GenerationMode, Response
 from schemathesis import checks as core_checks
 from schemathesis.specs.openapi import checks as openapi_checks
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import TENANTS, Live, serve, server_files
+from tests.support.runtimes import make_runtime
+from tests.support.servers import TENANTS, Live, serve, server_files
 from yao_agent.identity import OPERATOR
 from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url

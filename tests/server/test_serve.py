@@ -3,42 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import signal
 import socket
 import sqlite3
 import sys
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.server.conftest import Live
-from yao_agent.cli import main
+from tests.support import REPO
+from tests.support.apps import make_app
+from tests.support.cli import cli
+from tests.support.runtimes import app_files
+from tests.support.servers import Live, stopped
+from tests.support.waits import free_port
 from yao_agent.identity import Identity
 from yao_agent.pipeline import Runtime
 from yao_agent.server.serve import listen, server
 from yao_agent.testing import FakeProvider, Reply
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def cli(app: Path, *args: str) -> tuple[int, str]:
-    out = io.StringIO()
-    return main(["--app", str(app), *args], out=out), out.getvalue()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_tokens_are_printed_once_listed_by_prefix_and_revocable(tmp_path: Path) -> None:
@@ -60,13 +46,6 @@ async def serve_process(app: Path, port: int, *options: str) -> asyncio.subproce
         sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port), *options,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
-
-
-async def stopped(process: asyncio.subprocess.Process) -> None:
-    """Kill a server a failed test left running."""
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
 
 
 @pytest.mark.parametrize("slow_store", [False, True], ids=["at-once", "store-busy-for-a-while"])
@@ -158,32 +137,6 @@ def test_an_address_that_cannot_be_had_is_an_error_line_too(tmp_path: Path, caps
     assert capsys.readouterr().err == f"error: cannot listen on 127.0.0.1:{port}: address already in use\n"
     assert cli(app, "serve", "--host", "192.0.2.1", "--port", str(port)) == (1, "")  # TEST-NET: not this host's
     assert capsys.readouterr().err == f"error: cannot listen on 192.0.2.1:{port}: cannot assign requested address\n"
-
-
-def said(err: Path) -> str:
-    """What a server wrote to its stderr (read when it failed to start or to stop)."""
-    return err.read_text()
-
-
-@asynccontextmanager
-async def serving(app: Path, db: str, err: Path) -> AsyncGenerator[str]:
-    """`yao-agent serve` of the app in an OS process of its own on the database `db`; its base URL."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with err.open("w") as errors:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", db, "serve", "--port", str(port),
-            stdout=asyncio.subprocess.PIPE, stderr=errors, env=env, cwd=REPO,
-        )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        banner = await asyncio.wait_for(process.stdout.readline(), 60)  # it prints it once it listens
-        assert f"127.0.0.1:{port}" in banner.decode(), said(err)
-        yield f"http://127.0.0.1:{port}"
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0, said(err)
-    finally:
-        await stopped(process)
 
 
 async def test_the_server_sends_each_reply_at_once_not_after_the_clients_ack(live: Live) -> None:

@@ -12,9 +12,8 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, openai_client, running, server_files
-from tests.server.test_api import sse
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, openai_client, running, server_files, sse
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 

@@ -16,32 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.conftest import TENANTS, Live
+from tests.support.servers import TENANTS, Live, assert_error, client_for, says
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.testing import FakeProvider, Reply
 
 ALICE, BOB, CAROL = TENANTS["alice"], TENANTS["bob"], TENANTS["carol"]
-
-
-def says(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": text}]
-
-
-def assert_error(response: httpx.Response, status: int, kind: str | None = None) -> dict[str, str]:
-    """The contract's error: the status, JSON `{"error": {"type", "message"}}`, a message a person can read."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json"), response.headers
-    body = response.json()
-    assert set(body) == {"error"} and isinstance(body["error"], dict), body
-    error = body["error"]
-    assert isinstance(error.get("type"), str) and isinstance(error.get("message"), str) and error["message"], body
-    if kind is not None:
-        assert error["type"] == kind, body
-    return error
-
-
-def client_for(live: Live, token: str, **headers: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=live.url, headers={"Authorization": f"Bearer {token}", **headers}, timeout=30)
 
 
 async def native_run(client: httpx.AsyncClient, text: str, **body: Any) -> dict[str, Any]:
@@ -176,7 +155,7 @@ async def test_another_tenant_cannot_cancel_or_append_to_a_running_chat(live: Li
                     appended = await bob.post(f"/api/chats/{chat_id}/append", json={"messages": says("injected")})
                     assert_error(appended, 404, "not_found")
                     assert_error(await bob.get(f"/api/chats/{chat_id}/messages"), 404, "not_found")
-                    assert live.runs.running(ALICE, chat_id)  # it was running all along
+                    assert live.runs.process.running(ALICE, chat_id)  # it was running all along
         stored = (await alice.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
     assert (events[-1]["status"], events[-1]["reason"]) == ("completed", "completed")  # not cancelled by bob
     assert [(m["role"], m["content"]) for m in stored] == [("user", "a long answer please"), ("assistant", "w" * 90)]

@@ -27,11 +27,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from tests.apps import make_app
-from tests.pipeline.conftest import app_files
-from tests.pipeline.test_tools import ASSISTANT, call
-from tests.server.conftest import Live
-from tests.server.test_serve import REPO, cli, free_port, said, stopped
+from tests.support import REPO
+from tests.support.apps import make_app
+from tests.support.cli import cli
+from tests.support.runtimes import app_files
+from tests.support.servers import Live, said, stopped
+from tests.support.tools import ASSISTANT, call
+from tests.support.waits import free_port
 from yao_agent.testing import FakeProvider, Reply
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -91,7 +93,7 @@ async def serving(app: Path, err: Path, env: Mapping[str, str]) -> AsyncGenerato
 
 def tooled_app(root: Path, base_url: str) -> Path:
     files = app_files(base_url)
-    files["mcps/testing.yml"] = f"command: {sys.executable}\nargs: [-m, tests.tools.servers]\ncwd: {REPO}\n"
+    files["mcps/testing.yml"] = f"command: {sys.executable}\nargs: [-m, tests.support.mcp_server]\ncwd: {REPO}\n"
     files["assistants/tooled/assistant.yml"] = ASSISTANT.format(max_turns=3)
     return make_app(root, files, base={})
 

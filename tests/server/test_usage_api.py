@@ -10,82 +10,16 @@ clock the test moves (the runtime's: the usage ledger's days are its days). Conn
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, running, server_files
-from tests.server.test_tenants import assert_error, client_for, says
-from yao_agent.identity import OPERATOR, Identity
+from tests.support.servers import Live, assert_error, client_for, says
+from tests.support.usage import APRIL_1, APRIL_2, MARCH_31, Clock, run_as
+from yao_agent.identity import OPERATOR
 from yao_agent.metering.pricing import published
-from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider, Reply
-
-BETA = {"dave": Identity("dave", "beta"), "erin": Identity("erin", "beta", admin=True)}
-BUDGETS = "budgets:\n  team: {per_month: 1.0}\n  user: {per_day: 0.5}\n"
-MARCH_31, APRIL_1, APRIL_2 = "2026-03-31", "2026-04-01", "2026-04-02"
-
-
-class Clock:
-    """The runtime's clock: the time the test says."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def at(self, day: str, hour: int = 12) -> None:
-        self.now = datetime.fromisoformat(f"{day}T{hour:02d}:00:00+00:00").timestamp()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def files(base_url: str) -> dict[str, str]:
-    out = server_files(base_url)
-    out["app.yml"] += BUDGETS
-    endpoint = f"base_url: {base_url}\napi_key: sk-x\ntimeout_s: 5\n"
-    out["connectors/fake/priced.yml"] = (
-        f"type: openai\nmodel: text\n{endpoint}pricing: {{input_per_mtok: 2.0, output_per_mtok: 8.0}}\n"
-    )
-    out["connectors/fake/mini.yml"] = f"type: openai\nmodel: gpt-4o-mini\n{endpoint}"
-    out["assistants/priced/assistant.yml"] = "name: Priced\nconnector: fake.priced\n"
-    out["assistants/mini/assistant.yml"] = "name: Mini\nconnector: fake.mini\n"
-    return out
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider, clock: Clock) -> AsyncIterator[Live]:
-    rt = make_runtime(tmp_path / "app", store, files(fake.base_url))
-    rt.clock = clock
-    async with running(rt) as served:
-        for name, who in BETA.items():
-            served.tokens[name] = await rt.store.create_token(OPERATOR, who)
-        yield served
-
-
-def used(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-async def run_as(live: Live, fake: FakeProvider, who: str, assistant: str, tokens: tuple[int, int]) -> dict[str, Any]:
-    """One run of `assistant` as `who`, its model call reporting `tokens` (in, out)."""
-    fake.enqueue(Reply(text=f"{who} asked {assistant}", usage=used(*tokens)))
-    async with live.client(who) as client:
-        response = await client.post(f"/api/assistants/{assistant}/runs?stream=false",
-                                     json={"messages": says(f"{who} here")})  # fmt: skip
-    assert response.status_code == 200, response.text
-    assert response.json()["status"] == "completed", response.json()
-    return response.json()
-
+from yao_agent.testing import FakeProvider
 
 MINI = published("openai", "gpt-4o-mini")
 assert MINI is not None
@@ -95,25 +29,25 @@ BOB_MINI = 100_000 * MINI.input + 10_000 * MINI.output
 
 
 @pytest.fixture
-async def spread(live: Live, fake: FakeProvider, clock: Clock) -> Live:
+async def spread(usage_live: Live, fake: FakeProvider, clock: Clock) -> Live:
     """The server after everybody's runs over three days, the first in March; now is April 2nd, 15:00 UTC."""
     clock.at(MARCH_31)
-    await run_as(live, fake, "bob", "priced", (1000, 250))
-    await run_as(live, fake, "carol", "chat", (10, 5))
-    await run_as(live, fake, "dave", "priced", (2000, 500))
+    await run_as(usage_live, fake, "bob", "priced", (1000, 250))
+    await run_as(usage_live, fake, "carol", "chat", (10, 5))
+    await run_as(usage_live, fake, "dave", "priced", (2000, 500))
     clock.at(APRIL_1)
-    await run_as(live, fake, "bob", "mini", (100_000, 10_000))
-    await run_as(live, fake, "carol", "priced", (500, 100))
-    await run_as(live, fake, "alice", "priced", (100, 100))
-    await run_as(live, fake, "erin", "chat", (7, 3))
+    await run_as(usage_live, fake, "bob", "mini", (100_000, 10_000))
+    await run_as(usage_live, fake, "carol", "priced", (500, 100))
+    await run_as(usage_live, fake, "alice", "priced", (100, 100))
+    await run_as(usage_live, fake, "erin", "chat", (7, 3))
     clock.at(APRIL_2, hour=15)
-    await run_as(live, fake, "bob", "chat", (20, 10))
-    await run_as(live, fake, "bob_admin", "chat", (1, 1))  # bob's admin token runs as bob
-    return live
+    await run_as(usage_live, fake, "bob", "chat", (20, 10))
+    await run_as(usage_live, fake, "bob_admin", "chat", (1, 1))  # bob's admin token runs as bob
+    return usage_live
 
 
-async def usage_of(live: Live, who: str, **params: str) -> dict[str, Any]:
-    async with live.client(who) as client:
+async def usage_of(usage_live: Live, who: str, **params: str) -> dict[str, Any]:
+    async with usage_live.client(who) as client:
         response = await client.get("/api/usage", params=params)
     assert response.status_code == 200, response.text
     body = response.json()
@@ -142,8 +76,8 @@ def test_litellms_published_price_for_gpt_4o_mini_is_the_one_openai_lists() -> N
 
 
 async def test_a_team_admin_sees_the_team_by_day_this_month_by_default(spread: Live) -> None:
-    live = spread
-    report = await usage_of(live, "bob_admin")
+    usage_live = spread
+    report = await usage_of(usage_live, "bob_admin")
     assert (report["scope"], report["from"], report["to"], report["by"]) == (
         {"team_id": "acme"},
         APRIL_1,
@@ -157,21 +91,21 @@ async def test_a_team_admin_sees_the_team_by_day_this_month_by_default(spread: L
 
 
 async def test_usage_by_each_grouping_over_days(spread: Live) -> None:
-    live = spread
+    usage_live = spread
     span = {"from": MARCH_31, "to": APRIL_2}
-    by_day = await usage_of(live, "bob_admin", **span, by="day")
+    by_day = await usage_of(usage_live, "bob_admin", **span, by="day")
     assert [r["key"] for r in by_day["rows"]] == [MARCH_31, APRIL_1, APRIL_2]
     assert by_day["rows"][0] == row(MARCH_31, 2, (1010, 255), BOB_PRICED, unpriced=15)  # dave's (beta) is not here
-    by_assistant = await usage_of(live, "bob_admin", **span, by="assistant")
+    by_assistant = await usage_of(usage_live, "bob_admin", **span, by="assistant")
     assert by_assistant["rows"] == [
         row("chat", 3, (31, 16), 0.0, unpriced=47),
         row("mini", 1, (100_000, 10_000), BOB_MINI),
         row("priced", 2, (1500, 350), BOB_PRICED + CAROL_PRICED),
     ]
-    by_connector = await usage_of(live, "bob_admin", **span, by="connector")
+    by_connector = await usage_of(usage_live, "bob_admin", **span, by="connector")
     assert [(r["key"], r["runs"]) for r in by_connector["rows"]] == [("fake.mini", 1), ("fake.model", 3),
                                                                      ("fake.priced", 2)]  # fmt: skip
-    by_user = await usage_of(live, "bob_admin", **span, by="user")
+    by_user = await usage_of(usage_live, "bob_admin", **span, by="user")
     assert by_user["rows"] == [
         row("bob", 4, (101_021, 10_261), BOB_PRICED + BOB_MINI, unpriced=32),
         row("carol", 2, (510, 105), CAROL_PRICED, unpriced=15),
@@ -182,34 +116,34 @@ async def test_usage_by_each_grouping_over_days(spread: Live) -> None:
 
 
 async def test_one_members_usage_for_an_admin_and_a_members_own(spread: Live) -> None:
-    live = spread
-    carol_by_admin = await usage_of(live, "bob_admin", user="carol", **{"from": MARCH_31}, by="assistant")
+    usage_live = spread
+    carol_by_admin = await usage_of(usage_live, "bob_admin", user="carol", **{"from": MARCH_31}, by="assistant")
     assert carol_by_admin["scope"] == {"team_id": "acme", "user_id": "carol"}
     assert carol_by_admin["rows"] == [row("chat", 1, (10, 5), 0.0, unpriced=15),
                                       row("priced", 1, (500, 100), CAROL_PRICED)]  # fmt: skip
-    carols_own = await usage_of(live, "carol", **{"from": MARCH_31}, by="assistant")
+    carols_own = await usage_of(usage_live, "carol", **{"from": MARCH_31}, by="assistant")
     assert carols_own == carol_by_admin
-    bobs_own = await usage_of(live, "bob", by="connector")  # this month: his two April runs
+    bobs_own = await usage_of(usage_live, "bob", by="connector")  # this month: his two April runs
     assert bobs_own["scope"] == {"team_id": "acme", "user_id": "bob"}
     assert bobs_own["rows"] == [row("fake.mini", 1, (100_000, 10_000), BOB_MINI),
                                 row("fake.model", 2, (21, 11), 0.0, unpriced=32)]  # fmt: skip
-    assert await usage_of(live, "bob", user="bob", by="connector") == bobs_own  # naming himself is fine
-    alice = await usage_of(live, "alice", by="user")  # without a team: her own scope, of which she is the admin
+    assert await usage_of(usage_live, "bob", user="bob", by="connector") == bobs_own  # naming himself is fine
+    alice = await usage_of(usage_live, "alice", by="user")  # without a team: her own scope, of which she is the admin
     assert alice["scope"] == {"user_id": "alice"}
     assert alice["rows"] == [row("alice", 1, (100, 100), ALICE_PRICED)]
 
 
 async def test_no_team_sees_another_teams_usage(spread: Live) -> None:
-    live = spread
+    usage_live = spread
     span = {"from": MARCH_31, "to": APRIL_2}
-    beta = await usage_of(live, "erin", **span, by="user")
+    beta = await usage_of(usage_live, "erin", **span, by="user")
     assert beta["scope"] == {"team_id": "beta"}
     assert beta["rows"] == [row("dave", 1, (2000, 500), DAVE_PRICED), row("erin", 1, (7, 3), 0.0, unpriced=10)]
-    assert (await usage_of(live, "erin", **span, user="bob"))["rows"] == []  # bob of beta: nobody's runs
-    acme = await usage_of(live, "bob_admin", **span, by="user")
+    assert (await usage_of(usage_live, "erin", **span, user="bob"))["rows"] == []  # bob of beta: nobody's runs
+    acme = await usage_of(usage_live, "bob_admin", **span, by="user")
     assert {r["key"] for r in acme["rows"]} == {"bob", "carol"}
-    assert (await usage_of(live, "bob_admin", **span, user="dave"))["rows"] == []
-    assert (await usage_of(live, "alice", **span))["total"]["runs"] == 1  # alice's own, not a team's
+    assert (await usage_of(usage_live, "bob_admin", **span, user="dave"))["rows"] == []
+    assert (await usage_of(usage_live, "alice", **span))["total"]["runs"] == 1  # alice's own, not a team's
 
 
 @pytest.mark.parametrize(
@@ -239,8 +173,10 @@ async def test_a_member_asking_for_the_teams_usage_is_forbidden(spread: Live, wh
         ("user=" + "u" * 129, "user", "invalid user id"),
     ],
 )
-async def test_bad_usage_queries_are_a_400_naming_the_field(live: Live, query: str, param: str, words: str) -> None:
-    async with live.client("bob_admin") as client:
+async def test_bad_usage_queries_are_a_400_naming_the_field(
+    usage_live: Live, query: str, param: str, words: str
+) -> None:
+    async with usage_live.client("bob_admin") as client:
         error = assert_error(await client.get(f"/api/usage?{query}"), 400, "invalid_request")
     assert error["message"].startswith(f"{param}: ") or param in error["message"], error
     assert words in error["message"] and error.get("param") == param, error
@@ -270,8 +206,8 @@ def windows(view: dict[str, Any]) -> dict[tuple[str, str, str], tuple[Any, ...]]
 
 
 async def test_a_member_sees_the_budgets_that_hold_their_runs(spread: Live) -> None:
-    live = spread  # now: April 2nd, 15:00 UTC
-    async with live.client("carol") as carol:
+    usage_live = spread  # now: April 2nd, 15:00 UTC
+    async with usage_live.client("carol") as carol:
         view = await budgets_of(carol)
     assert view["scope"] == {"team_id": "acme", "user_id": "carol"}
     assert windows(view) == {
@@ -292,8 +228,8 @@ def ceilings(view: dict[str, Any]) -> dict[tuple[str, str, str], tuple[Any, ...]
 
 
 async def test_an_admin_sets_the_teams_budget_and_a_members_and_the_next_run_is_held_to_it(spread: Live) -> None:
-    live = spread
-    async with live.client("bob_admin") as admin, live.client("carol") as carol:
+    usage_live = spread
+    async with usage_live.client("bob_admin") as admin, usage_live.client("carol") as carol:
         set_team = await admin.put("/api/budgets", json={"per_month": 0.02})
         assert set_team.status_code == 200, set_team.text
         assert set_team.json()["scope"] == {"team_id": "acme"}
@@ -310,7 +246,7 @@ async def test_an_admin_sets_the_teams_budget_and_a_members_and_the_next_run_is_
     error = assert_error(refused, 429, "budget_exceeded")  # acme spent $0.0228 of April's $0.02
     assert error["message"] == "team acme spent $0.02 of its $0.02 monthly budget; it resets 2026-05-01T00:00:00Z"
     settings = {(b.scope_kind, b.scope_id): (dict(b.limits), dict(b.ceilings))
-                for b in await live.rt.store.list_budgets(OPERATOR)}  # fmt: skip
+                for b in await usage_live.rt.store.list_budgets(OPERATOR)}  # fmt: skip
     assert settings == {("team", "acme"): ({"per_month": 0.02}, {}),
                         ("user", "acme/carol"): ({"per_day": 0.25, "per_month": 5.0}, {})}  # fmt: skip
 
@@ -328,36 +264,40 @@ async def test_an_admin_sets_the_teams_budget_and_a_members_and_the_next_run_is_
     ],
 )  # fmt: skip
 async def test_an_admin_never_raises_or_lifts_a_budget_over_the_operators_ceiling(
-    live: Live, query: str, body: dict[str, Any], words: str
+    usage_live: Live, query: str, body: dict[str, Any], words: str
 ) -> None:
-    async with live.client("bob_admin") as admin:
+    async with usage_live.client("bob_admin") as admin:
         error = assert_error(await admin.put(f"/api/budgets{query}", json=body), 403, "forbidden")
     assert error["message"].startswith(words), error
     assert "only the operator raises the ceiling" in error["message"]
-    assert await live.rt.store.list_budgets(OPERATOR) == []  # nothing of the body was set, not even a window allowed
+    assert (
+        await usage_live.rt.store.list_budgets(OPERATOR) == []
+    )  # nothing of the body was set, not even a window allowed
 
 
-async def test_an_admin_sets_a_budget_at_or_below_the_ceiling_and_the_operators_ceiling_binds_it(live: Live) -> None:
-    async with live.client("bob_admin") as admin:
+async def test_an_admin_sets_a_budget_at_or_below_the_ceiling_and_the_operators_ceiling_binds_it(
+    usage_live: Live,
+) -> None:
+    async with usage_live.client("bob_admin") as admin:
         at = await admin.put("/api/budgets", json={"per_month": 1.0})  # at app.yml's ceiling
         assert at.status_code == 200, at.text
         below = await admin.put("/api/budgets?user=carol", json={"per_day": 0.1, "per_month": None})  # no ceiling
         assert below.status_code == 200, below.text
         assert ceilings(below.json())[("user", "carol@acme", "per_day")] == (0.5, "app.yml", 0.1)
-        await live.rt.store.set_ceilings(("team", "acme"), {"per_month": 0.75})  # the operator lowers the ceiling
+        await usage_live.rt.store.set_ceilings(("team", "acme"), {"per_month": 0.75})  # the operator lowers the ceiling
         view = await budgets_of(admin)
         assert windows(view)[("team", "acme", "per_month")] == (0.75, "operator", 0.0)  # the lower binds
         assert ceilings(view)[("team", "acme", "per_month")] == (0.75, "operator", 1.0)
         again = await admin.put("/api/budgets", json={"per_month": 1.0})  # now above it
         assert "its ceiling is $0.75 (set by the operator)" in assert_error(again, 403, "forbidden")["message"]
-        await live.rt.store.set_ceilings(("team", "acme"), {"per_day": None, "per_month": None})  # none: lifted
+        await usage_live.rt.store.set_ceilings(("team", "acme"), {"per_day": None, "per_month": None})  # none: lifted
         lifted = await admin.put("/api/budgets", json={"per_day": None, "per_month": 2000})
         assert lifted.status_code == 200, lifted.text
         assert windows(lifted.json())[("team", "acme", "per_month")] == (2000.0, "admin", 0.0)
 
 
-async def test_a_member_changes_no_budget_and_no_team_role(live: Live) -> None:
-    async with live.client("bob") as bob, live.client("carol") as carol:
+async def test_a_member_changes_no_budget_and_no_team_role(usage_live: Live) -> None:
+    async with usage_live.client("bob") as bob, usage_live.client("carol") as carol:
         attempts = [
             await bob.put("/api/budgets", json={"per_month": 1000}),
             await bob.put("/api/budgets?user=bob", json={"per_day": None}),  # not even his own
@@ -370,9 +310,9 @@ async def test_a_member_changes_no_budget_and_no_team_role(live: Live) -> None:
         for response in attempts:
             error = assert_error(response, 403, "forbidden")
             assert "team admin" in error["message"] and "tokens create --admin" in error["message"], error
-        assert await live.rt.store.list_budgets(OPERATOR) == []
-        assert await live.rt.store.list_roles(OPERATOR) == []
-    async with live.client("bob_admin") as admin, live.client("carol") as carol:
+        assert await usage_live.rt.store.list_budgets(OPERATOR) == []
+        assert await usage_live.rt.store.list_roles(OPERATOR) == []
+    async with usage_live.client("bob_admin") as admin, usage_live.client("carol") as carol:
         assert (await admin.put("/api/roles/default", json={"connector": "demo.echo"})).status_code == 200
         assert_error(await carol.delete("/api/roles/default"), 403, "forbidden")
         assert (await carol.get("/api/roles")).json()["roles"][0]["connectors"] == ["demo.echo"]  # members read
@@ -380,26 +320,26 @@ async def test_a_member_changes_no_budget_and_no_team_role(live: Live) -> None:
 
 
 async def test_a_caller_without_a_team_changes_no_budget_and_stays_held_to_app_ymls(
-    live: Live, fake: FakeProvider
+    usage_live: Live, fake: FakeProvider
 ) -> None:
-    async with live.client("alice") as alice:
+    async with usage_live.client("alice") as alice:
         for query, body in (("", {"per_day": None}), ("", {"per_day": 0.25}), ("", {"per_month": 1000}),
                             ("?user=alice", {"per_day": None}), ("?user=bob", {"per_day": 1})):  # fmt: skip
             error = assert_error(await alice.put(f"/api/budgets{query}", json=body), 403, "forbidden")
             assert error["message"].startswith("a caller without a team cannot change budgets: the operator"), error
         assert_error(await alice.get("/api/budgets?user=bob"), 403, "forbidden")
         view = await budgets_of(alice)  # she still sees the budgets that hold her
-    assert await live.rt.store.list_budgets(OPERATOR) == []
+    assert await usage_live.rt.store.list_budgets(OPERATOR) == []
     assert windows(view)[("user", "alice", "per_day")] == (0.5, "app.yml", 0.0)
-    await run_as(live, fake, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
-    async with live.client("alice") as alice:
+    await run_as(usage_live, fake, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
+    async with usage_live.client("alice") as alice:
         refused = await alice.post("/api/assistants/chat/runs?stream=false", json={"messages": says("more")})
     assert assert_error(refused, 429, "budget_exceeded")["message"].startswith("user alice spent $0.50 of its $0.50")
 
 
 async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live, fake: FakeProvider) -> None:
-    live = spread
-    async with live.client("bob_admin") as acme, live.client("erin") as beta:
+    usage_live = spread
+    async with usage_live.client("bob_admin") as acme, usage_live.client("erin") as beta:
         before = await budgets_of(acme, user="bob")
         assert (await beta.put("/api/budgets", json={"per_month": 0.0})).status_code == 200
         assert (await beta.put("/api/budgets?user=bob", json={"per_day": 0.0})).status_code == 200  # beta's bob
@@ -409,7 +349,7 @@ async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live
     assert view["scope"] == {"team_id": "beta"}
     assert windows(view)[("team", "beta", "per_month")] == (0.0, "admin", 0.0)  # dave's $0.008 was in March
     assert assert_error(refused, 429, "budget_exceeded")["message"].startswith("team beta spent $0.00 of its $0.00")
-    settings = {(b.scope_kind, b.scope_id) for b in await live.rt.store.list_budgets(OPERATOR)}
+    settings = {(b.scope_kind, b.scope_id) for b in await usage_live.rt.store.list_budgets(OPERATOR)}
     assert settings == {("team", "beta"), ("user", "beta/bob")}
     await run_as(spread, fake, "bob", "chat", (1, 1))  # acme's bob still runs
 
@@ -420,17 +360,17 @@ async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live
      ({"per_week": 1}, "per_week"), ({}, None), ([{"per_day": 1}], None),
      ({"per_day": 1, "team_id": "beta"}, "team_id")],
 )  # fmt: skip
-async def test_bad_budget_bodies_are_a_400_and_set_nothing(live: Live, body: Any, param: str | None) -> None:
-    async with live.client("bob_admin") as admin:
+async def test_bad_budget_bodies_are_a_400_and_set_nothing(usage_live: Live, body: Any, param: str | None) -> None:
+    async with usage_live.client("bob_admin") as admin:
         error = assert_error(await admin.put("/api/budgets", json=body), 400, "invalid_request")
     assert error.get("param") == param, error
     if param is None and body == {}:
         assert "per_day" in error["message"] and "per_month" in error["message"]
-    assert await live.rt.store.list_budgets(OPERATOR) == []
+    assert await usage_live.rt.store.list_budgets(OPERATOR) == []
 
 
-async def test_budget_bodies_with_a_non_finite_amount_are_a_400(live: Live) -> None:
-    async with client_for(live, live.tokens["bob_admin"], **{"Content-Type": "application/json"}) as admin:
+async def test_budget_bodies_with_a_non_finite_amount_are_a_400(usage_live: Live) -> None:
+    async with client_for(usage_live, usage_live.tokens["bob_admin"], **{"Content-Type": "application/json"}) as admin:
         for raw in (b'{"per_day": 1e400}', b'{"per_month": NaN}'):
             assert_error(await admin.put("/api/budgets", content=raw), 400, "invalid_request")
-    assert await live.rt.store.list_budgets(OPERATOR) == []
+    assert await usage_live.rt.store.list_budgets(OPERATOR) == []

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Dialog, Locator, Page, async_playwright, expect
+from playwright.async_api import Dialog, Locator, Page, expect
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, artifact, running, server_files
-from tests.tools.servers import server as testing_server
+from tests.support.browser import WAIT, send, sign_in
+from tests.support.mcp_server import server as testing_server
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, artifact, running, server_files
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ToolCall
@@ -27,12 +26,6 @@ pytestmark = [
     pytest.mark.parametrize("store_raw_url", ["sqlite"], indirect=True),
 ]
 
-CHROMIUM = os.environ.get("YAO_AGENT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-HAVE_CHROMIUM = Path(CHROMIUM).is_file()
-REQUIRE_SERVICES = os.environ.get("YAO_AGENT_REQUIRE_SERVICES") == "1"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
-WAIT = 20_000  # ms: the longest any wait or expectation takes (a loaded CI machine is slow)
 expect.set_options(timeout=WAIT)
 
 HOOK = """\
@@ -49,7 +42,7 @@ HOOK = """\
 async def rich(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
     """A live server with an assistant that has a tool (in-process MCP server) and one with a JS hook."""
     files = server_files(fake.base_url)
-    files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.tools.servers]\n"
+    files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.support.mcp_server]\n"
     files["assistants/tooled/assistant.yml"] = "name: Tooled\nmcp:\n  servers: [testing]\n"
     files["hooks/h.js"] = textwrap.dedent(HOOK)
     files["assistants/hooked/assistant.yml"] = "name: Hooked\nhook: hooks/h.js\n"
@@ -62,53 +55,6 @@ async def rich(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIter
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
     async with running(rt) as served:
         yield served
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not HAVE_CHROMIUM:
-        message = f"no Chromium at {CHROMIUM} (install Debian's chromium or set YAO_AGENT_CHROMIUM)"
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Page]:
-    context = await browser.new_context(viewport={"width": 1200, "height": 800})
-    opened = await context.new_page()
-    opened.set_default_timeout(WAIT)
-    problems: list[str] = []  # script errors; an HTTP error status (the resume check's 404) is no script error
-    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    opened.on(
-        "console", lambda m: problems.append(m.text) if m.type == "error" and "Failed to load" not in m.text else None
-    )
-    try:
-        yield opened
-    finally:
-        await context.close()
-    assert not problems, problems
-
-
-async def sign_in(page: Page, live: Live, token: str) -> None:
-    await page.goto(live.url + "/")
-    await page.fill("#token", token)
-    await page.click("#save-token")
-
-
-async def send(page: Page, text: str, assistant: str | None = None) -> Locator:
-    """Send `text` (to `assistant`, when given, chosen first) as a person would; the turn it starts."""
-    if assistant is not None:
-        await page.select_option("#assistant", assistant)
-    await page.fill("#message", text)
-    await page.click("#send")
-    return page.locator("#transcript .turn").last
 
 
 async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvider, page: Page) -> None:

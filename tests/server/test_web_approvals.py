@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 from playwright.async_api import Page, Request, Route, expect
 
-from tests.server.conftest import Live, artifact, running
-from tests.server.test_approvals_api import ledger, payer_runtime, tally
-from tests.server.test_web import browser, page, send, sign_in
+from tests.support.approvals import payer_runtime, tally
+from tests.support.browser import send, sign_in
+from tests.support.servers import Live, artifact, running
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
 # The page's browser fixtures come from test_web (one harness); named here so pytest finds them.
-__all__ = ["browser", "ledger", "page"]
 
 pytestmark = [
     pytest.mark.browser,

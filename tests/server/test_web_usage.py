@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Locator, Page, expect
 
-from tests.pipeline.conftest import make_runtime
-from tests.server.conftest import Live, artifact, running, server_files
-from tests.server.test_web import browser, page, sign_in
+from tests.support.browser import sign_in
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, artifact, running, server_files
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
 # The page's browser fixtures come from test_web (one harness); named here so pytest finds them.
-__all__ = ["browser", "page"]
 
 pytestmark = [
     pytest.mark.browser,

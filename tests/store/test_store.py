@@ -8,24 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.stores import ALICE, a_run, finished
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, Role, ToolCall
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord, StepRecord
-
-ALICE = Identity("alice", "acme")
-
-
-def a_run(n: int = 1, chat_id: str = "c1") -> RunRecord:
-    return RunRecord(id=f"r{n}", chat_id=chat_id, user_id=ALICE.user_id, team_id=ALICE.team_id, assistant_id="a",
-                     trace_id="t", owner="test", started_at=100.0 + n)  # fmt: skip
-
-
-def finished(run: RunRecord) -> RunRecord:
-    run.status, run.reason, run.ended_at, run.duration_ms = "completed", "completed", run.started_at + 1, 1000
-    run.usage, run.next = {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}, {"route": "light", "n": 2}
-    return run
+from yao_agent.store.step_inputs import ModelCall
 
 
 def produced(run: RunRecord) -> list[ChatMessage]:
@@ -40,7 +29,7 @@ def produced(run: RunRecord) -> list[ChatMessage]:
 async def test_a_run_comes_back_as_it_was_written(store: SqlStore) -> None:
     run = a_run()
     await store.start_run(ALICE, run, [ChatMessage("m1", "user", "weather in\x00 Lima?", run_id=run.id)])
-    step = StepRecord("s1", run.id, 1, "llm", "failed", 101.0, input={"messages": []}, error={"message": "x"})
+    step = StepRecord("s1", run.id, 1, "llm", "failed", 101.0, input=ModelCall([], {}, ()), error={"message": "x"})
     await store.finish_run(ALICE, finished(run), produced(run), [step])
 
     history = await store.history(ALICE, "c1")

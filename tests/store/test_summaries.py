@@ -3,7 +3,7 @@ messages after the last one it covers (CONTRACT §4 item 5, §6)."""
 
 from __future__ import annotations
 
-from tests.store.test_store import ALICE, a_run, finished
+from tests.support.stores import ALICE, a_run, finished
 from yao_agent.messages import SUMMARY_HEADING, ChatMessage
 from yao_agent.store import SqlStore
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.connectors.helpers import Sleeps, assemble, drain, fake_connector
-from tests.connectors.test_call import TOOLS
-from yao_agent.connectors import CallEvent, Engines, ModelRequest, RetryPolicy, stream_call
+from tests.support.connectors import TOOLS, Sleeps, assemble, drain, fake_connector
+from tests.support.docs import REPO, block
+from yao_agent.connectors import CallEvent, CallOptions, Engines, ModelRequest, RetryPolicy, stream_call
 from yao_agent.connectors.deltas import Fallback, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
@@ -29,7 +28,6 @@ from yao_agent.testing import (
 )
 
 HELLO = ({"role": "user", "content": "hi"},)
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 async def call(double: ModelDouble, *, model: str = "text", timeout_s: float = 5.0) -> list[CallEvent]:
@@ -105,7 +103,7 @@ Failure = tuple[str, str, int | None]  # kind, message, status
 async def outcome(connector: ConnectorSpec, engines: Engines) -> tuple[list[CallEvent], Failure | None]:
     """What one call streamed, and how it failed (kind, message, status) if it did."""
     events: list[CallEvent] = []
-    request = ModelRequest(list(HELLO), tools=TOOLS, options={"temperature": 0.2})
+    request = ModelRequest(list(HELLO), tools=TOOLS, options=CallOptions(temperature=0.2))
     try:
         async for event in stream_call([connector], request, engines=engines, sleep=Sleeps()):
             events.append(event)
@@ -152,7 +150,7 @@ async def test_parity_with_the_fake_provider_through_the_openai_engine() -> None
 async def test_a_request_is_recorded_as_the_provider_would_receive_it() -> None:
     model = ScriptedModel()
     connector = dataclasses.replace(fake_connector(model.base_url, tool_calls=False), options={"temperature": 0.7})
-    request = ModelRequest(list(HELLO), tools=TOOLS, options={"max_tokens": 9, "tool_choice": "auto"})
+    request = ModelRequest(list(HELLO), tools=TOOLS, options=CallOptions(max_tokens=9, tool_choice="auto"))
     async for _ in stream_call([connector], request, engines=model.engines()):
         pass
     [seen] = model.requests
@@ -250,11 +248,11 @@ def test_the_doubles_stand_in_for_the_provider_engines_only() -> None:
     assert model.engines(scripted=True).get(scripted) is model
 
 
-async def test_the_readme_example_runs_against_the_example_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's test, exactly as shown, in the example app's folder (with the real weather MCP server)."""
-    found = re.search(r"<!-- readme-test: scripted-model -->\n```python\n(.*?)```", README.read_text(), re.S)
-    assert found, "README block scripted-model not found"
+async def test_the_testing_guide_example_runs_against_the_example_app(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The testing guide's test, exactly as shown, in the example app's folder (with the real weather MCP server)."""
     scope: dict[str, Any] = {}
-    exec(compile(found.group(1), "README.md", "exec"), scope)
-    monkeypatch.chdir(README.parent)
+    exec(compile(block("scripted-model"), "docs/guides/testing.md", "exec"), scope)
+    monkeypatch.chdir(REPO)
     await scope["test_the_weather_assistant_answers_from_the_forecast"](tmp_path)

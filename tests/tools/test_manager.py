@@ -1,6 +1,6 @@
 """The tool manager against real MCP servers: in-process, stdio subprocesses and streamable HTTP.
 
-`tests/tools/servers.py` has one tool per behaviour; `mcps/weather_server.py` is the example app's server.
+`tests/support/mcp_server.py` has one tool per behaviour; `mcps/weather_server.py` is the example app's server.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps import make_app
-from tests.tools.helpers import REPO, SERVERS_PY, free_port, reached, wait_until
-from tests.tools.servers import server as testing_server
+from tests.support import REPO
+from tests.support.apps import make_app
+from tests.support.mcp_server import server as testing_server
+from tests.support.tools import SERVERS_PY
+from tests.support.waits import free_port, reached, wait_until
 from yao_agent.dsl import load_app
 from yao_agent.dsl.envvars import EnvValue
 from yao_agent.dsl.specs import McpServerSpec, McpUse

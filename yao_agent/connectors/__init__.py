@@ -14,11 +14,12 @@ from yao_agent.connectors.deltas import (
     ToolCallDelta,
     Usage,
 )
-from yao_agent.connectors.request import ModelRequest
+from yao_agent.connectors.request import CallOptions, ModelRequest
 from yao_agent.connectors.resolve import Resolution, RoleSettings, resolve_connectors
 
 __all__ = [
     "CallEvent",
+    "CallOptions",
     "Cooldowns",
     "Delta",
     "Engine",

@@ -36,7 +36,7 @@ STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
 
 def call_params(connector: ConnectorSpec, request: ModelRequest) -> dict[str, Any]:
     """Chat-completions parameters: connector defaults, then the call's own options, fit to its capabilities."""
-    params: dict[str, Any] = {**connector.options, **request.options}
+    params: dict[str, Any] = {**connector.options, **request.options.to_json()}
     params["model"] = connector.model
     params["messages"] = list(request.messages)
     if request.tools:

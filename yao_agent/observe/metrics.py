@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from yao_agent import settings
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.pipeline import observe
+from yao_agent.store.step_inputs import ModelCall
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -178,7 +179,7 @@ def _model_call(live: _Set, step: StepRecord) -> None:
     # A failed call's step names no connector in its output (it would be a row of the usage ledger): a
     # try the call went past names it in its error; the one the call failed on is the last it fell back
     # to, else the chain's first.
-    tried = as_list(as_mapping(step.input).get("connectors"))
+    tried = step.input.connectors if isinstance(step.input, ModelCall) else ()
     connector = (made.get("connector") or as_mapping(step.error).get("connector")
                  or (hops[-1].get("to") if hops else tried[0] if tried else None))  # fmt: skip
     if not isinstance(connector, str):

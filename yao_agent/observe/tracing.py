@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.ids import parse_traceparent
+from yao_agent.store.step_inputs import HookCall, ModelCall, ToolRound
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -214,7 +215,7 @@ def _chat(state: RunState, step: StepRecord) -> tuple[str, dict[str, Any]]:
     """A model call's span name and GenAI attributes (what the step kept of who answered and its usage)."""
     made, failed = as_mapping(step.output), as_mapping(step.error)
     specs = {c.id: c for c in state.chain}
-    asked = as_list(as_mapping(step.input).get("connectors"))  # kept by a call that failed before any answer
+    asked = step.input.connectors if isinstance(step.input, ModelCall) else ()  # kept by a call that failed
     # A try the call went past (pipeline/trail.py) names its connector in its error.
     connector = str(made.get("connector") or failed.get("connector") or (asked[0] if asked else ""))
     model = str(made.get("model") or (specs[connector].model if connector in specs else ""))
@@ -241,8 +242,7 @@ def _tools(tracer: Tracer, state: RunState, under: Span, step: StepRecord, names
     the call's result. A completed round kept no input: its calls are known by their results."""
     results = {m.tool_call_id: m for m in state.buffer.messages if m.role == "tool" and m.tool_call_id
                and m.thread_id == step.thread_id and step.started_at <= m.created_at <= _end(step)}  # fmt: skip
-    given = as_mapping(step.input)
-    ids = [str(as_mapping(c).get("id")) for c in as_list(given.get("calls"))] or list(results)
+    ids = (step.input.ids if isinstance(step.input, ToolRound) else []) or list(results)
     errors = set(_tool_errors(step))
     unrun = state.buffer.unrun  # calls answered without running: waiting, denied, cancelled, not_run
     for call_id in ids:
@@ -296,8 +296,7 @@ def _error(error: Any) -> str:
 
 
 def _hook(step: StepRecord) -> dict[str, Any]:
-    given = as_mapping(step.input)
-    return {"yao.hook.function": str(given.get("function") or "")}
+    return {"yao.hook.function": step.input.function if isinstance(step.input, HookCall) else ""}
 
 
 def _end(step: StepRecord) -> float:

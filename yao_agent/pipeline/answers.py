@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from yao_agent.dsl.specs import McpUse
+from yao_agent.pipeline.options import RunOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +29,9 @@ class CreateChanges:
     messages: list[dict[str, Any]] | None = None  # replace history + input for the model
     metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])  # merged into the run's
     locale: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict[str, Any])  # connector, prompt_preset, temperature...
-    mcp_servers: tuple[McpUse, ...] | None = None
+    # connector, prompt_preset, temperature, ..., mcp_servers, require_approval (pipeline/options.py)
+    options: RunOptions = field(default_factory=RunOptions)
     delegate: Delegation | None = None
-    require_approval: tuple[str, ...] = ()  # tools whose calls wait for a person in this run (approvals.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ tool of that server) — also when a Create hook chose the servers — and those
 `require_approval` (a tool's name as the model calls it, its bare name, or `all`). When a reply asks
 for one, none of the reply's calls runs: the round is recorded as a `waiting` tool step (what the
 continuation runs), the calls get stand-in results at close (the chat stays valid to send), an
-`approval_request` is streamed per call that needs a person, and the run ends `waiting`.
+`approval_request` is streamed per call that needs a person, and the run ends `waiting` (the turn
+loop's `Wait`).
 
 A decision continues the run as a resume of it (runs.py): approved calls run, denied ones are answered
 `denied: <reason>` without running, calls that needed nobody run, and the model goes on (transition
@@ -17,16 +18,18 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any
 
 from yao_agent.base.jsonvalue import as_list, as_mapping, strict_loads
 from yao_agent.dsl.specs import APPROVE_ALL, McpUse
-from yao_agent.errors import AwaitingApproval, DelegateError, UsageError
+from yao_agent.errors import DelegateError, UsageError
 from yao_agent.events import ApprovalRequest
 from yao_agent.messages import ToolCall
+from yao_agent.pipeline.outcomes import Wait
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.approvals import denial
 from yao_agent.store.records import Approval
+from yao_agent.store.step_inputs import ToolRound
 from yao_agent.tools import ToolSpec
 
 WAITING = "waiting: this call needs a person's approval before it runs"
@@ -46,7 +49,7 @@ def needing(state: RunState, calls: Sequence[ToolCall], tools: Sequence[ToolSpec
     return out
 
 
-async def wait(state: RunState, calls: Sequence[ToolCall], waiting: Sequence[Approval], attempt: int) -> NoReturn:
+async def wait(state: RunState, calls: Sequence[ToolCall], waiting: Sequence[Approval], attempt: int) -> Wait:
     """Stop the run before any of the reply's calls runs: the round is kept for the continuation, and
     each call that needs a person is announced."""
     if state.hidden:  # a ctx.call child: its hook waits for an answer, and nobody can be asked meanwhile
@@ -55,17 +58,15 @@ async def wait(state: RunState, calls: Sequence[ToolCall], waiting: Sequence[App
             f"assistant '{state.assistant.id}' was asked through ctx.call to use {names}, which needs a "
             "person's approval; a ctx.call cannot wait for one (delegate to the assistant instead)"
         )
-    given: dict[str, Any] = {"calls": [c.to_step() for c in calls], "attempt": attempt}
-    named = state.options.get("require_approval")
-    if named:
-        given["require_approval"] = list(named)  # the continuation skips Create: its policy goes with the round
+    # The continuation skips Create: its policy goes with the round.
+    given = ToolRound(tuple(calls), attempt, state.options.require_approval or ())
     step = state.buffer.begin("tool", given, state.thread_id)
     state.buffer.end(step, "waiting", output={"approvals": [a.tool_call_id for a in waiting]})
     for item in waiting:
         await state.emit(ApprovalRequest(state.run_id, item.tool_call_id, item.server, item.tool, item.arguments,
                                          item.thread_id))  # fmt: skip
     state.root.waiting.extend(waiting)
-    raise AwaitingApproval([item.request() for item in waiting])
+    return Wait(tuple(waiting))
 
 
 def to_store(state: RunState) -> list[Approval]:
@@ -138,9 +139,8 @@ def _unprintable(text: str) -> bool:
 def _rules(state: RunState) -> tuple[tuple[McpUse, ...], frozenset[str]]:
     """The assistant's own `approve` entries and a Create hook's (a hook adds approvals, never removes
     them), and the tools the hook named in `require_approval`."""
-    chosen: Sequence[McpUse] = state.options.get("mcp_servers", ())
-    named: Sequence[str] = state.options.get("require_approval", ())
-    return (*state.assistant.mcp.servers, *chosen), frozenset(named)
+    chosen = state.options.mcp_servers or ()
+    return (*state.assistant.mcp.servers, *chosen), frozenset(state.options.require_approval or ())
 
 
 def _needs(rules: tuple[tuple[McpUse, ...], frozenset[str]], spec: ToolSpec) -> bool:

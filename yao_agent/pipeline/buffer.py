@@ -19,6 +19,7 @@ from typing import Any
 
 from yao_agent.messages import ChatMessage
 from yao_agent.store.records import StepRecord
+from yao_agent.store.step_inputs import StepInput
 from yao_agent.vocabulary import StepStatus, StepType, ToolCallOutcome
 
 log = logging.getLogger("yao_agent.run")
@@ -43,7 +44,7 @@ class Buffer:
         self.messages.append(message)
         return message
 
-    def begin(self, kind: StepType, given: Any = None, thread_id: str | None = None) -> StepRecord:
+    def begin(self, kind: StepType, given: StepInput | None = None, thread_id: str | None = None) -> StepRecord:
         step = StepRecord(
             id=self.new_id("step"), run_id=self.run_id, seq=len(self.steps) + 1, type=kind, status="running",
             started_at=self.clock(), thread_id=thread_id, input=given,

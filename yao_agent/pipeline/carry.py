@@ -13,14 +13,13 @@ existed (no carry) resumes as it did then.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
-from yao_agent.dsl.specs import McpUse
 from yao_agent.pipeline.guards import LOOP_WINDOW
+from yao_agent.pipeline.options import RunOptions
 from yao_agent.pipeline.state import RunState
 
 VERSION = 1
@@ -39,7 +38,7 @@ class Carry:
     hook_calls: int = 0  # ctx.call made by the run's hooks
     hook_sent_bytes: int = 0  # ctx.send bytes
     created: bool = False  # the Create hook ran: what it chose is in `options`, `metadata`, `locale`
-    options: Mapping[str, Any] = field(default_factory=dict[str, Any])  # the run's options (JSON form)
+    options: RunOptions = field(default_factory=RunOptions)  # the run's options
     metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
     locale: str = "en"
     create_messages: list[dict[str, Any]] | None = None  # the conversation Create rewrote, if it did
@@ -55,10 +54,11 @@ def snapshot(state: RunState) -> dict[str, Any]:
         turns=root.turns, tool_turns=root.tool_turns, tool_attempt=root.tool_attempt,
         output_retries=root.output_retries, signatures=tuple(root.signatures[-LOOP_WINDOW:]),
         hook_calls=root.spend.calls, hook_sent_bytes=root.spend.sent_bytes, created=root.created,
-        options=_options_out(root.options), metadata=dict(root.metadata), locale=root.locale,
+        options=root.options, metadata=dict(root.metadata), locale=root.locale,
         create_messages=None if replied else root.create_messages,
     )  # fmt: skip
-    return {"version": VERSION} | asdict(carry)
+    fields_of = {f.name: getattr(carry, f.name) for f in fields(carry)}
+    return {"version": VERSION} | fields_of | {"options": carry.options.to_json()}
 
 
 def read(stored: Any) -> Carry | None:
@@ -72,7 +72,7 @@ def read(stored: Any) -> Carry | None:
         output_retries=_count(data, "output_retries"),
         signatures=tuple(str(s) for s in as_list(data.get("signatures"))),
         hook_calls=_count(data, "hook_calls"), hook_sent_bytes=_count(data, "hook_sent_bytes"),
-        created=data.get("created") is True, options=_options_in(as_mapping(data.get("options"))),
+        created=data.get("created") is True, options=RunOptions.from_json(as_mapping(data.get("options"))),
         metadata=dict(as_mapping(data.get("metadata"))), locale=str(data.get("locale") or "en"),
         create_messages=[dict(as_mapping(m)) for m in as_list(messages)] or None,
     )  # fmt: skip
@@ -90,7 +90,7 @@ def restore(state: RunState) -> Carry | None:
     state.output_retries, state.signatures = carry.output_retries, list(carry.signatures)
     state.spend.calls, state.spend.sent_bytes = carry.hook_calls, carry.hook_sent_bytes
     state.created, state.create_messages = carry.created, carry.create_messages
-    state.options = dict(carry.options) | state.options  # what this request says itself wins
+    state.options = carry.options.over(state.options)  # what this request says itself wins
     state.metadata = dict(carry.metadata) | state.metadata
     if state.request.locale == "en":  # the request's default: the run's own locale holds
         state.locale = carry.locale
@@ -109,44 +109,3 @@ def keep_create_messages(state: RunState, messages: Sequence[Mapping[str, Any]] 
 def _count(data: Mapping[str, Any], key: str) -> int:
     value = data.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _options_out(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options as JSON: the MCP servers a Create hook chose as objects, tuples as lists."""
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        if key == "mcp_servers":
-            out[key] = [{"server": u.server, "tools": list(u.tools) if u.tools is not None else None,
-                         "approve": list(u.approve)} for u in value]  # fmt: skip
-        elif isinstance(value, tuple):
-            out[key] = list(value)  # pyright: ignore[reportUnknownArgumentType]
-        elif _plain(value):
-            out[key] = value
-    return out
-
-
-def _plain(value: Any) -> bool:
-    """Whether a value can be stored as it is: the carry is written with the run's steps, and a value the
-    store cannot write would cost the run its journal (an option no resume can use is left out)."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _options_in(options: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(options)
-    if "mcp_servers" in out:
-        out["mcp_servers"] = tuple(_use(as_mapping(u)) for u in as_list(out["mcp_servers"]))
-    if "require_approval" in out:
-        out["require_approval"] = tuple(str(n) for n in as_list(out["require_approval"]))
-    return out
-
-
-def _use(data: Mapping[str, Any]) -> McpUse:
-    return McpUse(
-        str(data.get("server")),
-        tuple(str(t) for t in as_list(data["tools"])) if data.get("tools") is not None else None,
-        tuple(str(a) for a in as_list(data.get("approve"))),
-    )

@@ -6,14 +6,15 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
-from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.base.redact import redact
-from yao_agent.errors import AwaitingApproval, HookError, ModelError, OverBudget, PromptError, RunError
+from yao_agent.errors import HookError, ModelError, OverBudget, PromptError, RunError
 from yao_agent.events import StreamEnd, ToolResult
 from yao_agent.messages import ChatMessage, iso_time
 from yao_agent.pipeline.approvals import WAITING
+from yao_agent.pipeline.outcomes import Wait
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.step_inputs import ToolRound
 from yao_agent.vocabulary import UNFINISHED_STEPS, StepStatus, ToolCallOutcome, end_status
 
 if TYPE_CHECKING:
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("yao_agent.run")
 
 
-async def settle(rt: Runtime, state: RunState, outcome: BaseException | None) -> None:
-    """Turn how the work ended into the run's single final status and terminal reason.
+async def settle(rt: Runtime, state: RunState, outcome: BaseException | Wait | None) -> None:
+    """Turn how the work ended (None: it finished) into the run's single final status and terminal reason.
 
     Calls left without a result get one, stored and streamed (before `stream_end`), so the client
     sees every call answered, as the stored chat has it — also in a completed run, whose last reply
@@ -34,7 +35,7 @@ async def settle(rt: Runtime, state: RunState, outcome: BaseException | None) ->
         run.status, run.reason, run.error = "completed", "completed", None
     elif isinstance(outcome, asyncio.CancelledError):
         run.status, run.reason, run.error = "cancelled", "cancelled", None
-    elif isinstance(outcome, AwaitingApproval):  # not a failure: the run goes on when a person decides
+    elif isinstance(outcome, Wait):  # not a failure: the run goes on when a person decides
         run.status, run.reason, run.error = "waiting", "approval_required", None
     elif isinstance(outcome, RunError):
         run.status, run.reason, run.error = "failed", outcome.reason, error_detail(outcome)
@@ -64,12 +65,12 @@ def _open_round(state: RunState, status: StepStatus) -> None:
     them instead of asking the model again."""
     answered = {m.tool_call_id for m in state.buffer.messages if m.role == "tool"}
     for step in state.buffer.steps:
-        if step.type == "tool" and step.status in UNFINISHED_STEPS:
-            answered.update(str(as_mapping(c).get("id")) for c in as_list(as_mapping(step.input).get("calls")))
+        if isinstance(step.input, ToolRound) and step.status in UNFINISHED_STEPS:
+            answered.update(step.input.ids)
     for message in state.buffer.messages:
-        open_calls = [c.to_step() for c in message.tool_calls if c.id not in answered]
+        open_calls = tuple(c for c in message.tool_calls if c.id not in answered)
         if open_calls and message.status == "completed":
-            step = state.buffer.begin("tool", {"calls": open_calls, "attempt": 1}, message.thread_id)
+            step = state.buffer.begin("tool", ToolRound(open_calls), message.thread_id)
             state.buffer.end(step, status, error=state.run.error)
 
 
@@ -103,9 +104,8 @@ def pair_open_calls(rt: Runtime, state: RunState) -> list[ToolResult]:
 def _attempt_of(state: RunState, call_id: str) -> int:
     """The execution the call was part of (a tool step that did not complete keeps its calls), else 1."""
     for step in reversed(state.buffer.steps):
-        given = as_mapping(step.input if step.type == "tool" else None)
-        if any(as_mapping(c).get("id") == call_id for c in as_list(given.get("calls"))):
-            return int(given.get("attempt", 1))
+        if isinstance(step.input, ToolRound) and call_id in step.input.ids:
+            return step.input.attempt
     return 1
 
 

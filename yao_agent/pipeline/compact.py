@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
-from yao_agent.connectors import FailedTry, Fallback, ModelRequest, resolve_connectors, stream_call
+from yao_agent.connectors import CallOptions, FailedTry, Fallback, ModelRequest, resolve_connectors, stream_call
 from yao_agent.connectors.assemble import Assembled
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
@@ -33,6 +33,7 @@ from yao_agent.pipeline import quota, trail
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.pipeline.window import Window, cut_results, window_of
+from yao_agent.store.step_inputs import ModelCall
 
 SUMMARY_PROMPT = """\
 You write the hand-over notes of a conversation between a user and an AI assistant (with the tools it \
@@ -138,7 +139,7 @@ async def _summarise(
     prompt = {"role": "system", "content": SUMMARY_PROMPT.format(words=int(reply * 0.6))}
     room = None if own.budget is None else own.budget - own.counter.message(prompt) - reply
     lines = transcript(older, own, room)
-    request = ModelRequest(messages=[prompt, {"role": "user", "content": lines}], options={"max_tokens": reply})
+    request = ModelRequest(messages=[prompt, {"role": "user", "content": lines}], options=CallOptions(max_tokens=reply))
     return await _call(rt, state, chain, request, summary_id)
 
 
@@ -188,7 +189,7 @@ async def _call(
     rt: Runtime, state: RunState, chain: Sequence[ConnectorSpec], request: ModelRequest, summary_id: str
 ) -> tuple[str, str]:
     """One model call for the summary, recorded as an `llm` step; nothing of it is streamed."""
-    given = {"messages": request.messages, "options": dict(request.options), "connectors": [c.id for c in chain]}
+    given = ModelCall(request.messages, request.options.to_json(), tuple(c.id for c in chain))
     step = state.buffer.begin("llm", given, state.thread_id)
     held = await quota.before_call(rt, state, step, request, chain)  # a budget reached: the run ends so
     got, hops = Assembled(), list[dict[str, str]]()  # hops: the links passed (metrics count them)

@@ -8,7 +8,7 @@ from yao_agent.pipeline.state import RunState
 
 
 async def resolve(rt: Runtime, state: RunState) -> None:
-    chosen = state.options.get("connector")  # by the Create hook: never resolved from the environment
+    chosen = state.options.connector  # by the Create hook: never resolved from the environment
     ref = chosen or state.assistant.connector
     found = await resolve_connectors(str(ref), rt.app, state.identity, rt.store, rt.environ, from_app=not chosen)
     state.chain = found.connectors

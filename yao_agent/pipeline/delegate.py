@@ -12,21 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
-from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.dsl.refs import HANDFUL, unknown
-from yao_agent.errors import AwaitingApproval, DelegateError, HookError, OverBudget, RunError, UsageError
+from yao_agent.errors import DelegateError, HookError, OverBudget, RunError, UsageError
 from yao_agent.messages import ChatMessage, parse_input
 from yao_agent.pipeline import close, connector
 from yao_agent.pipeline.answers import Delegation
+from yao_agent.pipeline.outcomes import End, Wait
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import ResumePoint, StepRecord
+from yao_agent.store.step_inputs import ChildRun, Via
 
-Via = Literal["delegate", "call"]
 # The stages a child runs: the turn loop, handed in by the stage that drives runs (never imported here).
-Converse = Callable[[Runtime, RunState, StepRecord | None], Awaitable[None]]
+Converse = Callable[[Runtime, RunState, StepRecord | None], Awaitable[End]]
 
 
 class Children:
@@ -36,11 +36,14 @@ class Children:
         self.rt = rt
         self.converse = converse
 
-    async def hand_over(self, state: RunState, target: Delegation) -> None:
-        """`delegate`: the child's reply is this turn's reply (and the conversation continues with it)."""
-        child = await self._child_run(state, target.assistant_id, target.messages, hidden=state.hidden,
-                                      via="delegate")  # fmt: skip
-        _adopt(state, child)
+    async def hand_over(self, state: RunState, target: Delegation) -> Wait | None:
+        """`delegate`: the child's reply is this turn's reply (and the conversation continues with it); the
+        child's `Wait` if it stopped for a person's approval."""
+        child, waits = await self._child_run(state, target.assistant_id, target.messages, hidden=state.hidden,
+                                             via="delegate")  # fmt: skip
+        if waits is None:
+            _adopt(state, child)
+        return waits
 
     async def call(self, state: RunState, assistant_id: str, messages: Any) -> dict[str, Any]:
         """`ctx.call`: ask another assistant; its turns are kept (hidden from later model calls).
@@ -49,7 +52,8 @@ class Children:
         happen at all (unknown assistant, too deep, a cycle) is not: it ends the run with `delegate_error`.
         """
         try:
-            child = await self._child_run(state, assistant_id, messages, hidden=True, via="call")
+            child, _ = await self._child_run(state, assistant_id, messages, hidden=True, via="call")  # (never waits:
+            # a ctx.call child that would is a delegate_error, approvals.py)
         except (DelegateError, OverBudget):  # the run ends: a budget reached holds the hook's next calls too
             raise
         except RunError as exc:
@@ -63,7 +67,7 @@ class Children:
             "next": child.next,
         }
 
-    async def resume(self, parent: RunState, target: StepRecord) -> None:
+    async def resume(self, parent: RunState, target: StepRecord) -> Wait | None:
         """The run stopped inside a child `parent` handed over to: hand over again to that same thread and
         resume the child at `target`, so nothing before it (Create, the hand-over, the child's model) reruns."""
         point = parent.request.resume
@@ -71,19 +75,23 @@ class Children:
         delegation = _towards(steps, parent.thread_id, target.thread_id)
         if delegation is None or delegation.thread_id is None:
             raise DelegateError("the delegation this run stopped in is no longer recorded; start a new turn")
-        given = as_mapping(delegation.input)
-        assistant_id = str(given.get("assistant_id"))
-        messages = [dict(as_mapping(m)) for m in as_list(given.get("messages"))] if given.get("messages") else None
+        given = delegation.input
+        if not isinstance(given, ChildRun):
+            raise DelegateError("the delegation this run stopped in is no longer recorded; start a new turn")
+        assistant_id = given.assistant_id
+        messages = [dict(m) for m in given.messages] if given.messages else None
         thread_id = delegation.thread_id
         conversation = None if messages is None else [*messages, *_thread_messages(parent.root, thread_id)]
         child = _child(self.rt, parent, assistant_id, thread_id, messages, hidden=parent.hidden,
                        conversation=conversation)  # fmt: skip
         step = parent.buffer.begin("delegate", _step_input(parent, assistant_id, messages, "delegate"), thread_id)
-        await self._run(child, step, resume_at=target)
-        _adopt(parent, child)
+        waits = await self._run(child, step, resume_at=target)
+        if waits is None:
+            _adopt(parent, child)
+        return waits
 
     async def _child_run(self, parent: RunState, assistant_id: str, messages: Any, *, hidden: bool,
-                         via: Via) -> RunState:  # fmt: skip
+                         via: Via) -> tuple[RunState, Wait | None]:  # fmt: skip
         limit = self.rt.app.config.limits.max_delegate_depth
         if parent.depth + 1 > limit:
             chain = " → ".join(s.assistant.id for s in _lineage(parent)) + f" → {assistant_id}"
@@ -95,25 +103,26 @@ class Children:
         thread_id = self.rt.ids.new("thread")
         child = _child(self.rt, parent, assistant_id, thread_id, given, hidden=hidden)
         step = parent.buffer.begin("delegate", _step_input(parent, assistant_id, given, via), thread_id)
-        await self._run(child, step)
-        return child
+        return child, await self._run(child, step)
 
-    async def _run(self, child: RunState, step: StepRecord, resume_at: StepRecord | None = None) -> None:
-        """The child's stages; its step ends with it, failed or not (a caught `ctx.call` failure included)."""
+    async def _run(self, child: RunState, step: StepRecord, resume_at: StepRecord | None = None) -> Wait | None:
+        """The child's stages; its step ends with it, failed or not (a caught `ctx.call` failure included),
+        or waiting for a person's approval."""
         try:
             await connector.resolve(self.rt, child)
-            await self.converse(self.rt, child, resume_at)
-        except AwaitingApproval:
-            child.buffer.end(step, "waiting")  # where the decision's continuation hands over again
-            raise
+            ended = await self.converse(self.rt, child, resume_at)
         except RunError as exc:
             child.buffer.end(step, "failed", error=close.error_detail(exc))
             raise
         except Exception as exc:
             child.buffer.end(step, "failed", error={"message": f"internal error: {type(exc).__name__}"})
             raise
+        if isinstance(ended, Wait):
+            child.buffer.end(step, "waiting")  # where the decision's continuation hands over again
+            return ended
         reply = _last_reply(child)
         child.buffer.end(step, "completed", output={"thread_id": child.thread_id, "reply": reply.id if reply else None})
+        return None
 
 
 def _adopt(state: RunState, child: RunState) -> None:
@@ -150,8 +159,8 @@ def _child(
                     locale=parent.locale, children=parent.children, spend=parent.spend)  # fmt: skip
 
 
-def _step_input(parent: RunState, assistant_id: str, given: Any, via: Via) -> dict[str, Any]:
-    return {"assistant_id": assistant_id, "messages": given, "via": via, "from_thread": parent.thread_id}
+def _step_input(parent: RunState, assistant_id: str, given: list[dict[str, Any]] | None, via: Via) -> ChildRun:
+    return ChildRun(assistant_id, given, via, parent.thread_id)
 
 
 def resume_target(point: ResumePoint | None) -> StepRecord | None:
@@ -187,12 +196,11 @@ def _owner(step: StepRecord) -> str | None:
     """The thread a step belongs to (a `delegate` step carries its child's thread id)."""
     if step.type != "delegate":
         return step.thread_id
-    owner = as_mapping(step.input).get("from_thread")
-    return owner if isinstance(owner, str) else None
+    return step.input.from_thread if isinstance(step.input, ChildRun) else None
 
 
-def _via(step: StepRecord) -> str | None:
-    return str(as_mapping(step.input).get("via")) if step.type == "delegate" else None
+def _via(step: StepRecord) -> Via | None:
+    return step.input.via if isinstance(step.input, ChildRun) else None
 
 
 def _lineage(state: RunState) -> list[RunState]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
+from yao_agent.connectors.request import RUN_CALL_OPTIONS, CallOptions
 from yao_agent.dsl.refs import HANDFUL, known_list, unknown
 from yao_agent.dsl.specs import ROLE_PREFIX, App, McpUse
 from yao_agent.errors import HookError, UsageError
@@ -21,24 +22,27 @@ from yao_agent.messages import parse_input
 from yao_agent.pipeline import carry, connector
 from yao_agent.pipeline.answers import CreateChanges, Delegation
 from yao_agent.pipeline.hooking import call_hook
+from yao_agent.pipeline.options import OWN, RunOptions
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
 ALLOWED = ("messages", "connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens",
            "top_p", "metadata", "locale", "mcp_servers", "disable_global_prompts", "delegate",
            "require_approval")  # fmt: skip
-# What Create may set in the run's options (the rest of ALLOWED changes the run in other ways).
-OPTIONS = ("connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens", "top_p",
-           "disable_global_prompts")  # fmt: skip
+# The run's options Create sets as it gives them (the rest of ALLOWED changes the run in other ways, or
+# is checked and typed first: `mcp_servers`, `require_approval`).
+OPTIONS = tuple(k for k in ALLOWED if k in (*OWN, *RUN_CALL_OPTIONS) and k not in ("mcp_servers", "require_approval"))
 
 
 def run_options(state: RunState) -> dict[str, Any]:
     """The `options` a hook receives: what this run will use."""
+    chosen = state.options.to_json()
+    connector = chosen.pop("connector", state.assistant.connector)
     return {
-        "connector": state.options.get("connector", state.assistant.connector),
+        "connector": connector,
         "metadata": dict(state.metadata),  # a copy: the step records what the hook saw, not later merges
         "locale": state.locale,
-        **{k: v for k, v in state.options.items() if k != "connector"},
+        **chosen,
     }
 
 
@@ -48,7 +52,7 @@ async def run(rt: Runtime, state: RunState) -> Delegation | None:
     _, changes = await call_hook(rt, state, "hook_create", "Create", given, lambda v: _applied(rt.app, state, v))
     if changes is None:
         return None
-    if changes.options.get("connector"):
+    if changes.options.connector:
         await connector.resolve(rt, state)  # stage 4 again, for the connector the hook chose
     return changes.delegate
 
@@ -85,11 +89,22 @@ def check(app: App, state: RunState, value: Any) -> CreateChanges | None:
         messages=_messages(state, raw.get("messages")),
         metadata=as_mapping(raw.get("metadata")),
         locale=str(raw["locale"]) if raw.get("locale") else None,
-        options={k: raw[k] for k in OPTIONS if raw.get(k) is not None},
-        mcp_servers=_servers(app, state, raw["mcp_servers"]) if raw.get("mcp_servers") is not None else None,
+        options=_options(app, state, raw),
         delegate=_delegation(raw.get("delegate")),
-        require_approval=_names(state, raw.get("require_approval")),
     )
+
+
+def _options(app: App, state: RunState, raw: Mapping[str, Any]) -> RunOptions:
+    """The run's options Create chose, in the order they are applied (the servers, then the approvals)."""
+    given = {k: raw[k] for k in OPTIONS if raw.get(k) is not None}
+    call = CallOptions.of({k: v for k, v in given.items() if k in RUN_CALL_OPTIONS})
+    own: dict[str, Any] = {k: v for k, v in given.items() if k in OWN}
+    if raw.get("mcp_servers") is not None:
+        own["mcp_servers"] = _servers(app, state, raw["mcp_servers"])
+    names = _names(state, raw.get("require_approval"))
+    if names:
+        own["require_approval"] = names
+    return RunOptions(**own, call=call, given=(*given, *(k for k in ("mcp_servers", "require_approval") if k in own)))
 
 
 def _names(state: RunState, given: Any) -> tuple[str, ...]:
@@ -179,12 +194,9 @@ def apply(state: RunState, changes: CreateChanges) -> None:
     state.metadata.update(changes.metadata)
     if changes.locale:
         state.locale = changes.locale
-    state.options.update(changes.options)
-    if changes.mcp_servers is not None:
-        state.options["mcp_servers"] = changes.mcp_servers
+    state.options = state.options.over(changes.options)
+    if changes.options.mcp_servers is not None:
         state.tools = None  # list again, from the servers the hook chose
-    if changes.require_approval:
-        state.options["require_approval"] = changes.require_approval
 
 
 def _bad(state: RunState, message: str) -> HookError:

@@ -19,6 +19,7 @@ from yao_agent.pipeline import journal
 from yao_agent.pipeline.hostapi import hook_context
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.step_inputs import HookCall, StepInput, Truncated
 
 log = logging.getLogger("yao_agent.hook")
 T = TypeVar("T")
@@ -40,7 +41,7 @@ async def call_hook(
     spec = state.assistant
     if spec.hook_path is None:
         return False, None
-    step = state.buffer.begin(step_type, {"function": function, "args": list(args)}, state.thread_id)
+    step = state.buffer.begin(step_type, HookCall(function, list(args)), state.thread_id)
     try:
         # The text this app version loaded (a run keeps its version's hook code); an app not made by the
         # loader names only the path, read as it is now.
@@ -58,16 +59,31 @@ async def call_hook(
                         printable(exc.message))  # fmt: skip
             return True, None
         raise
-    step.input = _bounded(step.input)
+    step.input = _recorded(step.input)
     state.buffer.end(step, "completed", output=_bounded(outcome.value), keep_input=True)
     await journal.commit(rt, state, steps=[step])
     return True, value
 
 
 def _bounded(value: Any) -> Any:
-    """What a completed hook step records: the value, or only its size when it is too large to keep."""
+    """What a completed hook step records of its answer: it, or only its size when it is too large to keep."""
+    size = _size(value)
+    if size is None or size > MAX_RECORDED:
+        return Truncated(size).to_json()
+    return value
+
+
+def _recorded(given: StepInput | None) -> StepInput | None:
+    """What a completed hook step records of its input: it, or only its size when it is too large to keep."""
+    if not isinstance(given, HookCall):
+        return given
+    size = _size(given.to_json())
+    return given if size is not None and size <= MAX_RECORDED else Truncated(size)
+
+
+def _size(value: Any) -> int | None:
+    """Characters of the value's JSON; None when it has none."""
     try:
-        size = len(_to_json(value))
+        return len(_to_json(value))
     except (TypeError, ValueError):
-        return {"truncated": True, "reason": "no JSON form"}
-    return value if size <= MAX_RECORDED else {"truncated": True, "json_chars": size}
+        return None

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from yao_agent.base.jsonvalue import as_mapping
-from yao_agent.connectors import FailedTry, Fallback, ModelRequest, stream_call
+from yao_agent.connectors import CallOptions, FailedTry, Fallback, ModelRequest, stream_call
 from yao_agent.connectors.assemble import Assembled, PartialCall
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.request import NO_OPTIONS
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError, OverBudget
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
@@ -37,6 +38,7 @@ from yao_agent.pipeline import journal, quota, trail
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
+from yao_agent.store.step_inputs import ModelCall
 from yao_agent.vocabulary import Transition
 
 CONTINUE_PROMPT = (
@@ -143,12 +145,12 @@ async def call(
     state: RunState,
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]] = (),
-    options: dict[str, Any] | None = None,
+    options: CallOptions = NO_OPTIONS,
     why: Transition = "first",
 ) -> ChatMessage:
     """One model reply: streamed to the client and stored in the buffer, each model call it took recorded
     as an `llm` step with the transition that asked for it (`why`, then `output_recovery`)."""
-    request = ModelRequest(messages=list(messages), tools=list(tools), options=options or {})
+    request = ModelRequest(messages=list(messages), tools=list(tools), options=options)
     reply = LiveReply(state, rt.ids.new, state.thread_id)
     made = [await _piece(rt, state, request, reply, why)]
     dropped = await reply.drop_cut_call()
@@ -186,23 +188,15 @@ def _continuation(request: ModelRequest, reply: LiveReply, dropped: bool) -> Mod
     ask = {"role": "user", "content": CONTINUE_PROMPT + (CUT_CALL_NOTE if dropped else "")}
     # A structured-output constraint would make the model start a new JSON value, not finish this one;
     # the whole reply is still what gets validated.
-    options = {name: value for name, value in request.options.items() if name != "response_format"}
+    options = request.options.without("response_format")
     return ModelRequest(messages=[*request.messages, *partial, ask], tools=request.tools, options=options)
 
 
 async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: LiveReply, why: Transition) -> StepRecord:
     """One model call of the reply, streamed into it and recorded as an `llm` step (and each try it went
     past as one of its own: pipeline/trail.py)."""
-    step = state.buffer.begin(
-        "llm",
-        {
-            "messages": request.messages,
-            "tools": list(request.tools),
-            "options": dict(request.options),
-            "connectors": [c.id for c in state.chain],
-        },
-        state.thread_id,
-    )
+    given = ModelCall(request.messages, request.options.to_json(), tuple(c.id for c in state.chain), request.tools)
+    step = state.buffer.begin("llm", given, state.thread_id)
     step.transition = why
     try:
         held = await quota.before_call(rt, state, step, request)

@@ -30,6 +30,7 @@ from typing import Any
 
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.base.structured import AnswerProblem, SchemaUnusable, check_answer, parse_answer, place, schema_problems
+from yao_agent.connectors import CallOptions
 from yao_agent.errors import OutputError
 from yao_agent.messages import text_of
 from yao_agent.pipeline.state import RunState
@@ -51,15 +52,15 @@ class Expected:
 
 def response_format(state: RunState) -> dict[str, Any] | None:
     """The `response_format` of the run's model calls (see the module's doc for which one wins)."""
-    given = state.options.get("response_format")
+    given = state.options.call.response_format
     if given is not None:
-        return dict(as_mapping(given))
+        return dict(given)
     spec = state.assistant
     if spec.output is not None:
         schema = {"name": format_name(spec.id), "schema": dict(spec.output.schema)}
         return {"type": "json_schema", "json_schema": schema}
-    given = spec.options.get("response_format")
-    return dict(as_mapping(given)) if given is not None else None
+    given = CallOptions.of(spec.options).response_format
+    return dict(given) if given is not None else None
 
 
 def format_name(assistant_id: str) -> str:

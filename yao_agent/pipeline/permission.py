@@ -19,6 +19,7 @@ from yao_agent.messages import check_text, parse_input
 from yao_agent.pipeline import resume
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
+from yao_agent.pipeline.options import RunOptions
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunContext, RunRequest, RunState
 from yao_agent.store.records import RunRecord
@@ -46,6 +47,7 @@ async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = Fals
         await chat(rt, identity, valid_chat_id(chat_id), request.chat_must_exist)
     given = parse_input(request.messages) if request.resume is None or request.messages else []
     check_text(request.metadata, "metadata")  # it reaches prompts and hooks, which need text that encodes
+    options = RunOptions.of_request(request.options)
     run_id = rt.ids.new("run")
     run = RunRecord(
         id=run_id, chat_id=chat_id or rt.ids.new("chat"), user_id=identity.user_id, team_id=identity.team_id,
@@ -56,7 +58,7 @@ async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = Fals
     ctx = RunContext(request=request, identity=identity, assistant=assistant, run=run, out=EventChannel(),
                      buffer=Buffer(run_id, rt.ids.new, rt.clock), started_mono=rt.monotonic())  # fmt: skip
     return RunState(ctx=ctx, input=given, metadata=dict(request.metadata), locale=request.locale,
-                    options=dict(request.options))  # fmt: skip
+                    options=options)  # fmt: skip
 
 
 def usable(app: App, identity: Identity, assistant_id: str) -> AssistantSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from yao_agent.connectors import CallOptions
 from yao_agent.dsl.specs import PromptSpec
 from yao_agent.dsl.templates import render
 from yao_agent.errors import PromptError, RenderError
@@ -28,8 +29,9 @@ def variables(rt: Runtime, state: RunState) -> dict[str, Any]:
 
 def system_messages(rt: Runtime, state: RunState) -> list[dict[str, Any]]:
     spec = state.assistant
-    disable = state.options.get("disable_global_prompts", spec.disable_global_prompts)
-    preset = state.options.get("prompt_preset")
+    chosen_disable = state.options.disable_global_prompts
+    disable = chosen_disable if chosen_disable is not None else spec.disable_global_prompts
+    preset = state.options.prompt_preset
     own: tuple[PromptSpec, ...] = spec.prompt_presets.get(str(preset), spec.prompts) if preset else spec.prompts
     chosen = (() if disable else rt.app.config.prompts) + own
     if not chosen:
@@ -54,19 +56,11 @@ def _rendered(prompt: PromptSpec, values: dict[str, Any]) -> str:
         raise PromptError(exc.message, file=file, line=int(line) if line else None) from None
 
 
-# What a run's options (the request's, or the Create hook's) may set for each model call.
-CALL_OPTIONS = (
-    "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "presence_penalty",
-    "frequency_penalty", "logit_bias", "reasoning_effort", "parallel_tool_calls", "response_format",
-)  # fmt: skip
-
-
-def call_options(state: RunState) -> dict[str, Any]:
-    """The assistant's options, overridden by what the Create hook set for this run; the output schema's
-    `response_format` (pipeline/output.py) as the run's."""
-    options = dict(state.assistant.options)
-    options.update({k: state.options[k] for k in CALL_OPTIONS if k in state.options})
+def call_options(state: RunState) -> CallOptions:
+    """The assistant's options, overridden by what the request and the Create hook set for this run; the
+    output schema's `response_format` (pipeline/output.py) as the run's."""
+    options = CallOptions.of(state.assistant.options).over(state.options.call)
     answer_format = output.response_format(state)
     if answer_format is not None:
-        options["response_format"] = answer_format
+        options = options.over(CallOptions(response_format=answer_format))
     return options

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from yao_agent.base.aio import finish_despite_cancel
-from yao_agent.connectors import ModelRequest
+from yao_agent.connectors import CallOptions, ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import BudgetExceeded, OverBudget, RateLimited
 from yao_agent.identity import Identity
@@ -137,9 +137,10 @@ def most(chain: Sequence[ConnectorSpec], request: ModelRequest) -> float:
     return max(costs, default=0.0)
 
 
-def _output_tokens(connector: ConnectorSpec, options: Mapping[str, Any]) -> int:
-    asked = next((v for key in ("max_completion_tokens", "max_tokens") for v in (options.get(key),
-                  connector.options.get(key)) if isinstance(v, int) and not isinstance(v, bool)), None)  # fmt: skip
+def _output_tokens(connector: ConnectorSpec, options: CallOptions) -> int:
+    own = CallOptions.of(connector.options)
+    said = (options.max_completion_tokens, own.max_completion_tokens, options.max_tokens, own.max_tokens)
+    asked = next((v for v in said if isinstance(v, int) and not isinstance(v, bool)), None)
     cap = connector.capabilities.max_output_tokens
     if asked is None:
         return cap or OUTPUT_TOKENS

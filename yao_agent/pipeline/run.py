@@ -20,6 +20,7 @@ from yao_agent.ids import bind_run
 from yao_agent.pipeline import approvals, carry, close, connector, delegate, history, observe, turns
 from yao_agent.pipeline.admission import Admission, Ticket
 from yao_agent.pipeline.buffer import log
+from yao_agent.pipeline.outcomes import End, Wait
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
@@ -32,14 +33,15 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
     bind_run(run_id=run.id, chat_id=run.chat_id, trace_id=run.trace_id, team_id=state.identity.team_id,
               user_id=state.identity.user_id, assistant_id=run.assistant_id)  # fmt: skip
     await state.emit(StreamStart(run.id, run.chat_id, run.assistant_id, run.trace_id, run.app_version or ""))
-    outcome: BaseException | None = None
+    outcome: BaseException | Wait | None = None
     try:
         async with admission.enter(ticket) as cancelled_before_its_turn:  # 2. admission
             try:  # 3. buffer: everything below is flushed in `finally`, while the chat is still held
                 if cancelled_before_its_turn or state.cancel_requested:
                     raise asyncio.CancelledError
                 async with asyncio.timeout(rt.app.config.limits.timeout_s):
-                    await work(rt, state)
+                    ended = await work(rt, state)
+                outcome = ended if isinstance(ended, Wait) else None
             except TimeoutError:
                 outcome = RunTimeout(
                     f"the run took longer than {rt.app.config.limits.timeout_s:g} s (limits.timeout_s)"
@@ -60,16 +62,16 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
         observe.run_ended(state)  # stored by now: metrics and traces see what the store has
         await state.emit(close.stream_end(state))  # 10. close
         state.out.close()
-    if outcome is not None and not isinstance(outcome, RunError | asyncio.CancelledError):
+    if isinstance(outcome, BaseException) and not isinstance(outcome, RunError | asyncio.CancelledError):
         raise outcome  # a bug: stored and reported above, and not hidden from the caller
 
 
-async def work(rt: Runtime, state: RunState) -> None:
+async def work(rt: Runtime, state: RunState) -> End:
     state.children = delegate.Children(rt, turns.converse)  # how its hooks start child runs
     carry.restore(state)  # a resume continues the run it resumes: its counters, guards and choices
     await connector.resolve(rt, state)  # 4. connector
     await history.load(rt, state)  # 5. history, and the clean input written ahead
-    await turns.converse(rt, state)  # 6–9. Create hook, LLM, tools, Next hook / tool loop
+    return await turns.converse(rt, state)  # 6–9. Create hook, LLM, tools, Next hook / tool loop
 
 
 async def flush(rt: Runtime, state: RunState) -> None:

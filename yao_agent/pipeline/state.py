@@ -17,6 +17,8 @@ from yao_agent.metering.usage import RunUsage
 from yao_agent.pipeline.answers import Delegation
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
+from yao_agent.pipeline.options import RunOptions
+from yao_agent.pipeline.outcomes import Wait
 from yao_agent.store.records import Approval, ResumePoint, RunRecord, StepRecord
 from yao_agent.tools import Offer
 from yao_agent.vocabulary import OnBusy
@@ -32,7 +34,8 @@ class RunRequest:
     locale: str = "en"
     on_busy: OnBusy | None = None
     resume: ResumePoint | None = None
-    options: Mapping[str, Any] = field(default_factory=dict[str, Any])  # call options (temperature, ...)
+    # Call options over the assistant's (temperature, ...: RUN_CALL_OPTIONS, connectors/request.py).
+    options: Mapping[str, Any] = field(default_factory=dict[str, Any])
     # True: `chat_id` must name one of the caller's chats (over HTTP the server names new ones); False:
     # a chat of that id is started if there is none (the CLI's `--chat ID`).
     chat_must_exist: bool = False
@@ -43,23 +46,24 @@ class RunRequest:
 
 class ChildRuns(Protocol):
     """How a run starts a child run (a hook's `delegate` or `ctx.call`): handed to the run by the stage
-    that drives it, so the modules a hook reaches never import the turn loop back."""
+    that drives it, so the modules a hook reaches never import the turn loop back. A hand-over (or its
+    resume) gives the child's `Wait` when the child stopped for a person's approval, else None."""
 
-    async def hand_over(self, state: RunState, target: Delegation) -> None: ...
+    async def hand_over(self, state: RunState, target: Delegation) -> Wait | None: ...
     async def call(self, state: RunState, assistant_id: str, messages: Any) -> dict[str, Any]: ...
-    async def resume(self, parent: RunState, target: StepRecord) -> None: ...
+    async def resume(self, parent: RunState, target: StepRecord) -> Wait | None: ...
 
 
 class _NoChildren:
     """Until the driving stage hands a run its child runner (a run state made outside a run)."""
 
-    async def hand_over(self, state: RunState, target: Delegation) -> None:
+    async def hand_over(self, state: RunState, target: Delegation) -> Wait | None:
         raise DelegateError("this run cannot start child runs")
 
     async def call(self, state: RunState, assistant_id: str, messages: Any) -> dict[str, Any]:
         raise DelegateError("this run cannot start child runs")
 
-    async def resume(self, parent: RunState, target: StepRecord) -> None:
+    async def resume(self, parent: RunState, target: StepRecord) -> Wait | None:
         raise DelegateError("this run cannot start child runs")
 
 
@@ -104,7 +108,7 @@ class RunState:
     output_retries: int = 0  # answers sent back for not fitting the output schema (transition `output_retry`)
     metadata: dict[str, Any] = field(default_factory=dict[str, Any])
     locale: str = "en"
-    options: dict[str, Any] = field(default_factory=dict[str, Any])  # what the Create hook changed
+    options: RunOptions = field(default_factory=RunOptions)  # what the request and Create set (pipeline/options.py)
     tools: Offer | None = None  # the tools offered this run (and the servers that could not be had), on first use
     signatures: list[str] = field(default_factory=list[str])  # one per tool step, for loop detection
     tool_turns: int = 0  # model turns that answered tool results (the tool loop's count)

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from yao_agent.dsl.specs import McpUse
 from yao_agent.errors import ToolError
 from yao_agent.events import ToolResult
 from yao_agent.messages import ChatMessage, ToolCall
@@ -25,6 +24,7 @@ from yao_agent.pipeline import approvals, guards, journal
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
+from yao_agent.store.step_inputs import ToolRound
 from yao_agent.tools import Offer, ToolOutcome, ToolSpec
 from yao_agent.tools.outcome import failure
 from yao_agent.tools.validate import invalid_arguments
@@ -62,7 +62,8 @@ async def offered(rt: Runtime, state: RunState) -> Offer:
     A server that cannot be started is left out (with a warning naming it): the model is told its tools
     are unavailable, and a run that needs none of them goes on as usual."""
     if state.tools is None:
-        uses: Sequence[McpUse] = state.options.get("mcp_servers", state.assistant.mcp.servers)
+        chosen = state.options.mcp_servers
+        uses = chosen if chosen is not None else state.assistant.mcp.servers
         state.tools = await rt.tools.offer(uses) if uses else Offer([])
         for message in state.tools.unavailable.values():
             log.warning("run %s: the tools of a server are not offered: %s", state.run_id, message)
@@ -117,7 +118,7 @@ async def execute(
     stores the results it got; only the calls that had none are left for `close` to pair.
     """
     tools = (await offered(rt, state)).tools
-    step = state.buffer.begin("tool", {"calls": [c.to_step() for c in calls], "attempt": attempt}, state.thread_id)
+    step = state.buffer.begin("tool", ToolRound(tuple(calls), attempt), state.thread_id)
     finished: dict[int, _Done] = {}
     try:
         await _run_all(rt, state, calls, tools, attempt, finished, replacing or {})
@@ -176,7 +177,7 @@ def _cut_short(
 ) -> None:  # fmt: skip
     """The round stopped early: keep what finished; a resume runs only the calls that had no result."""
     _keep(state, [finished[index] for index in sorted(finished)])
-    step.input = {"calls": [c.to_step() for i, c in enumerate(calls) if i not in finished], "attempt": attempt}
+    step.input = ToolRound(tuple(c for i, c in enumerate(calls) if i not in finished), attempt)
     cancelled = isinstance(exc, asyncio.CancelledError)
     error = None if cancelled else {"message": type(_first(exc)).__name__}
     state.buffer.end(step, "cancelled" if cancelled else "failed", error=error)

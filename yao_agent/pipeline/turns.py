@@ -1,11 +1,12 @@
 """Stages 6–9 of one run (or child run) as a machine: every step returns what happens next.
 
-    Create hook → [ LLM → tools → Next hook | tool loop | standard ] → ... → Finish
+    Create hook → [ LLM → tools → Next hook | tool loop | standard ] → ... → Finish | Wait
 
 `converse` drives it, and nothing else loops. Each model turn is asked for by a `Continue` that says
 why (its transition, stored on the `llm` step: CONTRACT §4 "Transitions"); a `HandOver` gives the turn
 to another assistant; `Finish` ends the run normally (once its final answer fits the run's output
-schema, if it has one: pipeline/output.py). Failures are `RunError`s, raised where they
+schema, if it has one: pipeline/output.py); `Wait` stops it until a person decides on tool calls
+(approvals.py). The outcomes are pipeline/outcomes.py's. Failures are `RunError`s, raised where they
 happen. Every model call counts against `limits.max_turns`; repeated identical tool calls stop the
 run (`loop_detected`). A message appended to the chat while the run works is answered before the
 run finishes (transition `appended`).
@@ -14,12 +15,11 @@ run finishes (transition `appended`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from yao_agent.base.jsonvalue import as_mapping
+from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.errors import ModelError
-from yao_agent.messages import ChatMessage, ToolCall
+from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import (
     approvals,
     context,
@@ -32,11 +32,13 @@ from yao_agent.pipeline import (
     prompts,
     tool_round,
 )
-from yao_agent.pipeline.answers import Delegation, NextDecision
+from yao_agent.pipeline.answers import NextDecision
+from yao_agent.pipeline.options import RunOptions
+from yao_agent.pipeline.outcomes import Continue, End, Finish, HandOver, Outcome, Wait
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
-from yao_agent.store.journal import ANSWERED
 from yao_agent.store.records import StepRecord
+from yao_agent.store.step_inputs import Answered, HookCall, ToolRound
 from yao_agent.vocabulary import Transition
 
 LAST_WORD = (
@@ -49,39 +51,17 @@ RETRY_PROMPT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Continue:
-    """One more model turn, and why; `extra` is said to the model for this turn only."""
-
-    transition: Transition
-    extra: tuple[dict[str, Any], ...] = ()
-    with_tools: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class HandOver:
-    """Another assistant takes the turn (a hook's `delegate`); its reply is the turn's reply."""
-
-    target: Delegation
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """The run is done: its last reply stands."""
-
-
-Outcome = Continue | HandOver | Finish
-
-
-async def converse(rt: Runtime, state: RunState, resume_at: StepRecord | None = None) -> None:
-    """The stages; a resumed run (or a child of one, at `resume_at`) starts at the step it stopped at."""
+async def converse(rt: Runtime, state: RunState, resume_at: StepRecord | None = None) -> End:
+    """The stages; a resumed run (or a child of one, at `resume_at`) starts at the step it stopped at.
+    How it ended: done, or waiting for a person."""
     outcome = await _opening(rt, state, resume_at)
-    while not isinstance(outcome := await _checked(state, outcome), Finish):
+    while not isinstance(outcome := await _checked(state, outcome), Finish | Wait):
         if isinstance(outcome, HandOver):
-            await state.children.hand_over(state, outcome.target)
-            outcome = _unless_appended(state, Finish())
+            waits = await state.children.hand_over(state, outcome.target)
+            outcome = waits if waits is not None else _unless_appended(state, Finish())
         else:
             outcome = await _turn(rt, state, outcome)
+    return outcome
 
 
 async def _checked(state: RunState, outcome: Outcome) -> Outcome:
@@ -97,10 +77,12 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
     """Where the run starts: the step a resumed run stopped at, or the Create hook (6)."""
     step = delegate.resume_target(state.request.resume) if state.parent is None else resume_at
     if step is not None and step.thread_id != state.thread_id:
-        await state.children.resume(state, step)  # it stopped inside a child: only that child resumes
-        return Finish()
-    if step is not None and step.type in ("hook_next", "tool") and step.input is not None:
-        return await _resume_step(rt, state, step)
+        waits = await state.children.resume(state, step)  # it stopped inside a child: only that child resumes
+        return waits if waits is not None else Finish()
+    if step is not None and step.type == "hook_next" and isinstance(step.input, HookCall):
+        return await _resume_next(rt, state, step.input)  # a Next hook failed after the model replied
+    if step is not None and isinstance(step.input, ToolRound):
+        return await _resume_round(rt, state, step.input)
     if step is not None and step.type == "llm" and step.status == "interrupted":
         after = await _after_journal(rt, state, step)  # a killed run: on after its last committed step
         if after is not None:
@@ -118,7 +100,7 @@ async def _after_journal(rt: Runtime, state: RunState, step: StepRecord) -> Outc
     """Where an interrupted run goes on (store/journal.py chose): its last reply was complete (nothing is
     asked again), or its last round of tool results goes on as the uninterrupted run would have (the
     loop detector, the Next hook and the tool loop see it); None: it starts over."""
-    if as_mapping(step.input).get("resume") == ANSWERED:
+    if isinstance(step.input, Answered):
         return Finish()
     if step.transition == "tool_results":
         found = await _last_round(rt, state)
@@ -166,7 +148,7 @@ async def _turn(rt: Runtime, state: RunState, how: Continue) -> Outcome:
         return await _after_reply(rt, state, reply, [])
     waiting = approvals.needing(state, reply.tool_calls, (await tool_round.offered(rt, state)).tools)
     if waiting:  # none of the reply's calls runs before a person decides
-        await approvals.wait(state, reply.tool_calls, waiting, state.tool_attempt + 1)
+        return await approvals.wait(state, reply.tool_calls, waiting, state.tool_attempt + 1)
     executed = await tool_round.run_round(rt, state, reply)
     if isinstance(executed, tool_round.Correct):
         return Continue("tool_retry", ({"role": "system", "content": RETRY_PROMPT},))
@@ -254,22 +236,25 @@ def _tool_loop(
     return Continue("last_word", ({"role": "system", "content": LAST_WORD},), with_tools=False)
 
 
-async def _resume_step(rt: Runtime, state: RunState, step: StepRecord) -> Outcome:
-    """Run the step a run stopped at again, with what it was given."""
-    given: Any = step.input
-    if step.type == "hook_next":  # a Next hook failed after the model replied: only the hook runs again
-        payload, _ = given["args"]
-        decided = _decided(state, await next_hook.decide(rt, state, given["args"]))
-        return decided if decided is not None else _tool_loop(state, payload.get("tools") or [])
-    # The calls run again; each new result takes the place of the one stored for it when the run stopped.
-    calls = tuple(ToolCall.written(c["id"], c["name"], c["arguments"]) for c in given["calls"])
-    if given.get("require_approval"):  # a Create hook's policy holds in the run's continuation too
-        state.options.setdefault("require_approval", tuple(given["require_approval"]))
+async def _resume_next(rt: Runtime, state: RunState, given: HookCall) -> Outcome:
+    """Only the Next hook runs again, with what it was given."""
+    payload = as_mapping(given.args[0] if given.args else None)
+    decided = _decided(state, await next_hook.decide(rt, state, list(given.args)))
+    return decided if decided is not None else _tool_loop(state, as_list(payload.get("tools")))
+
+
+async def _resume_round(rt: Runtime, state: RunState, given: ToolRound) -> Outcome:
+    """The round's calls run again; each new result takes the place of the one stored for it when the run
+    stopped."""
+    calls = given.calls
+    if given.require_approval and state.options.require_approval is None:
+        # a Create hook's policy holds in the run's continuation too
+        state.options = state.options.over(RunOptions(require_approval=given.require_approval))
     waiting = approvals.needing(state, calls, (await tool_round.offered(rt, state)).tools)
     if waiting:  # undecided (a continuation of a run whose flush was lost): they wait again
-        await approvals.wait(state, calls, waiting, int(given.get("attempt", 1)))
+        return await approvals.wait(state, calls, waiting, given.attempt)
     decided = approvals.decisions(state)
-    ids = {c.id for c in calls}
+    ids = set(given.ids)
     stored = {m.tool_call_id: m.id for m in state.root.history if m.role == "tool" and m.tool_call_id in ids}
     state.conversation = [m for m in state.conversation if not (m["role"] == "tool" and m.get("tool_call_id") in ids)]
     reply = ChatMessage(rt.ids.new("msg"), "assistant", None, run_id=state.run_id, tool_calls=calls)

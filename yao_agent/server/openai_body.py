@@ -28,13 +28,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic_core import PydanticCustomError
 
 from yao_agent.base.structured import schema_problems
+from yao_agent.connectors.request import RUN_CALL_OPTIONS
 from yao_agent.errors import UsageError
 from yao_agent.messages import check_text
 from yao_agent.server.errors import InvalidParam
 
-# The request fields passed to the model call as they are (CONTRACT §6), besides `response_format`.
-CALL_FIELDS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "presence_penalty",
-               "frequency_penalty", "logit_bias", "reasoning_effort", "parallel_tool_calls")  # fmt: skip
+# The request fields passed to the model call as they are (CONTRACT §6), besides `response_format`: the
+# call options a run may set (connectors/request.py).
+CALL_FIELDS = tuple(name for name in RUN_CALL_OPTIONS if name != "response_format")
 TO_METADATA = ("user", "safety_identifier")
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 INT64 = 2**63

@@ -14,10 +14,11 @@ from typing import Any
 
 from sqlalchemy import bindparam, select, update
 
-from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.errors import ApprovalConflict
+from yao_agent.store import step_inputs
 from yao_agent.store.records import Approval
 from yao_agent.store.schema import approvals, messages, steps
+from yao_agent.store.step_inputs import ToolRound
 from yao_agent.store.tx import Sql, Tx
 
 NEW_MESSAGE = "the user sent a new message"
@@ -91,10 +92,14 @@ def deny_pending(tx: Tx, chat_id: str, user_id: str, now: float) -> None:
         tx.execute(DECIDE, _decided(denied) | {"run_id": run_id, "call_id": call_id})
     for run_id in set(pending.values()):
         for row in tx.all(WAITING_ROUNDS, {"run_id": run_id}):
-            for call in as_list(as_mapping(row.input).get("calls")):
-                call_id = str(as_mapping(call).get("id"))
+            for call_id in _round(row.input).ids:
                 said = denial(NEW_MESSAGE) if call_id in pending else f"not run: {NEW_MESSAGE}"
                 tx.execute(ANSWER_STAND_IN, {"content": said, "chat_id": chat_id, "run_id": run_id, "call_id": call_id})
+
+
+def _round(stored: Any) -> ToolRound:
+    given = step_inputs.read("tool", stored)
+    return given if isinstance(given, ToolRound) else ToolRound(())
 
 
 def denial(reason: str) -> str:

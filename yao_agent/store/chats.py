@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Integer, Text, bindparam, cast, delete, fa
 from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
-from yao_agent.store import approvals, journal, runlog
+from yao_agent.store import approvals, journal, runlog, step_inputs
 from yao_agent.store.engine import Database
 from yao_agent.store.records import Approval, ChatRecord, Loaded, ResumePoint, RunRecord, RunView, StepRecord
 from yao_agent.store.runlog import chat_record, team_of
@@ -134,7 +134,8 @@ def _run(row: Any) -> RunRecord:
 
 def _step(row: Any) -> StepRecord:
     return StepRecord(row.id, row.run_id, row.seq, row.type, row.status, row.started_at, row.thread_id,
-                      row.input, row.output, row.error, row.ended_at, row.transition)  # fmt: skip
+                      step_inputs.read(row.type, row.input), row.output, row.error, row.ended_at,
+                      row.transition)  # fmt: skip
 
 
 class ChatStore:

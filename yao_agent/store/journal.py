@@ -22,10 +22,10 @@ from sqlalchemy import bindparam, func, select
 from yao_agent.messages import ChatMessage
 from yao_agent.store import runlog
 from yao_agent.store.schema import messages, steps
+from yao_agent.store.step_inputs import Answered, ToolRound
 from yao_agent.store.tx import Sql, Tx
 
 STAND_IN = "interrupted: the process running this call stopped before it finished; a resume runs it again"
-ANSWERED = "answered"  # an interrupted `llm` step's input: the run's last reply was complete
 
 RUN_MESSAGES = Sql(
     select(*runlog.READ_COLUMNS)
@@ -57,11 +57,11 @@ def resume_step(tx: Tx, run_id: str, chat_id: str, error: Any, started_at: float
     open_calls = [c for c in reply.tool_calls if c.id not in answered] if reply is not None else []
     if open_calls:
         _stand_in(tx, chat_id, run_id, [c.id for c in open_calls], now)
-        return row | {"type": "tool", "input": {"calls": [c.to_step() for c in open_calls], "attempt": 1}}
+        return row | {"type": "tool", "input": ToolRound(tuple(open_calls)).to_json()}
     if last.role == "tool":
         failed = tx.scalar(LAST_TOOL_STEP, {"run_id": run_id}) == "recovered"
         return row | {"transition": "tool_retry" if failed else "tool_results"}
-    return row | {"input": {"resume": ANSWERED, "message_id": last.id}}
+    return row | {"input": Answered(last.id).to_json()}
 
 
 def _stand_in(tx: Tx, chat_id: str, run_id: str, call_ids: list[str], now: float) -> None:

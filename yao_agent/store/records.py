@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.messages import ChatMessage, iso_time
+from yao_agent.store.step_inputs import StepInput
 from yao_agent.vocabulary import RunStatus, StepStatus, StepType, TerminalReason, Transition
 
 if TYPE_CHECKING:
@@ -15,6 +16,17 @@ if TYPE_CHECKING:
 
 def iso(ts: float | None) -> str | None:
     return iso_time(ts) if ts is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSetting:
+    """A role mapped to connectors for one team or user (app.yml's `roles` are the app-wide ones)."""
+
+    scope_kind: str
+    scope_id: str
+    role: str
+    connectors: tuple[str, ...]
+    updated_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +76,8 @@ class RunRecord:
 
 @dataclass(slots=True)
 class StepRecord:
-    """One stage of a run. `input` is kept only when a resume may need to run the step again."""
+    """One stage of a run. `input` is kept only when a resume may need to run the step again (and by a hook
+    step, as the record of what the hook saw): store/step_inputs.py."""
 
     id: str
     run_id: str
@@ -73,7 +86,7 @@ class StepRecord:
     status: StepStatus
     started_at: float
     thread_id: str | None = None
-    input: Any = None
+    input: StepInput | None = None
     output: Any = None
     error: Any = None
     ended_at: float | None = None

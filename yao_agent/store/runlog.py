@@ -17,7 +17,7 @@ from sqlalchemy import Integer, bindparam, select, update
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, ToolCall, overlap, provider_messages
-from yao_agent.store import ledger
+from yao_agent.store import ledger, step_inputs
 from yao_agent.store.records import ChatRecord, RunRecord, StepRecord
 from yao_agent.store.schema import SUMMARY_ROLE, chats, messages, role_settings, runs, steps, tokens
 from yao_agent.store.tx import Sql, Tx
@@ -259,6 +259,6 @@ def _message(row: Any) -> ChatMessage:
 
 def _step_row(step: StepRecord) -> dict[str, Any]:
     return {"id": step.id, "run_id": step.run_id, "seq": step.seq, "type": step.type, "status": step.status,
-            "transition": step.transition, "thread_id": step.thread_id, "input": step.input,
+            "transition": step.transition, "thread_id": step.thread_id, "input": step_inputs.to_json(step.input),
             "output": step.output, "error": step.error, "started_at": step.started_at,
             "ended_at": step.ended_at}  # fmt: skip

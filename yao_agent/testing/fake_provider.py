@@ -28,6 +28,9 @@ HTTP routes (control routes let tests in another process script and inspect the 
     POST /_fake/reset           forget queues and recordings
 
 Anything else is a 404 in OpenAI's error shape.
+
+The server is this module; what it answers and records is its `FakeScript` (`yao_agent.testing.fake_script`),
+and how a reply is written on the wire, `yao_agent.testing.fake_responses`.
 """
 
 from __future__ import annotations
@@ -35,36 +38,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from typing import Any, Final, cast
 
 from aiohttp import web
 
+from yao_agent.testing.fake_responses import error_response, json_response, respond
 from yao_agent.testing.fake_scenarios import (
     SCENARIO_NAMES,
-    STAMP,
     JsonObject,
     RecordedRequest,
     Reply,
     UnknownScenario,
-    builtin_reply,
-    reply_for_model,
     reply_from_json,
-    scenario_key,
 )
-from yao_agent.testing.fake_wire import completion_body, error_json, stream_events
+from yao_agent.testing.fake_script import FakeScript, QueuedReply
 
-QueuedReply = Reply | str
-"""A scripted reply, or the name of a built-in scenario resolved when the request arrives (so `echo` works)."""
+__all__ = ["FakeProvider", "QueuedReply", "main"]
 
-_POLL_S: Final = 0.01
 # Long conversations and inline images exceed aiohttp's 1 MiB default; a fake must accept what a provider would.
 _MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 # Room for a thousand clients connecting at once (aiohttp's default is 128): connections that overflow the
@@ -72,36 +68,6 @@ _MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 _BACKLOG: Final = 4096
 _SHUTDOWN_TIMEOUT_S: Final = 1.0
 _STARTUP_TIMEOUT_S: Final = 30.0
-
-
-class _Stamped(bytes):
-    """An event whose STAMPs become the moment it is written."""
-
-    def now(self) -> bytes:
-        return self.replace(STAMP.encode(), f"{time.monotonic():.6f}".encode())
-
-
-def _sent(event: bytes) -> bytes:
-    return event.now() if isinstance(event, _Stamped) else event
-
-
-def _json_response(data: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=json.dumps(data).encode(), status=status, content_type="application/json", headers=headers)
-
-
-def _error_response(status: int, message: str, code: str | None = None) -> web.Response:
-    return web.Response(body=error_json(message, code), status=status, content_type="application/json")
-
-
-def _drop(request: web.Request) -> None:
-    """Close the TCP connection without ending the HTTP body, so the client sees a broken response."""
-    transport = request.transport
-    if transport is not None:
-        transport.close()
-
-
-def _clamp(mark: int | None, count: int) -> int | None:
-    return None if mark is None else min(mark, count)
 
 
 class FakeProvider:
@@ -118,73 +84,40 @@ class FakeProvider:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        self._default = default
+        self.script = FakeScript(default)
         self._host = host
         self._wanted_port = port
-        self._lock = threading.Lock()
-        self._queue: deque[QueuedReply] = deque()
-        self._model_queues: dict[str, deque[QueuedReply]] = {}
-        self._requests: list[RecordedRequest] = []
-        self._disconnects: list[RecordedRequest] = []
-        self._ids = itertools.count(1)
-        self._call_ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self._closing = False
         self._inflight: set[asyncio.Task[Any]] = set()
 
-    # -- scripting and inspection --------------------------------------------------------------------------
+    # -- scripting and inspection: the script's ------------------------------------------------------------
 
     def enqueue(self, *replies: QueuedReply, model: str | None = None) -> None:
         """Queue replies FIFO, for any model or only for `model` (its `provider/` prefix is ignored).
 
         Scenario names are checked now, so a typo fails where the test is written.
         """
-        for item in replies:
-            if isinstance(item, str):
-                builtin_reply(item)
-        with self._lock:
-            if model is None:
-                self._queue.extend(replies)
-            else:
-                self._model_queues.setdefault(scenario_key(model), deque()).extend(replies)
+        self.script.enqueue(*replies, model=model)
 
     def reset(self) -> None:
         """Forget queued replies, recordings and id counters, as if freshly started."""
-        with self._lock:
-            self._queue.clear()
-            self._model_queues.clear()
-            self._requests.clear()
-            self._disconnects.clear()
-            self._ids = itertools.count(1)
-            self._call_ids = itertools.count(1)
+        self.script.reset()
 
     @property
     def requests(self) -> list[RecordedRequest]:
         """Every chat-completions request so far, in arrival order (a snapshot)."""
-        with self._lock:
-            return list(self._requests)
+        return self.script.requests
 
     @property
     def disconnects(self) -> list[RecordedRequest]:
         """Requests whose client went away before their response was complete, in the order noticed."""
-        with self._lock:
-            return list(self._disconnects)
+        return self.script.disconnects
 
     async def wait_for_disconnects(self, n: int = 1, timeout: float = 5.0) -> list[RecordedRequest]:  # noqa: ASYNC109
-        """Wait until at least `n` disconnects were recorded; return them all.
-
-        It polls rather than awaiting an event so that it works from any event loop, including a
-        throwaway ``asyncio.run(...)`` in sync code while the server runs in its own thread.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            seen = self.disconnects
-            if len(seen) >= n:
-                return seen
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"saw {len(seen)} of {n} client disconnects within {timeout} s")
-            await asyncio.sleep(_POLL_S)
+        """Wait until at least `n` disconnects were recorded (from any event loop); return them all."""
+        return await self.script.wait_for_disconnects(n, timeout)
 
     # -- running -------------------------------------------------------------------------------------------
 
@@ -273,12 +206,12 @@ class FakeProvider:
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=_MAX_REQUEST_BYTES)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
-        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/v1/models", _models)
         app.router.add_post("/_fake/enqueue", self._control_enqueue)
         app.router.add_get("/_fake/requests", self._control_requests)
         app.router.add_get("/_fake/disconnects", self._control_disconnects)
         app.router.add_post("/_fake/reset", self._control_reset)
-        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        app.router.add_route("*", "/{tail:.*}", _not_found)
         return app
 
     # -- the model -----------------------------------------------------------------------------------------
@@ -291,43 +224,14 @@ class FakeProvider:
             body = None
         headers = {key.lower(): value for key, value in request.headers.items()}
         record = RecordedRequest.parse(request.path, headers, body, time.time())
-        with self._lock:
-            self._requests.append(record)
+        self.script.record(record)
         if not isinstance(body, dict):
-            return _error_response(400, "We could not parse the JSON body of your request.")
+            return error_response(400, "We could not parse the JSON body of your request.")
         try:
-            reply = self._choose(record, request.headers.get("X-Fake-Scenario"))
+            reply = self.script.choose(record, request.headers.get("X-Fake-Scenario"))
         except UnknownScenario as exc:
-            return _error_response(400, str(exc), "unknown_scenario")
+            return error_response(400, str(exc), "unknown_scenario")
         return await self._serve_watched(request, record, reply)
-
-    def _choose(self, record: RecordedRequest, header_scenario: str | None) -> Reply:
-        if header_scenario:
-            return builtin_reply(header_scenario, record.messages)
-        item = self._pop(record.model)
-        if isinstance(item, str):
-            return builtin_reply(item, record.messages)
-        if item is not None:
-            return item
-        if self._default is None:
-            return reply_for_model(record.model, record.messages)
-        try:
-            return self._default(record)
-        except Exception as exc:  # the user's function; report it to their client instead of a bare 500
-            return Reply(status=500, error_message=f"the fake provider's default() raised {exc!r}")
-
-    def _pop(self, model: str) -> QueuedReply | None:
-        with self._lock:
-            queue = self._model_queues.get(scenario_key(model))
-            if queue:
-                return queue.popleft()
-            return self._queue.popleft() if self._queue else None
-
-    def _new_ids(self, reply: Reply) -> tuple[str, list[str]]:
-        with self._lock:
-            completion_id = f"chatcmpl-fake{next(self._ids)}"
-            call_ids = [call.id or f"call_{next(self._call_ids)}" for call in reply.tool_calls]
-        return completion_id, call_ids
 
     async def _serve_watched(self, request: web.Request, record: RecordedRequest, reply: Reply) -> web.StreamResponse:
         """Serve `reply`, recording the client if it goes away before the response is complete."""
@@ -335,7 +239,7 @@ class FakeProvider:
         assert task is not None  # aiohttp runs every handler in a task
         self._inflight.add(task)
         try:
-            return await self._respond(request, record, reply)
+            return await respond(request, record, reply, self.script.new_ids(reply))
         except asyncio.CancelledError:
             self._note_disconnect(record)
             raise
@@ -346,101 +250,38 @@ class FakeProvider:
             self._inflight.discard(task)
 
     def _note_disconnect(self, record: RecordedRequest) -> None:
-        if not self._closing:
-            with self._lock:
-                self._disconnects.append(record)
+        if not self._closing:  # a response the fake itself ended on closing is no client's disconnect
+            self.script.record_disconnect(record)
 
-    async def _respond(self, request: web.Request, record: RecordedRequest, reply: Reply) -> web.StreamResponse:
-        if reply.first_byte_delay_s:
-            await asyncio.sleep(reply.first_byte_delay_s)
-        if reply.is_error:
-            headers = {} if reply.retry_after is None else {"retry-after": f"{reply.retry_after:g}"}
-            return _json_response(reply.error_body(), reply.status, headers)
-        completion_id, call_ids = self._new_ids(reply)
-        meta: JsonObject = {"completion_id": completion_id, "model": record.model, "created": int(time.time())}
-        if not record.stream:
-            return await self._respond_whole(request, reply, completion_body(reply, call_ids=call_ids, **meta))
-        events = stream_events(reply, call_ids=call_ids, include_usage=record.include_usage, **meta)
-        return await self._respond_stream(request, reply, events, completion_id)
-
-    async def _respond_whole(self, request: web.Request, reply: Reply, body: JsonObject) -> web.StreamResponse:
-        if reply.drop_after is not None:
-            _drop(request)
-            return web.Response()  # aiohttp finds the connection closed and sends nothing
-        if reply.stall_after is not None:
-            await asyncio.sleep(reply.stall_s)
-        return _json_response(body, headers={"x-request-id": f"req_{body['id']}"})
-
-    async def _respond_stream(
-        self, request: web.Request, reply: Reply, events: list[bytes], completion_id: str
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-                "x-request-id": f"req_{completion_id}",
-            }
-        )
-        await response.prepare(request)
-        if reply.stamp:
-            events = [_Stamped(event) for event in events]
-        if not (reply.delay_s or reply.stall_after is not None or reply.drop_after is not None):
-            await response.write_eof(b"".join(map(_sent, events)))  # the common case: the whole body in one write
-            return response
-        stall_at, drop_at = _clamp(reply.stall_after, len(events)), _clamp(reply.drop_after, len(events))
-        sent = 0
-        for mark in sorted({mark for mark in (stall_at, drop_at, len(events)) if mark is not None}):
-            await self._write_events(response, events, sent, mark, reply.delay_s)
-            sent = mark
-            if mark == stall_at:
-                await asyncio.sleep(reply.stall_s)
-            if mark == drop_at:
-                _drop(request)
-                return response
-        await response.write_eof()
-        return response
-
-    @staticmethod
-    async def _write_events(
-        response: web.StreamResponse, events: list[bytes], start: int, stop: int, delay: float
-    ) -> None:
-        """Write events[start:stop]: in one write when there is no pacing, else one per `delay` seconds."""
-        if not delay:
-            if stop > start:
-                await response.write(b"".join(map(_sent, events[start:stop])))
-            return
-        for index in range(start, stop):
-            if index:
-                await asyncio.sleep(delay)
-            await response.write(_sent(events[index]))
-
-    # -- other routes --------------------------------------------------------------------------------------
-
-    async def _models(self, request: web.Request) -> web.Response:
-        names = [name.replace(":N", ":20").replace(":MS", ":100") for name in SCENARIO_NAMES]
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": "yao-agent-fake"} for name in names]
-        return _json_response({"object": "list", "data": data})
-
-    async def _not_found(self, request: web.Request) -> web.Response:
-        return _error_response(404, f"Invalid URL ({request.method} {request.path})", "unknown_url")
+    # -- control routes ------------------------------------------------------------------------------------
 
     async def _control_enqueue(self, request: web.Request) -> web.Response:
         try:
             model, replies = _parse_enqueue(json.loads(await request.read()))
             self.enqueue(*replies, model=model)
         except ValueError as exc:  # includes bad JSON and unknown scenario names
-            return _error_response(400, str(exc), "invalid_enqueue")
-        return _json_response({"queued": len(replies)})
+            return error_response(400, str(exc), "invalid_enqueue")
+        return json_response({"queued": len(replies)})
 
     async def _control_requests(self, request: web.Request) -> web.Response:
-        return _json_response({"requests": [record.to_json() for record in self.requests]})
+        return json_response({"requests": [record.to_json() for record in self.requests]})
 
     async def _control_disconnects(self, request: web.Request) -> web.Response:
-        return _json_response({"disconnects": [record.to_json() for record in self.disconnects]})
+        return json_response({"disconnects": [record.to_json() for record in self.disconnects]})
 
     async def _control_reset(self, request: web.Request) -> web.Response:
         self.reset()
-        return _json_response({"reset": True})
+        return json_response({"reset": True})
+
+
+async def _models(request: web.Request) -> web.Response:
+    names = [name.replace(":N", ":20").replace(":MS", ":100") for name in SCENARIO_NAMES]
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "yao-agent-fake"} for name in names]
+    return json_response({"object": "list", "data": data})
+
+
+async def _not_found(request: web.Request) -> web.Response:
+    return error_response(404, f"Invalid URL ({request.method} {request.path})", "unknown_url")
 
 
 def _parse_enqueue(data: object) -> tuple[str | None, list[QueuedReply]]:

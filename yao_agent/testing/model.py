@@ -292,7 +292,7 @@ class ScriptedModel(ModelDouble):
 
 def _recorded(connector: ConnectorSpec, request: ModelRequest, environ: Mapping[str, str] | None) -> RecordedRequest:
     """The call as the `openai` engine would put it on the wire (its `call_params`, then the stream flags)."""
-    params: dict[str, Any] = {**connector.options, **request.options, "model": connector.model}
+    params: dict[str, Any] = {**connector.options, **request.options.to_json(), "model": connector.model}
     params["messages"] = list(request.messages)
     if request.tools:
         params["tools"] = list(request.tools)

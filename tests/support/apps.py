@@ -6,6 +6,8 @@ import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
+from yao_agent.dsl import check_app
+
 MINIMAL = {
     "app.yml": "roles:\n  default: demo.echo\n",
     "connectors/demo/echo.yml": "type: scripted\nrules:\n  - reply: 'You said: {{ last_user }}'\n",
@@ -26,3 +28,11 @@ def make_app(root: Path, files: Mapping[str, str | bytes | None], *, base: Mappi
         else:
             path.write_text(textwrap.dedent(content), encoding="utf-8")
     return root
+
+
+def errors(root: Path) -> list[str]:
+    return [str(p) for p in check_app(root).errors]
+
+
+def warnings(root: Path) -> list[str]:
+    return [str(p) for p in check_app(root).warnings]

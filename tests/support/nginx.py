@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.test_serve import free_port, said
+from tests.support import REPO
+from tests.support.servers import said
+from tests.support.waits import free_port
 
-REPO = Path(__file__).resolve().parents[2]
 DOCUMENTED = REPO / "docs" / "deploy" / "nginx.conf"
 NGINX = os.environ.get("YAO_AGENT_NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
 REQUIRE_SERVICES = os.environ.get("YAO_AGENT_REQUIRE_SERVICES") == "1"

@@ -79,3 +79,14 @@ def assemble(events: Sequence[CallEvent]) -> Assembled:
         if not isinstance(event, Fallback | FailedTry):
             out.add(event)
     return out
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]

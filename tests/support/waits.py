@@ -9,9 +9,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SERVERS_PY = str(REPO / "tests" / "tools" / "servers.py")
-
 
 def free_port() -> int:
     with socket.socket() as sock:

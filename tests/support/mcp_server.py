@@ -1,7 +1,7 @@
 """A small MCP server with one tool per behaviour the tool manager must handle.
 
-Used in-process (`server`), over stdio (`python tests/tools/servers.py`) and over streamable
-HTTP (`python tests/tools/servers.py http PORT`).
+Used in-process (`server`), over stdio (`python tests/support/mcp_server.py`) and over streamable
+HTTP (`python tests/support/mcp_server.py http PORT`).
 """
 
 from __future__ import annotations
