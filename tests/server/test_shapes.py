@@ -200,7 +200,7 @@ async def operating(api: Api) -> None:
     await api.call("GET", "/api/app", 403, who="carol")
     await api.call("GET", "/healthz", 200, who=None)
     await api.call("GET", "/readyz", 200, who=None)
-    api.runs.draining = True
+    api.runs.process.draining = True
     await api.call("GET", "/readyz", 503, who=None)
 
 
