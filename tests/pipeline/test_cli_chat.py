@@ -22,6 +22,7 @@ from tests.support.cli import Terminal, cli
 from tests.support.runtimes import app_files
 from yao_agent.cli.chat import Renderer, terminal_logging
 from yao_agent.events import StreamEnd
+from yao_agent.shapes import UsageOut
 from yao_agent.testing import FakeProvider, Reply
 
 
@@ -163,19 +164,23 @@ def test_warnings_reach_the_terminal_as_one_line_without_a_traceback(monkeypatch
         assert root.handlers == []  # a developer who asks gets Python's own output, tracebacks included
 
 
+def used(tokens: int, cost_usd: float | None = None) -> UsageOut:
+    return {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens, "cost_usd": cost_usd, "calls": 1}
+
+
 def test_the_closing_line_says_how_long_the_user_waited_and_how_long_the_run_took() -> None:
     out, now = io.StringIO(), [100.0]
     renderer = Renderer(out, as_json=False, started=88.0, clock=lambda: now[0])
-    renderer.show(StreamEnd("run_1", "completed", "completed", {"total_tokens": 60}, duration_ms=1000))
+    renderer.show(StreamEnd("run_1", "completed", "completed", used(60), duration_ms=1000))
     assert out.getvalue() == "── completed · 60 tokens · 12.0 s (run 1.0 s)\n"
     priced = io.StringIO()
     Renderer(priced, as_json=False, started=88.0, clock=lambda: now[0]).show(
-        StreamEnd("run_1", "completed", "completed", {"total_tokens": 60, "cost_usd": 0.00042}, duration_ms=1000)
+        StreamEnd("run_1", "completed", "completed", used(60, 0.00042), duration_ms=1000)
     )
     assert priced.getvalue() == "── completed · 60 tokens · $0.0004 · 12.0 s (run 1.0 s)\n"  # what the run cost
     as_json = io.StringIO()
     Renderer(as_json, as_json=True, started=88.0, clock=lambda: now[0]).show(
-        StreamEnd("run_1", "completed", "completed", {"total_tokens": 60}, duration_ms=1000)
+        StreamEnd("run_1", "completed", "completed", used(60), duration_ms=1000)
     )
     assert json.loads(as_json.getvalue())["duration_ms"] == 1000  # --json keeps the run's own figure
 
