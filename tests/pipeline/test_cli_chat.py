@@ -165,8 +165,7 @@ def test_warnings_reach_the_terminal_as_one_line_without_a_traceback(monkeypatch
 
 
 def used(tokens: int, cost_usd: float | None = None) -> UsageOut:
-    return {"input_tokens": tokens // 2, "output_tokens": tokens - tokens // 2, "total_tokens": tokens,
-            "cost_usd": cost_usd, "calls": 1}  # fmt: skip
+    return {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens, "cost_usd": cost_usd, "calls": 1}
 
 
 def test_the_closing_line_says_how_long_the_user_waited_and_how_long_the_run_took() -> None:

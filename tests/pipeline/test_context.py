@@ -277,7 +277,7 @@ async def test_a_summary_whose_first_link_is_down_records_the_failed_try(
             assert end.status == "completed"
         assert end is not None
         view = await runs_of(rt).run_view(ALICE, "c1", end.run_id)
-        steps = [s for s in view.to_api()["steps"] if s["type"] == "llm"]
+        steps: list[dict[str, Any]] = [dict(s) for s in view.to_api()["steps"] if s["type"] == "llm"]
         at = next(i for i, s in enumerate(steps) if s.get("connector") == "fake.down")
         tried, summary = steps[at], steps[at + 1]
         assert (tried["status"], tried["model"], tried["error"]["kind"]) == ("recovered", "down", "server")

@@ -52,7 +52,8 @@ async def steps_shown(rt: Runtime, chat_id: str, run_id: str) -> list[dict[str, 
     """The run's steps as GET /api/chats/{id}/runs/{run_id} shows them."""
     view = await rt.store.run_view(ALICE, chat_id, run_id)
     assert view is not None
-    return [dict(step) for step in view.to_api()["steps"]]
+    steps: list[dict[str, Any]] = [dict(step) for step in view.to_api()["steps"]]
+    return steps
 
 
 def models_asked(fake: ScriptedModel) -> list[str]:

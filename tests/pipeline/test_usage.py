@@ -125,7 +125,7 @@ async def test_a_reply_cut_off_midway_counts_what_was_sent_and_said(
         view = await rt.store.run_view(ALICE, "c1", end.run_id)
         assert view is not None
         [step] = view.to_api()["steps"]
-        assert step["usage"] == {"input_tokens": tokens_in, "output_tokens": tokens_out, "cost_usd": cost,
+        assert step.get("usage") == {"input_tokens": tokens_in, "output_tokens": tokens_out, "cost_usd": cost,
                                  "estimated": True}  # fmt: skip
     finally:
         await rt.engines.aclose()
@@ -192,7 +192,7 @@ async def test_a_message_says_which_link_of_a_fallback_chain_answered(
         assert end.status == "completed"
         [answer] = [m for m in await rt.store.history(ALICE, "c1") if m.role == "assistant"]
         assert (answer.connector, answer.model) == ("fake.model", "text")
-        assert answer.to_api()["connector"] == "fake.model" and answer.to_api()["model"] == "text"
+        assert answer.to_api().get("connector") == "fake.model" and answer.to_api().get("model") == "text"
         [user] = [m.to_api() for m in await rt.store.history(ALICE, "c1") if m.role == "user"]
         assert "connector" not in user
     finally:

@@ -21,21 +21,20 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.support.mcp_server import server as testing_server
 from tests.support.runtimes import app_files, make_runtime
 from tests.support.servers import TENANTS
+from tests.support.tools import in_process
 from yao_agent.identity import OPERATOR
 from yao_agent.server.app import create_app
 from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
-from yao_agent.tools import ToolManager
 
 Validator: Any = jsonschema.Draft202012Validator  # (jsonschema has no type hints)
 
 FILES = {
     "connectors/demo/echo.yml": "type: scripted\nrules:\n  - reply: 'echo: {{ last_user }}'\n",
-    "mcps/testing.yml": "command: python\nargs: [-m, tests.tools.servers]\n",
+    "mcps/testing.yml": "command: python\nargs: [-m, tests.support.mcp_server]\n",
     "assistants/payer/assistant.yml": "name: Payer\nmcp:\n  servers: [{server: testing, approve: [add]}]\n",
     "assistants/city/assistant.yml": "name: City\noutput:\n  schema: {type: object, required: [name]}\n",
 }
@@ -101,8 +100,7 @@ class Api:
 @pytest.fixture
 async def api(tmp_path: Path, store: SqlStore) -> AsyncIterator[Api]:
     model = ScriptedModel()
-    rt = make_runtime(tmp_path / "app", store, {**app_files(model.base_url), **FILES}, model=model)
-    rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
+    rt = in_process(make_runtime(tmp_path / "app", store, {**app_files(model.base_url), **FILES}, model=model))
     runs = Runs(rt)
     tokens = {name: await store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
     transport = httpx.ASGITransport(app=create_app(runs))

@@ -13,6 +13,7 @@ from yao_agent.events import MessageDelta, MessageStart, StreamEnd, to_dict, to_
 from yao_agent.pipeline import RunHandle
 from yao_agent.server.openai_compat import _chunk, _Pieces  # pyright: ignore[reportPrivateUsage]
 from yao_agent.server.sse import OUTLET_KEY, EventStream, Outlet
+from yao_agent.shapes import UsageOut
 
 
 class Connection:
@@ -82,6 +83,9 @@ async def test_a_cancel_from_elsewhere_is_not_taken_for_the_client_leaving() -> 
     assert response.cancelled()
 
 
+USED: UsageOut = {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3, "cost_usd": None, "calls": 1}
+
+
 def test_a_text_delta_is_written_as_every_event_is() -> None:
     texts = ["tok ", "", 'q"b\\s\n\t\u2028é😀\ud800\x00']
     events = [MessageDelta("run_1", "msg_1", kind, text=t) for t in texts for kind in ("text", "reasoning")]
@@ -89,13 +93,7 @@ def test_a_text_delta_is_written_as_every_event_is() -> None:
         MessageDelta("run_1", "msg_1", "text", text="x", thread_id="th_1"),
         MessageDelta("run_1", "msg_1", "tool_call", tool_call_id="c1", name="f", arguments='{"a"'),
         MessageStart("run_1", "msg_1", "text"),
-        StreamEnd(
-            "run_1",
-            "completed",
-            "completed",
-            {"input_tokens": 1, "output_tokens": 0, "total_tokens": 1, "cost_usd": None, "calls": 1},
-            5,
-        ),
+        StreamEnd("run_1", "completed", "completed", USED, 5),
     ]
     for event in events:
         generic = json.dumps(to_dict(event), ensure_ascii=False, separators=(",", ":"), default=str)

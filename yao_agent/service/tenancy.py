@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from yao_agent.dsl.refs import HANDFUL, unknown
 from yao_agent.errors import NotFound, UsageError
 from yao_agent.identity import Identity
 from yao_agent.service import teams
 from yao_agent.service.process import Process
-from yao_agent.shapes import BudgetsOut, UsageReportOut
 from yao_agent.store.protocol import TenancyStore
 from yao_agent.store.records import RoleSetting
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import BudgetsOut, UsageReportOut
 
 ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # app.yml's role names, within the store's 128
 
