@@ -212,7 +212,7 @@ def test_the_tests_import_only_the_support_package_of_the_suite() -> None:
                 base = "." * node.level + (node.module or "")
                 targets = [f"{base}.{alias.name}" for alias in node.names]
             else:
-                targets = []
+                continue
             for target in targets:
                 inside = target.split(".")[0] == "tests" and target.split(".")[1:2] != ["support"]
                 leaves = target.split(".")
