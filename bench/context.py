@@ -40,8 +40,9 @@ WHO = Identity("bench")
 
 def big_request(tokens: int = 100_000) -> list[dict[str, Any]]:
     """About `tokens` tokens (by o200k) of the repository's own prose, code and JSON, in 40 messages."""
-    texts = [p.read_text("utf-8") for p in (REPO / "README.md", REPO / "yao_agent" / "tokens.py",
-                                             REPO / "yao_agent" / "dsl" / "schemas" / "assistant.json")]  # fmt: skip
+    prose = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    texts = [p.read_text("utf-8") for p in (*prose, REPO / "yao_agent" / "metering" / "tokens.py",
+                                            REPO / "yao_agent" / "dsl" / "schemas" / "assistant.json")]  # fmt: skip
     encoding = load_encoding("o200k_base")
     assert encoding is not None
     corpus, size = "", 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.apps import make_app
-from yao_agent.store.protocol import Store
+from yao_agent.store.protocol import RunStore
 
 PACKAGE = Path(__file__).resolve().parents[1] / "yao_agent"
 REPO = PACKAGE.parent
@@ -152,9 +152,9 @@ def store_calls(path: Path) -> Iterator[str]:
 
 
 def test_the_pipeline_reaches_the_store_only_through_the_store_protocol() -> None:
-    """A run's stages call only what `Store` (store/protocol.py) declares, and import none of the SQL
+    """A run's stages call only what `RunStore` (store/protocol.py) declares, and import none of the SQL
     store's parts: a store of another kind, or a test's, serves a run by implementing that protocol."""
-    declared = {name for name in vars(Store) if not name.startswith("_")}
+    declared = {name for name in vars(RunStore) if not name.startswith("_")}
     found = modules()
     stages = {name: path for name, path in found.items() if name.startswith("yao_agent.pipeline.")}
     called = {(name, method) for name, path in stages.items() for method in store_calls(path)}
@@ -219,3 +219,34 @@ def test_the_tests_import_only_the_support_package_of_the_suite() -> None:
                 if inside or any(part.startswith("test_") or part == "conftest" for part in leaves):
                     wrong.append(f"{path.relative_to(REPO)}:{node.lineno} imports {target}")
     assert wrong == []
+
+
+def oversized(limit_methods: int = 25, limit_lines: int = 60) -> tuple[list[str], list[str]]:
+    """The package's classes with more than `limit_methods` methods, and its functions (methods too) of more
+    than `limit_lines` lines, from `def` to their last line."""
+    classes: list[str] = []
+    functions: list[str] = []
+    for name, path in sorted(modules().items()):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+                if len(methods) > limit_methods:
+                    classes.append(f"{name}.{node.name}: {len(methods)} methods")
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit_lines:
+                    functions.append(f"{name}.{node.name}: {lines} lines")
+    return classes, functions
+
+
+def test_no_class_has_more_than_25_methods_and_no_function_more_than_60_lines() -> None:
+    """A class of more than 25 methods serves more than one concern, and a function of more than 60 lines
+    takes more than one step: split them (as `Runs` was into runs, chats, tenancy and the process)."""
+    assert oversized() == ([], [])
+
+
+def test_the_size_scan_sees_classes_and_functions() -> None:
+    """The scan finds what is over a limit (else a change to the AST walk could make it pass on nothing)."""
+    classes, functions = oversized(limit_methods=10, limit_lines=40)
+    assert any(found.startswith("yao_agent.service.runs.Runs: ") for found in classes)
+    assert functions

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
+from tests.support.docs import text
 from yao_agent.metering.tokens import (
     CALL_TOKENS,
     ESTIMATE,
@@ -32,6 +33,7 @@ from yao_agent.metering.tokens import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+ENGLISH = ("index.md", "guides/context.md", "guides/structured-output.md", "guides/runs.md")  # the docs' prose
 
 ZH = (
     "人工智能助手正在改变我们与计算机互动的方式。过去，用户需要学习复杂的命令和菜单，现在只需用"
@@ -80,7 +82,7 @@ def samples() -> dict[str, str]:
     code = "".join(p.read_text("utf-8") for p in sorted((ROOT / "yao_agent" / "pipeline").glob("*.py"))[:6])
     schema = json.loads((ROOT / "yao_agent" / "dsl" / "schemas" / "connector.json").read_text("utf-8"))
     return {
-        "english": (ROOT / "README.md").read_text("utf-8")[:20000],
+        "english": "".join(text(page) for page in ENGLISH)[:20000],
         "python": code[:20000],
         "javascript": (ROOT / "yao_agent" / "server" / "web" / "app.js").read_text("utf-8")[:20000],
         "json (indented)": json.dumps(schema, indent=2),

@@ -1,6 +1,6 @@
 """What users read cites nothing they do not have: no section of the project's internal contract in
-the README, the docs, the OpenAPI document or any command's help; and the README's examples reach the
-server where it listens by default."""
+the README, the docs, the OpenAPI document or any command's help; and the examples of the README and the
+docs reach the server where it listens by default."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docs import pages
 from yao_agent.cli import build_parser
 from yao_agent.server.app import create_app
 from yao_agent.service.runs import Runs
@@ -33,8 +34,8 @@ def test_the_docs_cite_no_internal_contract(path: Path) -> None:
     assert cited(path.read_text("utf-8")) == []
 
 
-def test_the_readme_examples_call_the_server_on_its_default_port() -> None:
-    text = (REPO / "README.md").read_text("utf-8")
+def test_the_examples_call_the_server_on_its_default_port() -> None:
+    text = "".join(page.read_text("utf-8") for page in pages())
     ports = re.findall(r"(?:localhost|127\.0\.0\.1):(\d+)/(?:api|v1|healthz|readyz|metrics)", text)
     assert ports, "the scan found no example: it no longer sees them"
     assert sorted(set(ports)) == [DEFAULT_PORT]

@@ -1,7 +1,7 @@
 """yao-agent: assistants in YAML, hooks in JavaScript, one streaming pipeline that never loses a run.
 
-Embedding it: `Runs` starts, streams, resumes, cancels and appends to runs (see the README's "Embedding:
-the Python API"); a run streams the typed events below and ends with exactly one `StreamEnd`.
+Embedding it: `Runs` starts, streams, resumes, cancels and appends to runs (see
+docs/guides/embedding.md); a run streams the typed events below and ends with exactly one `StreamEnd`.
 """
 
 import os as _os
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 # The run service and the pipeline take a third of a second to import, the YAML loader a tenth; a
 # command pays only for what it uses (`--help` for none of them): these load on first use.
-_LAZY = {"Runs": "runs", "RunHandle": "pipeline", "RunRequest": "pipeline", "RunResult": "pipeline",
+_LAZY = {"Runs": "service.runs", "RunHandle": "pipeline", "RunRequest": "pipeline", "RunResult": "pipeline",
          "Runtime": "pipeline", "App": "dsl", "check_app": "dsl", "load_app": "dsl"}  # fmt: skip
 
 

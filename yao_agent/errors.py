@@ -38,8 +38,18 @@ Messages never contain secret values: errors name variables and files, never wha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 from yao_agent.vocabulary import ModelErrorKind, TerminalReason
+
+
+class Exit(IntEnum):
+    """The `yao-agent` command's exit codes, here once (the CLI reference lists them from this)."""
+
+    OK = 0  # done
+    FAILED = 1  # a run failed, or the command could not do what it was asked (a missing $ENV value, a store down)
+    USAGE = 2  # what was asked is wrong: bad arguments, an app that does not validate, no such chat
+    INTERRUPTED = 130  # Ctrl-C
 
 
 class YaoAgentError(Exception):

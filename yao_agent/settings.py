@@ -22,6 +22,7 @@ HOOK_WORKERS = "YAO_AGENT_HOOK_WORKERS"
 METRICS_TOKEN = "YAO_AGENT_METRICS_TOKEN"
 DEBUG = "YAO_AGENT_DEBUG"
 METRICS_FOLDER = "PROMETHEUS_MULTIPROC_DIR"
+LEASE_TTL = "YAO_AGENT_LEASE_TTL_S"
 
 VARIABLES: Mapping[str, str] = {
     APP: "the app folder, when `--app` is not given (default: the current folder)",
@@ -30,6 +31,7 @@ VARIABLES: Mapping[str, str] = {
     HOOK_WORKERS: "how many processes run hooks (default: one per core, 2 to 4)",
     METRICS_TOKEN: "the bearer token `/metrics` asks for (default: none; it takes no user token)",
     DEBUG: "`1` shows the traceback of an internal error (default: one line)",
+    LEASE_TTL: "seconds a chat's lease lives without renewal, across processes sharing PostgreSQL (default: 15)",
     METRICS_FOLDER: "where `serve --workers N` keeps its workers' metrics (default: a temporary folder)",
 }
 
@@ -49,3 +51,9 @@ def store(flag: str | None, app: App, environ: Mapping[str, str] | None = None) 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:
     return (os.environ if environ is None else environ).get(DEBUG) == "1"
+
+
+def lease_ttl_s(default: float, environ: Mapping[str, str] | None = None) -> float:
+    """How long a dead process holds a chat's lease: $YAO_AGENT_LEASE_TTL_S, else `default`."""
+    raw = (os.environ if environ is None else environ).get(LEASE_TTL)
+    return float(raw) if raw else default

@@ -17,8 +17,8 @@ import pytest
 
 from tests.support.apps import make_app
 from tests.support.cli import Cli
-from tests.support.hooks import Make, hooked
 from tests.support.clock import Clock
+from tests.support.hooks import Make, hooked
 from tests.support.quota import Quota
 from tests.support.runtimes import app_files, close, make_runtime
 from tests.support.tools import APPROVING, SERVERS_PY, in_process, tooled

@@ -70,8 +70,8 @@ async def test_a_call_to_approve_stops_the_run_before_any_call_runs(
     assert [(m.role, m.tool_call_id) for m in history] == [("user", None), ("assistant", None), ("tool", "t1"),
                                                            ("tool", "a1")]  # fmt: skip
     assert all(str(m.content).startswith("waiting:") for m in history if m.role == "tool")
-    assert not runs_of(rt).running(ALICE, "c1")
-    point = await runs_of(rt).approvals(ALICE, "c1")
+    assert not runs_of(rt).process.running(ALICE, "c1")
+    point = await runs_of(rt).conversations.approvals(ALICE, "c1")
     assert [a.request() for a in point.pending] == end.approvals
     assert point.run.status == "waiting"
 
@@ -103,7 +103,7 @@ async def test_approving_runs_every_call_once_and_the_model_goes_on(
     assert view is not None
     assert [(s.type, s.transition) for s in view.steps if s.type == "llm"] == [("llm", "approved")]
     with pytest.raises(NotFound):
-        await runs_of(rt).approvals(ALICE, "c1")  # nothing waits any more
+        await runs_of(rt).conversations.approvals(ALICE, "c1")  # nothing waits any more
 
 
 async def test_a_denied_call_never_runs_and_the_model_reads_why(
@@ -149,7 +149,7 @@ async def test_malformed_decisions_are_refused_and_nothing_is_decided(
     await waiting_turn(rt, fake, tmp_path / "ledger")
     with pytest.raises(UsageError, match=said.replace("[", r"\[").replace("]", r"\]")):
         await runs_of(rt).decide(ALICE, "c1", decisions)
-    assert [a.tool_call_id for a in (await runs_of(rt).approvals(ALICE, "c1")).pending] == ["t1"]
+    assert [a.tool_call_id for a in (await runs_of(rt).conversations.approvals(ALICE, "c1")).pending] == ["t1"]
 
 
 async def test_partial_decisions_are_refused_naming_the_missing_calls(
@@ -169,7 +169,7 @@ async def test_partial_decisions_are_refused_naming_the_missing_calls(
 
 async def test_a_second_decision_finds_nothing_left_to_decide(rt: Runtime, fake: ScriptedModel, tmp_path: Path) -> None:
     await waiting_turn(rt, fake, tmp_path / "ledger")
-    point = await runs_of(rt).approvals(ALICE, "c1")
+    point = await runs_of(rt).conversations.approvals(ALICE, "c1")
     fake.enqueue(Reply(text="Paid."))
     await drained(runs_of(rt), [{"tool_call_id": "t1", "approve": True}])
     with pytest.raises(NotFound, match="no pending approvals"):
@@ -200,7 +200,7 @@ async def test_a_new_message_denies_what_waits(rt: Runtime, fake: ScriptedModel,
     assert results == {"t1": "denied: the user sent a new message", "a1": "not run: the user sent a new message"}
     assert sent[-1] == {"role": "user", "content": "actually, forget it"}
     with pytest.raises(NotFound):
-        await runs_of(rt).approvals(ALICE, "c1")
+        await runs_of(rt).conversations.approvals(ALICE, "c1")
     decided = [m.approval for m in await rt.store.history(ALICE, "c1") if m.tool_call_id == "t1"]
     assert decided[0] is not None and decided[0]["reason"] == "the user sent a new message"
 
@@ -208,10 +208,10 @@ async def test_a_new_message_denies_what_waits(rt: Runtime, fake: ScriptedModel,
 async def test_another_tenant_sees_no_approvals(rt: Runtime, fake: ScriptedModel, tmp_path: Path) -> None:
     await waiting_turn(rt, fake, tmp_path / "ledger")
     with pytest.raises(NotFound, match="no chat 'c1'"):
-        await runs_of(rt).approvals(BOB, "c1")
+        await runs_of(rt).conversations.approvals(BOB, "c1")
     with pytest.raises(NotFound, match="no chat 'c1'"):
         await runs_of(rt).decide(BOB, "c1", [{"tool_call_id": "t1", "approve": True}])
-    assert [a.tool_call_id for a in (await runs_of(rt).approvals(ALICE, "c1")).pending] == ["t1"]
+    assert [a.tool_call_id for a in (await runs_of(rt).conversations.approvals(ALICE, "c1")).pending] == ["t1"]
 
 
 async def test_a_decision_after_a_restart_continues_the_run(

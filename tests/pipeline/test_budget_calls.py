@@ -23,7 +23,7 @@ from tests.support.quota import BOB, CAROL, DAVE, Quota, hello
 from tests.support.runtimes import app_files, end_of, runs_of, turn
 from yao_agent.ids import RandomIds
 from yao_agent.service.runs import Runs
-from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store import SqlStore, Store, open_engine, store_url
 from yao_agent.store.schema import budget_holds, spend_days, usage_ledger
 from yao_agent.testing import FunctionModel, Reply, ScriptedModel
 from yao_agent.testing.fake_scenarios import RecordedRequest
@@ -32,13 +32,13 @@ CALL = {"prompt_tokens": 1, "completion_tokens": 29, "total_tokens": 30}  # $0.3
 HELD = "options: {max_tokens: 29}\n"  # what a call may write: its hold covers its cost
 
 
-async def spent(store: SqlStore) -> float:
+async def spent(store: Store) -> float:
     """What the ledger says was spent, in USD (each call once)."""
     return float(await store.db.read_tx(lambda tx: tx.scalar(select(func.coalesce(func.sum(usage_ledger.c.cost_usd),
                                                                                      0.0)))))  # fmt: skip
 
 
-async def count(store: SqlStore, table: Any) -> int:
+async def count(store: Store, table: Any) -> int:
     return int(await store.db.read_tx(lambda tx: tx.scalar(select(func.count()).select_from(table))))
 
 

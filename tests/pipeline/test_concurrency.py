@@ -37,8 +37,8 @@ ON_POSTGRES = pytest.mark.parametrize(
 
 @pytest.fixture
 async def leased(rt: Runtime) -> AsyncIterator[Runtime]:
-    await runs_of(rt).share_chats()
-    lease = runs_of(rt).admission.lease
+    await runs_of(rt).process.share_chats()
+    lease = runs_of(rt).process.admission.lease
     assert isinstance(lease, PgLease)
     try:
         yield rt
@@ -323,7 +323,7 @@ async def test_a_cancelled_batch_leaves_no_gate_behind(rt: Runtime, fake: Script
     assert await runs_of(rt).cancel(ALICE, "c1") == 4
     results = await asyncio.gather(reading.rest(), *(drain(h) for h in handles[1:]))
     assert [ends(r) for r in results] == [[("cancelled", "cancelled")]] * 4
-    assert runs_of(rt).admission.gates == {}  # the watermark went with the last request
+    assert runs_of(rt).process.admission.gates == {}  # the watermark went with the last request
     assert ends(await drain(await begin(rt, "fresh"))) == [("completed", "completed")]
 
 
@@ -423,7 +423,7 @@ async def test_many_requests_with_leases(leased: Runtime, fake: ScriptedModel) -
 @ON_POSTGRES
 async def test_cancel_with_leases(leased: Runtime, fake: ScriptedModel) -> None:
     await test_cancel_reaches_the_active_run_and_everything_queued_but_not_what_comes_after(leased, fake)
-    assert runs_of(leased).admission.gates == {} and await leases(leased) == []
+    assert runs_of(leased).process.admission.gates == {} and await leases(leased) == []
 
 
 @ON_POSTGRES
@@ -438,7 +438,7 @@ async def test_reject_and_interrupt_with_leases(leased: Runtime, fake: ScriptedM
 
 @ON_POSTGRES
 async def test_a_cancel_while_waiting_for_the_lease(leased: Runtime, fake: ScriptedModel) -> None:
-    lease = runs_of(leased).admission.lease
+    lease = runs_of(leased).process.admission.lease
     assert isinstance(lease, PgLease)
     fake.enqueue(Reply(text="free again"))
     async with pg_session(leased, autocommit=True) as other:  # another process holds the chat
@@ -454,7 +454,7 @@ async def test_a_cancel_while_waiting_for_the_lease(leased: Runtime, fake: Scrip
         assert await leases(leased) == [("c1", "elsewhere")]  # theirs, untouched
         with pytest.raises(ChatBusy, match="another process"):
             await begin(leased, "refused", on_busy="reject")
-        assert runs_of(leased).admission.gates == {}
+        assert runs_of(leased).process.admission.gates == {}
         await other.execute("DELETE FROM chat_leases")
     assert ends(await drain(await begin(leased, "now?"))) == [("completed", "completed")]
 
@@ -489,7 +489,7 @@ async def test_a_cancel_while_the_lease_is_released_still_frees_the_chat(leased:
         assert await runs_of(leased).cancel(ALICE, "c1") == 1  # the run is stored; only its lease is being let go
         await blocker.rollback()
     assert ends(await rest) == [("completed", "completed")]
-    assert runs_of(leased).admission.gates == {} and await leases(leased) == []
+    assert runs_of(leased).process.admission.gates == {} and await leases(leased) == []
     assert ends(await drain(await begin(leased, "next"))) == [("completed", "completed")]
 
 
@@ -498,8 +498,8 @@ async def test_a_run_whose_lease_another_process_took_is_cancelled(
     rt: Runtime, fake: ScriptedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("YAO_AGENT_LEASE_TTL_S", "0.9")  # renewed every 0.3 s
-    await runs_of(rt).share_chats()
-    lease = runs_of(rt).admission.lease
+    await runs_of(rt).process.share_chats()
+    lease = runs_of(rt).process.admission.lease
     assert isinstance(lease, PgLease)
     try:
         fake.enqueue(Reply(text="s" * 1000, chunk_size=2, delay_s=0.02))

@@ -42,7 +42,7 @@ async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_
             run = await rt.store.latest_run(LOCAL, "k1")
             assert run is not None and run.status == "running"  # nobody has looked yet
 
-            assert await runs.recover() == [run.id]  # what any command that opens the store does
+            assert await runs.process.recover() == [run.id]  # what any command that opens the store does
             point = await rt.store.resume_point(LOCAL, "k1")
             assert point is not None and point.run.status == "interrupted"
             assert [(s.type, s.status) for s in point.steps] == [("llm", "interrupted")]

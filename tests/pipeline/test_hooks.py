@@ -248,7 +248,7 @@ async def test_a_failing_next_keeps_the_reply_and_resume_reruns_only_the_hook(
     assert point is not None and [(s.type, s.status) for s in point.steps] == [("hook_next", "failed")]
 
     hook_path.write_text("function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }\n")
-    runs_of(rt).adopt(load_app(tmp_path / "app"))  # the fixed hook is a new app version (as a reload serves it)
+    runs_of(rt).process.adopt(load_app(tmp_path / "app"))  # the fixed hook is a new app version (as a reload serves it)
     handle = await runs_of(rt).resume(ALICE, "c1")
     events = [e async for e in handle.events()]
     end = end_of(events)
@@ -547,7 +547,7 @@ async def test_a_failing_next_in_a_delegated_child_resumes_only_that_hook(
         ("delegate", "failed"), ("hook_next", "failed")]  # fmt: skip
 
     expert_hook.write_text("function Next(ctx, payload) { return {data: {saw: payload.completion.content}} }\n")
-    runs_of(rt).adopt(load_app(tmp_path / "app"))
+    runs_of(rt).process.adopt(load_app(tmp_path / "app"))
     events = [e async for e in (await runs_of(rt).resume(ALICE, "c1")).events()]
     end = end_of(events)
     assert (end.status, end.next) == ("completed", {"saw": "the expert's reply"})

@@ -88,7 +88,7 @@ async def test_sigkill_mid_round_then_resume_runs_each_tool_once(tmp_path: Path,
         try:
             run = await rt.store.latest_run(LOCAL, "k1")
             assert run is not None and run.status == "running"  # nobody has looked yet
-            assert await runs.recover() == [run.id]
+            assert await runs.process.recover() == [run.id]
             point = await rt.store.resume_point(LOCAL, "k1")
             assert point is not None and point.run.status == "interrupted"
             assert [(s.type, s.status) for s in point.steps] == [("tool", "interrupted")]

@@ -210,7 +210,7 @@ async def skewed_runs(app: Path, pg_url: str, skew_s: float) -> Runs:
     rt = await Runtime.open(app, db=pg_url)
     host, _, _ = rt.owner.split("|")  # (another live process, as `owner_is_dead` reads it: our parent)
     runs = Runs(replace(rt, clock=lambda: time.time() + skew_s, owner=f"{host}|{os.getppid()}|skewed"))
-    await runs.share_chats()
+    await runs.process.share_chats()
     return runs
 
 
@@ -248,7 +248,7 @@ async def test_a_request_accepted_after_an_interrupt_survives_it_whatever_the_cl
         events = aiter(first.events())
         while not isinstance(await anext(events), MessageDelta):
             pass
-        lease = skewed.admission.lease
+        lease = skewed.process.admission.lease
         assert isinstance(lease, PgLease)
         interrupt_at = lease.now()  # the interrupting request is accepted over there now…
         await asyncio.sleep(0.05)

@@ -23,7 +23,7 @@ from yao_agent.identity import Identity
 from yao_agent.ids import RandomIds
 from yao_agent.pipeline import Runtime
 from yao_agent.service.runs import Runs
-from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store import SqlStore, Store, open_engine, store_url
 from yao_agent.store.schema import chats, messages, rate_events, runs, usage_ledger
 from yao_agent.testing import Reply
 
@@ -36,11 +36,11 @@ def costing(cents: int, text: str = "Done.", **extra: Any) -> Reply:
     return Reply(text=text, usage=usage, **extra)
 
 
-async def rows(store: SqlStore, table: Table) -> int:
+async def rows(store: Store, table: Table) -> int:
     return int(await store.db.read_tx(lambda tx: tx.scalar(select(func.count()).select_from(table))))
 
 
-async def counts(store: SqlStore) -> dict[str, int]:
+async def counts(store: Store) -> dict[str, int]:
     """How many chats, runs, messages, ledger rows and rate events the store holds."""
     tables = (chats, runs, messages, usage_ledger, rate_events)
     return {table.name: await rows(store, table) for table in tables}

@@ -169,7 +169,7 @@ async def _until_it_ends(rt: Runtime, store: DiesAfter, chat_id: str, tally: Pat
             assert await store.recover_interrupted(OPERATOR, lambda _owner, _beat: True) != []
             handle = await runs.resume(ALICE, chat_id)
         elif end.status == "waiting":
-            point = await runs.approvals(ALICE, chat_id)
+            point = await runs.conversations.approvals(ALICE, chat_id)
             handle = await runs.decide(ALICE, chat_id, [{"tool_call_id": a.tool_call_id, "approve": True}
                                                         for a in point.pending])  # fmt: skip
         else:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -26,6 +25,7 @@ import pytest
 import yaml
 
 from tests.support.apps import make_app
+from tests.support.docs import block
 from tests.support.runtimes import app_files, make_runtime
 from tests.support.servers import Live, running, server_files
 from tests.support.waits import wait_until
@@ -314,7 +314,7 @@ async def test_a_request_with_more_messages_than_the_limit_is_a_413_naming_the_s
         begun = asyncio.Event()
         stream = asyncio.create_task(sse_events(client, RUN, {"messages": ONE}, begun))
         await asyncio.wait_for(begun.wait(), WAIT)
-        chat_id = next(iter(live.runs.active.values())).chat_id
+        chat_id = next(iter(live.runs.process.active.values())).chat_id
         appended = await client.post(f"/api/chats/{chat_id}/append", json={"messages": six})
         appended_five = await client.post(f"/api/chats/{chat_id}/append", json={"messages": six[:5]})
         await asyncio.wait_for(stream, WAIT)
@@ -368,8 +368,8 @@ async def test_a_client_leaving_a_non_streamed_request_cancels_its_run_which_res
     async with raw(live) as (_, writer):
         writer.write(head("POST", path, live.tokens["alice"], Content_Type="application/json",
                           Content_Length=str(len(data))) + data)  # fmt: skip
-        await wait_until(lambda: live.runs.active and provider.requests)  # the run is asking the model
-        [handle] = live.runs.active.values()
+        await wait_until(lambda: live.runs.process.active and provider.requests)  # the run is asking the model
+        [handle] = live.runs.process.active.values()
         await asyncio.sleep(0.3)  # some of the answer is in
     # the connection is closed: the client left without its answer
     chat_id = handle.state.chat_id
@@ -437,7 +437,7 @@ def test_tokens_create_refuses_a_label_with_control_characters(
     assert code == 0 and token.startswith("ya_")
 
 
-# --- what the README says ----------------------------------------------------------------------------
+# --- what the docs say ------------------------------------------------------------------------------
 
 
 async def test_more_than_16_kb_of_a_head_still_coming_is_a_400(
@@ -449,10 +449,7 @@ async def test_more_than_16_kb_of_a_head_still_coming_is_a_400(
     assert answer.startswith(b"HTTP/1.1 400 ") and took < 30  # at once, not at the header timeout
 
 
-def test_the_readme_says_the_server_defaults_as_they_are() -> None:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    found = re.search(r"<!-- readme-test: server-defaults -->\n```yaml\n(.*?)```", text, re.S)
-    assert found, "README block server-defaults not found"
+def test_the_deploying_guide_says_the_server_defaults_as_they_are() -> None:
     defaults: dict[str, Any] = asdict(ServerSettings())
     defaults["cors_origins"] = list(defaults["cors_origins"])  # (a list in YAML)
-    assert yaml.safe_load(found.group(1)) == {"server": defaults}
+    assert yaml.safe_load(block("server-defaults")) == {"server": defaults}

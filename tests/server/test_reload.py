@@ -206,7 +206,7 @@ async def test_app_state_is_for_team_admins(live: Live) -> None:
     async with live.client("") as anyone:
         ready = await anyone.get("/readyz")
         assert ready.json() == {"status": "ready", "app_version": live.runs.app.version}
-        live.runs.draining = True
+        live.runs.process.draining = True
         refused = await anyone.get("/readyz")
         assert (refused.status_code, refused.json()["error"]["type"]) == (503, "unavailable")
         assert (await anyone.get("/healthz")).status_code == 200  # alive still, while it drains

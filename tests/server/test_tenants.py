@@ -157,7 +157,7 @@ async def test_another_tenant_cannot_cancel_or_append_to_a_running_chat(live: Li
                     appended = await bob.post(f"/api/chats/{chat_id}/append", json={"messages": says("injected")})
                     assert_error(appended, 404, "not_found")
                     assert_error(await bob.get(f"/api/chats/{chat_id}/messages"), 404, "not_found")
-                    assert live.runs.running(ALICE, chat_id)  # it was running all along
+                    assert live.runs.process.running(ALICE, chat_id)  # it was running all along
         stored = (await alice.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
     assert (events[-1]["status"], events[-1]["reason"]) == ("completed", "completed")  # not cancelled by bob
     assert [(m["role"], m["content"]) for m in stored] == [("user", "a long answer please"), ("assistant", "w" * 90)]

@@ -15,6 +15,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Column, bindparam, select
 
 from yao_agent.store import HEAD, SqlStore, Store, chats, leases, runlog, sql, tokens
+from yao_agent.store.protocol import RunStore
 from yao_agent.store.schema import metadata, steps
 from yao_agent.store.tx import Sql
 
@@ -97,7 +98,7 @@ def test_an_in_of_values_is_refused_in_a_kept_statement() -> None:
 def test_the_pipeline_hands_the_store_data_never_code() -> None:
     """Nothing the pipeline passes runs inside a store transaction. (`recover_interrupted` asks `is_dead`
     between its transactions: the one callable, and its owner is the process, not a run.)"""
-    store_methods = {n: m for n, m in inspect.getmembers(Store) if not n.startswith("_") and callable(m)}
+    store_methods = {n: m for n, m in inspect.getmembers(RunStore) if not n.startswith("_") and callable(m)}
     assert {"load_and_start", "start_run", "finish_run", "check_chat"} <= store_methods.keys()
     for name, method in store_methods.items():
         hints = get_type_hints(method)

@@ -12,6 +12,7 @@ the fixtures, built from these.
   process), a headless Chromium on its page, nginx in front of it.
 - `cli`: `yao-agent` in this process or on a pseudo-terminal.
 - `clock`: the one clock double.
+- `docs`: the documentation's pages and their code blocks.
 - `stores`, `postgres`, `pairing`, `waits`: run records, the PostgreSQL server, what makes a chat valid
   to send, waiting for a state no event announces.
 """

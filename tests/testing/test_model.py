@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.connectors import TOOLS, Sleeps, assemble, drain, fake_connector
+from tests.support.docs import REPO, block
 from yao_agent.connectors import CallEvent, Engines, ModelRequest, RetryPolicy, stream_call
 from yao_agent.connectors.deltas import Fallback, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.dsl.specs import ConnectorSpec
@@ -28,7 +28,6 @@ from yao_agent.testing import (
 )
 
 HELLO = ({"role": "user", "content": "hi"},)
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 async def call(double: ModelDouble, *, model: str = "text", timeout_s: float = 5.0) -> list[CallEvent]:
@@ -249,11 +248,11 @@ def test_the_doubles_stand_in_for_the_provider_engines_only() -> None:
     assert model.engines(scripted=True).get(scripted) is model
 
 
-async def test_the_readme_example_runs_against_the_example_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's test, exactly as shown, in the example app's folder (with the real weather MCP server)."""
-    found = re.search(r"<!-- readme-test: scripted-model -->\n```python\n(.*?)```", README.read_text(), re.S)
-    assert found, "README block scripted-model not found"
+async def test_the_testing_guide_example_runs_against_the_example_app(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The testing guide's test, exactly as shown, in the example app's folder (with the real weather MCP server)."""
     scope: dict[str, Any] = {}
-    exec(compile(found.group(1), "README.md", "exec"), scope)
-    monkeypatch.chdir(README.parent)
+    exec(compile(block("scripted-model"), "docs/guides/testing.md", "exec"), scope)
+    monkeypatch.chdir(REPO)
     await scope["test_the_weather_assistant_answers_from_the_forecast"](tmp_path)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from yao_agent.cli.chat import (
-    EXIT_OK,
     Renderer,
     approve_command,
     command_start,
@@ -26,7 +25,7 @@ from yao_agent.cli.chat import (
     open_runs,
     terminal_logging,
 )
-from yao_agent.errors import UsageError
+from yao_agent.errors import Exit, UsageError
 from yao_agent.store.records import Approval
 
 
@@ -34,21 +33,21 @@ async def approvals(args: argparse.Namespace, out: TextIO) -> int:
     """The chat's pending calls: a table, or with --json the object `GET …/approvals` answers (§6)."""
     runs = await open_runs(args)
     try:
-        point = await runs.approvals(identity_of(args), args.chat_id)  # NotFound (exit 2) when none waits
+        point = await runs.conversations.approvals(identity_of(args), args.chat_id)  # NotFound (exit 2) when none waits
     finally:
         await runs.aclose()
     pending = [a.request() for a in point.pending]
     if args.json:
         found = {"chat_id": point.run.chat_id, "run_id": point.run.id, "approvals": pending}
         print(json.dumps(found, ensure_ascii=False), file=out)
-        return EXIT_OK
+        return Exit.OK
     rows = [("tool call id", "tool", "arguments")]
     rows += [(escaped(a.tool_call_id), escaped(f"{a.server}__{a.tool}"), escaped(_compact(a.arguments)))
              for a in point.pending]  # fmt: skip
     for line in _columns(rows):
         print(line, file=out)
     print(f"decide with: {approve_command(args, point.run.chat_id)} [--deny ID[:REASON]]...", file=out)
-    return EXIT_OK
+    return Exit.OK
 
 
 def _compact(value: Any) -> str:
@@ -68,7 +67,7 @@ async def approve(args: argparse.Namespace, out: TextIO) -> int:
     with terminal_logging():
         runs = await open_runs(args)
         try:
-            point = await runs.approvals(who, args.chat_id)
+            point = await runs.conversations.approvals(who, args.chat_id)
             decisions = _decisions(point.pending, _denials(args.deny or []))
             handle = await runs.decide(who, point.run.chat_id, decisions)
             if not args.json:  # --json prints events only, one per line

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shlex
 import signal
 import sys
@@ -32,6 +31,7 @@ from rich.console import Console
 
 from yao_agent import settings
 from yao_agent.cli.common import said, visible
+from yao_agent.errors import Exit
 from yao_agent.events import (
     ApprovalRequest,
     Compaction,
@@ -50,7 +50,6 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle
 from yao_agent.service.runs import Runs
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HOOK_LOGGER = "yao_agent.hook"  # where a hook's ctx.log lines are logged (pipeline/hostapi.py)
 Clock = Callable[[], float]
 
@@ -233,7 +232,7 @@ async def follow(handle: RunHandle, renderer: Renderer) -> int:
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     ok = renderer.end is not None and renderer.end.status in ("completed", "waiting")
-    return EXIT_OK if ok else EXIT_FAILED
+    return Exit.OK if ok else Exit.FAILED
 
 
 def escaped(text: str) -> str:
@@ -283,7 +282,7 @@ def terminal_logging(root: logging.Logger | None = None, stream: TextIO | None =
     """While a command runs, warnings reach the terminal as one line each (unless YAO_AGENT_DEBUG=1,
     or logging is configured already). Without a handler, Python would print tracebacks there."""
     root = root or logging.getLogger()
-    if root.handlers or os.environ.get("YAO_AGENT_DEBUG") == "1":
+    if root.handlers or settings.debug():
         yield
         return
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -319,7 +318,7 @@ async def history(args: argparse.Namespace, out: TextIO) -> int:
                 _show_summary(console, message, covered(messages, message))
             else:
                 _show_message(console, message)
-    return EXIT_OK
+    return Exit.OK
 
 
 def covered(messages: list[ChatMessage], summary: ChatMessage) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import unicodedata
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from yao_agent import settings
 from yao_agent.base.jsonvalue import as_mapping
@@ -17,6 +17,44 @@ if TYPE_CHECKING:
     from yao_agent.store import SqlStore
 
 T = TypeVar("T")
+Command = Callable[[argparse.Namespace, TextIO], int]
+
+
+class Commands:
+    """Where a module adds its family of commands to the parser; each command takes the global options
+    after its name as well as before."""
+
+    def __init__(self, parser: argparse.ArgumentParser, dest: str, metavar: str) -> None:
+        self.sub = parser.add_subparsers(dest=dest, metavar=metavar, required=True)
+
+    def command(self, name: str, func: Command, help_text: str, description: str = "") -> argparse.ArgumentParser:
+        p = self.sub.add_parser(name, help=help_text, description=description or help_text)
+        global_options(p, suppress=True)
+        p.set_defaults(func=func)
+        return p
+
+    def family(self, name: str, help_text: str, description: str) -> Commands:
+        """A command whose actions are commands of their own (`tokens create`, `roles set`)."""
+        return Commands(self.sub.add_parser(name, help=help_text, description=description), f"{name}_command", "ACTION")
+
+
+def global_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    # Accepted before or after the command; the sub-parser copy must not reset what was given first.
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--app", metavar="DIR", default=default, help="app folder (env YAO_AGENT_APP; default: .)")
+    parser.add_argument("--db", metavar="URL", default=default, help="SQLAlchemy URL of the store (env YAO_AGENT_DB)")
+
+
+def identity_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--user", metavar="U", help="act as this user (default: local)")
+    p.add_argument("--team", metavar="T", help="act as a member of this team")
+    p.add_argument("--json", action="store_true", help="print one JSON object per line")
+
+
+def verbose_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show every ctx.log line of the hooks, debug included, also when the output is no terminal "
+                        "(on a terminal, info and up are shown, dimmed)")  # fmt: skip
 
 
 def app_dir(args: argparse.Namespace) -> Path:

@@ -26,7 +26,6 @@ from typing import Any, TextIO
 
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.cli.chat import (
-    EXIT_OK,
     Renderer,
     call_text,
     command_start,
@@ -38,7 +37,7 @@ from yao_agent.cli.chat import (
     terminal_logging,
 )
 from yao_agent.cli.startup import loading
-from yao_agent.errors import UsageError
+from yao_agent.errors import Exit, UsageError
 from yao_agent.events import StreamEnd
 from yao_agent.pipeline import RunHandle, RunRequest
 from yao_agent.service.runs import Runs
@@ -57,7 +56,7 @@ async def _chat(args: argparse.Namespace, out: TextIO) -> int:
         runs = await open_runs(args)
     try:
         with loading():  # the engines (and their SDKs) the assistant's connectors need
-            await runs.prepare(args.assistant, identity_of(args))  # also: an unknown assistant is a usage error here
+            await runs.process.prepare(args.assistant, identity_of(args))  # (an unknown assistant: a usage error)
         if args.message is not None:
             return await _turn(runs, args, args.message, args.chat, out)
         with line_editing():
@@ -96,7 +95,7 @@ class Session:
     def __init__(self, runs: Runs, args: argparse.Namespace, out: TextIO, chat_id: str | None) -> None:
         self.runs, self.args, self.out = runs, args, out
         self.chat_id = chat_id
-        self.code = EXIT_OK
+        self.code = Exit.OK
 
     def tell(self, text: str) -> None:
         """A word from the REPL itself (on stderr with --json: stdout is events)."""

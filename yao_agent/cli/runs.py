@@ -12,8 +12,9 @@ import json
 from typing import Any, TextIO
 
 from yao_agent.base.jsonvalue import as_mapping
-from yao_agent.cli.chat import EXIT_OK, escaped, identity_of, open_runs
+from yao_agent.cli.chat import escaped, identity_of, open_runs
 from yao_agent.cli.common import said
+from yao_agent.errors import Exit
 
 
 async def runs_of_chat(args: argparse.Namespace, out: TextIO) -> int:
@@ -22,14 +23,8 @@ async def runs_of_chat(args: argparse.Namespace, out: TextIO) -> int:
         who = identity_of(args)
         if args.run_id:
             views = [(await runs.run_view(who, args.chat_id, args.run_id)).to_api()]
-        else:
-            await runs.messages(who, args.chat_id)  # NotFound (exit 2) for a chat that is not theirs
-            listed = await runs.rt.store.runs_of(who, args.chat_id)
-            views = [
-                view.to_api()
-                for r in reversed(listed)
-                if (view := await runs.rt.store.run_view(who, args.chat_id, r.id))
-            ]
+        else:  # (NotFound, exit 2, for a chat that is not theirs)
+            views = [view.to_api() for view in await runs.conversations.run_views(who, args.chat_id)]
     finally:
         await runs.aclose()
     if args.json:
@@ -38,7 +33,7 @@ async def runs_of_chat(args: argparse.Namespace, out: TextIO) -> int:
     else:
         for view in views:
             _show(view, out, steps=bool(args.run_id))
-    return EXIT_OK
+    return Exit.OK
 
 
 def _show(view: dict[str, Any], out: TextIO, *, steps: bool) -> None:

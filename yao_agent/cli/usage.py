@@ -13,17 +13,14 @@ import argparse
 import json
 import math
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from yao_agent.cli.common import app_of, open_store, printable, run_async
-from yao_agent.errors import UsageError
+from yao_agent.cli.common import Commands, app_of, open_store, printable, run_async
+from yao_agent.errors import Exit, UsageError
 
 if TYPE_CHECKING:
     from yao_agent.service.teams import Scope
 
-Command = Callable[[argparse.Namespace, TextIO], int]
-EXIT_OK = 0
 WINDOW_OPTIONS = {"per_day": "--per-day", "per_month": "--per-month"}
 
 
@@ -58,7 +55,7 @@ def usage(args: argparse.Namespace, out: TextIO) -> int:
         print(json.dumps(report), file=out)
     else:
         print_report(report, out)
-    return EXIT_OK
+    return Exit.OK
 
 
 def print_report(report: dict[str, Any], out: TextIO) -> None:
@@ -114,7 +111,7 @@ def budgets_set(args: argparse.Namespace, out: TextIO) -> int:
     kind, owner = scope.budget_scope
     said = "; ".join(f"{WINDOW_OPTIONS[w][2:]} {'no ceiling' if v is None else money(v)}" for w, v in limits.items())
     print(printable(f"budget ceiling of {kind} {shown(owner)}: {said} (a team admin may set it lower)"), file=out)
-    return EXIT_OK
+    return Exit.OK
 
 
 def money(value: float | None) -> str:
@@ -142,7 +139,7 @@ def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
     defaults = {kind: {w: getattr(budgets.of(kind), w) for w in WINDOW_OPTIONS} for kind in ("team", "user")}
     if args.json:
         print(json.dumps({"defaults": defaults, "settings": settings}), file=out)
-        return EXIT_OK
+        return Exit.OK
     rows = [(f"app.yml: each {kind}", *(money(v) for v in windows.values()), "", "", "")
             for kind, windows in defaults.items()]  # fmt: skip
     # A window without a ceiling of the scope's own is held to app.yml's; the time set is shown to the second.
@@ -152,7 +149,7 @@ def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
               s["updated_at"][:19] + "Z") for s in settings]  # fmt: skip
     header = ("scope", "ceiling/day", "ceiling/month", "admin/day", "admin/month", "set at")
     print_rows(header, rows, out)
-    return EXIT_OK
+    return Exit.OK
 
 
 def print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]], out: TextIO) -> None:
@@ -165,35 +162,26 @@ def print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]], out: TextIO
     Console(file=out, width=max(100, Console(file=out).width)).print(table)
 
 
-def add_parsers(
-    sub: Any,
-    command: Callable[[str, Command, str], argparse.ArgumentParser],
-    global_options: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    """`usage` and `budgets set|list`, with the global options on each (see cli.build_parser)."""
-    p = command("usage", usage, "usage and cost of a team or user, by day, assistant, connector or user")
+def add_commands(cmds: Commands) -> None:
+    """`usage` and `budgets set|list`."""
+    p = cmds.command("usage", usage, "usage and cost of a team or user, by day, assistant, connector or user")
     p.add_argument("--team", metavar="T", help="the team (with --user: that user of the team)")
     p.add_argument("--user", metavar="U", help="the user (default without --team: local)")
     p.add_argument("--from", dest="first", metavar="DATE", help="first day, YYYY-MM-DD (default: 1st of --to's month)")
     p.add_argument("--to", dest="last", metavar="DATE", help="last day, included (default: today, UTC)")
     p.add_argument("--by", choices=["day", "assistant", "connector", "user"], default="day")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object (as GET /api/usage)")
-    budgets = sub.add_parser("budgets", help="spend limits per team and user", description="Spend limits (USD).")
-    actions = budgets.add_subparsers(dest="budgets_command", metavar="ACTION", required=True)
-    p = actions.add_parser("set", help="set a team's or user's budget ceiling",
-                           description="Set a team's or user's budget ceiling: its team admins may set "
-                                       "the budget at or below it, never above.")  # fmt: skip
-    global_options(p)
-    p.set_defaults(func=budgets_set)
+    actions = cmds.family("budgets", "spend limits per team and user", "Spend limits (USD).")
+    p = actions.command("set", budgets_set, "set a team's or user's budget ceiling",
+                        "Set a team's or user's budget ceiling: its team admins may set the budget at or below it, "
+                        "never above.")  # fmt: skip
     p.add_argument("--team", metavar="T", help="the team (with --user: that user of the team)")
     p.add_argument("--user", metavar="U", help="the user (a user without a team, unless --team is given)")
     for window, option in WINDOW_OPTIONS.items():
         span = window.removeprefix("per_")
         p.add_argument(option, dest=window, type=usd, default=argparse.SUPPRESS, metavar="USD",
                        help=f"the ceiling in USD per calendar {span} (UTC), or none for no ceiling")  # fmt: skip
-    p = actions.add_parser("list", help="app.yml's default budgets, and every scope's ceiling and admin's budget",
-                           description="app.yml's default budgets, and every team's and user's own ceiling "
-                                       "(the operator's) and budget (its team admin's).")  # fmt: skip
-    global_options(p)
-    p.set_defaults(func=budgets_list)
+    p = actions.command("list", budgets_list, "app.yml's default budgets, and every scope's ceiling and admin's budget",
+                        "app.yml's default budgets, and every team's and user's own ceiling (the operator's) and "
+                        "budget (its team admin's).")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -7,7 +7,7 @@ else as "internal error", logged here with its traceback. A `DelegateError` is n
 at all: a delegation that cannot happen (too deep, a cycle) ends the run with `delegate_error`; nor is an
 `OverBudget`: a child's model call a budget refused ends the run with `budget_exceeded`.
 
-Every limit on what hooks may do is here (the README's Hooks section lists them). One hook call may
+Every limit on what hooks may do is here (docs/tutorial/first-hook.md lists them). One hook call may
 make at most `MAX_CALLS` ctx calls, and at most `MAX_EFFECTS` of them may be `ctx.send` or `ctx.call`
 (each adds messages to the chat, or a whole child run): a hook looping on `ctx.send` fails instead of
 flooding the chat. A message or a memory value too large is an error the hook can catch (it can send

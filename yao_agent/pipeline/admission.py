@@ -8,7 +8,8 @@ its own `stream_end`); a request accepted after the cancel is untouched. The mar
 no accepted request remains.
 
 Across processes (PostgreSQL), a lease row in the database keeps one active run per chat, and a
-cancel (or an `interrupt`) is broadcast to the other processes (see `store/leases.py`), stamped with
+cancel (or an `interrupt`) is broadcast to the other processes (see `store/leases.py`; a store one
+process serves has a `LocalLease`, which holds nothing and tells nobody), stamped with
 the database's clock; requests are stamped with it too when accepted, so which requests a cancel
 reaches does not depend on how far apart the hosts' clocks are. A run whose
 lease was lost (taken by another process after renewals failed) is cancelled here.
@@ -21,31 +22,17 @@ import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from yao_agent.base.aio import uncancel, wait_despite_cancel
 from yao_agent.errors import ChatBusy
+from yao_agent.store.leases import Lease, LocalLease
 from yao_agent.vocabulary import OnBusy
 
 if TYPE_CHECKING:
     from yao_agent.pipeline.state import RunState
 
 log = logging.getLogger("yao_agent.admission")
-
-
-class Lease(Protocol):
-    """Holds a chat for one run across processes; `None` where the store is single-process.
-
-    `acquire` waits until the chat is this run's; cancelled, it holds nothing (a claim that was
-    already on its way is given back). `release` is safe to repeat.
-    """
-
-    async def acquire(self, chat_id: str, run_id: str) -> None: ...
-    async def release(self, chat_id: str, run_id: str) -> None: ...
-    async def held_elsewhere(self, chat_id: str) -> bool: ...
-    def busy_elsewhere(self, chat_id: str) -> bool: ...
-    async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None: ...
-    def now(self) -> float: ...  # the clock every process compares by (the database's)
 
 
 @dataclass(eq=False)
@@ -77,11 +64,11 @@ class Admission:
     def __init__(self, clock: Callable[[], float], lease: Lease | None = None) -> None:
         self.gates: dict[str, ChatGate] = {}
         self.clock = clock
-        self.lease = lease
+        self.lease: Lease = lease if lease is not None else LocalLease(clock)
 
     def accept(self, state: RunState, on_busy: OnBusy) -> Ticket:
         """Take a request in: reject it, or give it a place (after cancelling the active run if asked)."""
-        busy = state.chat_id in self.gates or (self.lease is not None and self.lease.busy_elsewhere(state.chat_id))
+        busy = state.chat_id in self.gates or self.lease.busy_elsewhere(state.chat_id)
         if busy and on_busy == "reject":
             raise ChatBusy(f"chat '{state.chat_id}' is busy with another run (on_busy: reject)")
         if on_busy == "interrupt":
@@ -96,7 +83,7 @@ class Admission:
 
     def now(self) -> float:
         """When a request is accepted: by the clock a cancel from another process is compared with."""
-        return self.lease.now() if self.lease is not None else self.clock()
+        return self.lease.now()
 
     def cancel(self, chat_id: str, before: float | None = None) -> int:
         """Cancel the active run and every request accepted so far (or accepted before `before`)."""
@@ -138,7 +125,7 @@ class Admission:
             del self.gates[ticket.chat_id]  # the watermark goes with it: nothing is left to cancel
 
     async def held_elsewhere(self, chat_id: str) -> bool:
-        return self.lease is not None and await self.lease.held_elsewhere(chat_id)
+        return await self.lease.held_elsewhere(chat_id)
 
     def active_cancelled(self, chat_id: str) -> bool:
         gate = self.gates.get(chat_id)
@@ -161,7 +148,7 @@ class Admission:
         try:
             cancelled = await self._interrupt_elsewhere(ticket)
             cancelled = await wait_despite_cancel(ticket.turn.wait()) or cancelled
-            if self.lease is not None and not (cancelled or self.is_cancelled(ticket)):
+            if not (cancelled or self.is_cancelled(ticket)):
                 try:
                     await self.lease.acquire(ticket.chat_id, ticket.state.run_id)
                     holds_lease = True
@@ -171,14 +158,14 @@ class Admission:
             yield cancelled or self.is_cancelled(ticket)
         finally:
             try:
-                if holds_lease and self.lease is not None:
+                if holds_lease:
                     await self._release(self.lease, ticket)
             finally:
                 self.finish(ticket)
 
     async def _interrupt_elsewhere(self, ticket: Ticket) -> bool:
         """`interrupt`: the other processes cancel what they accepted for the chat before this request."""
-        if not ticket.interrupts or self.lease is None:
+        if not ticket.interrupts:
             return False
         try:
             return await wait_despite_cancel(self.lease.cancel_everywhere(ticket.chat_id, ticket.accepted_at))

@@ -1,7 +1,7 @@
 """What a run reaches outside itself, in one place, each part with its production default.
 
 Only dependencies live here: the app, the store, the engines, hooks and tools, the clock, ids and
-sleep. The runs in flight (admission, leases, handles) are the `Runs` service's (yao_agent/service/runs.py).
+sleep. The runs in flight (admission, leases, handles) are the service's `Process` (yao_agent/service/process.py).
 Tests build a `Runtime` with their own store, engines, clock, ids or sleep; nothing is patched.
 """
 
@@ -25,7 +25,7 @@ from yao_agent.errors import ModelError
 from yao_agent.hooks import HookRunner
 from yao_agent.identity import Identity
 from yao_agent.ids import IdSource, RandomIds
-from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store import SqlStore, Store, open_engine, store_url
 from yao_agent.tools import ToolManager
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -72,7 +72,7 @@ def owner_is_dead(owner: str, heartbeat_at: float, now: float | None = None) -> 
 @dataclass(eq=False)  # one bundle per process (or test): compared, and hashed, by identity
 class Runtime:
     app: App
-    store: SqlStore
+    store: Store  # what the runs need of a store, and what the services ask it (store/protocol.py)
     engines: Engines = field(default_factory=Engines)
     hooks: HookRunner = field(default_factory=HookRunner)
     # The MCP tool manager; by default one for the app's `mcps/` servers (built in __post_init__).

@@ -47,7 +47,7 @@ async def authenticate(runs: Runs, header: str) -> Identity:
     token = token_of(header)
     if token is None:
         raise Unauthorized(MISSING)
-    identity = await runs.identity_for(token)
+    identity = await runs.tenancy.identity_for(token)
     if identity is None:
         raise Unauthorized(INVALID)
     return identity

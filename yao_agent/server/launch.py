@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import TextIO
 
 from yao_agent import settings
-from yao_agent.errors import SpecError, UsageError, YaoAgentError
+from yao_agent.errors import Exit, SpecError, UsageError, YaoAgentError
 from yao_agent.observe import logs
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2  # as every command's
 log = logging.getLogger("yao_agent.serve")
 
 
@@ -46,9 +45,9 @@ def _logged(exc: YaoAgentError) -> int:
     if isinstance(exc, SpecError):
         for problem in exc.problems:
             log.error("%s", problem, extra={"file": problem.file, "line": problem.line})
-        return EXIT_USAGE
+        return Exit.USAGE
     log.error("error: %s", exc)
-    return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED
+    return Exit.USAGE if isinstance(exc, UsageError) else Exit.FAILED
 
 
 def banner(out: TextIO, root: Path, url: str, workers: int | None = None) -> None:
@@ -97,7 +96,7 @@ async def _single(root: Path, args: argparse.Namespace, out: TextIO) -> int:
         await server(runs, host, sock.getsockname()[1], started, args.drain_s).serve(sockets=[sock])
     finally:
         await runs.aclose()
-    return EXIT_OK
+    return Exit.OK
 
 
 async def _worker(root: Path, args: argparse.Namespace, out: TextIO) -> int:
@@ -114,7 +113,7 @@ async def _worker(root: Path, args: argparse.Namespace, out: TextIO) -> int:
         await server(runs, host, port, lambda: print(READY, file=out, flush=True), args.drain_s).serve(sockets=[sock])
     finally:
         await runs.aclose()
-    return EXIT_OK
+    return Exit.OK
 
 
 async def _supervise(root: Path, args: argparse.Namespace, fmt: logs.Format, out: TextIO) -> int:

@@ -41,7 +41,7 @@ def reloader_of(request: Request) -> Reloader:
 async def readyz(request: Request) -> Response:
     """Ready to take runs: 503 while draining (shutting down), else the app version it serves."""
     runs = runs_of(request)
-    if runs.draining:
+    if runs.process.draining:
         return error_response(503, "unavailable", DRAINING, {"Retry-After": "1"})
     return JSONResponse({"status": "ready", "app_version": runs.app.version})
 

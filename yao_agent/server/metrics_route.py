@@ -28,7 +28,7 @@ def install(app: FastAPI) -> None:
 
 
 # Not in the OpenAPI document: that describes the JSON API for its clients (bearer, error bodies), and a
-# scraper is configured from the README, not from it.
+# scraper is configured from the docs (docs/guides/observing.md), not from it.
 @router.get("/metrics", include_in_schema=False)
 async def scrape(request: Request) -> Response:
     wanted = os.environ.get(TOKEN_ENV)

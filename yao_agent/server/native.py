@@ -193,7 +193,7 @@ class DecisionsBody(BaseModel):
             responses=doc.answers(doc.ApprovalsOut, 401, 404))  # fmt: skip
 async def approvals(chat_id: str, request: Request, who: Caller) -> dict[str, Any]:
     """The tool calls the chat's run waits for a person to approve (404 when none waits)."""
-    point = await runs_of(request).approvals(who, chat_id)
+    point = await runs_of(request).conversations.approvals(who, chat_id)
     return {"chat_id": point.run.chat_id, "run_id": point.run.id, "approvals": [a.request() for a in point.pending]}
 
 

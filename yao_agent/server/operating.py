@@ -1,6 +1,6 @@
 """Usage and budgets over HTTP (CONTRACT §6, §8.2): `GET /api/usage`, `GET /api/budgets`, `PUT /api/budgets`.
 
-Who may see or change what is the `Runs` service's to decide (yao_agent/service/teams.py): a member gets 403 for
+Who may see or change what is the `Tenancy` service's to decide (yao_agent/service/teams.py): a member gets 403 for
 the team's usage, another member's, and any budget change; these routes read the request and render.
 """
 
@@ -20,7 +20,7 @@ from yao_agent.server.native import runs_of
 
 router = APIRouter()
 USD = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-# (No max_length: `Runs` checks the id as an identity's, and its 400 names `user` in `param`.)
+# (No max_length: `Tenancy` checks the id as an identity's, and its 400 names `user` in `param`.)
 User = Annotated[str | None, Query(description="a team admin's: one member of the team")]
 
 
@@ -59,7 +59,7 @@ async def usage(
     who: Caller,
     first: Annotated[str | None, Query(alias="from", description=FROM)] = None,
     last: Annotated[str | None, Query(alias="to", description="last day, included; default: today (UTC)")] = None,
-    # Checked by `Runs.usage` (not as a Literal here): its 400 names `by` in `param`, as for the other fields.
+    # Checked by `Tenancy.usage` (not as a Literal here): its 400 names `by` in `param`, as for the other fields.
     by: Annotated[str, Query(description="day | assistant | connector | user (user: team admins)")] = "day",
     user: User = None,
 ) -> dict[str, Any]:
@@ -67,7 +67,7 @@ async def usage(
     `user` (403 for a member asking for the team's, `by=user` or another member's)."""
     only(request, USAGE_PARAMS)
     try:
-        return await runs_of(request).usage(who, first=first, last=last, by=by, user=user)
+        return await runs_of(request).tenancy.usage(who, first=first, last=last, by=by, user=user)
     except UsageError as exc:
         raise naming(exc, USAGE_PARAMS) from None
 
@@ -79,7 +79,7 @@ async def budgets(request: Request, who: Caller, user: User = None) -> dict[str,
     it resets."""
     only(request, ("user",))
     try:
-        return await runs_of(request).budgets(who, user=user)
+        return await runs_of(request).tenancy.budgets(who, user=user)
     except UsageError as exc:
         raise naming(exc, ("user",)) from None
 
@@ -92,6 +92,6 @@ async def set_budgets(body: BudgetBody, request: Request, who: Caller, user: Use
     Answers the budgets as `GET /api/budgets` shows them."""
     only(request, ("user",))
     try:
-        return await runs_of(request).set_budget(who, body.model_dump(exclude_unset=True), user=user)
+        return await runs_of(request).tenancy.set_budget(who, body.model_dump(exclude_unset=True), user=user)
     except UsageError as exc:
         raise naming(exc, ("user", "per_day", "per_month")) from None

@@ -1,6 +1,6 @@
 """Changing the app while it serves (CONTRACT §8.4): watch its files, load a change, serve it if it is valid.
 
-A change that validates becomes the app of every run that starts after it (`Runs.adopt`); runs in
+A change that validates becomes the app of every run that starts after it (`Process.adopt`); runs in
 flight finish on the version they started with, their hooks included (a version carries the text of
 each hook file as it was read and loaded in V8 here: a hook that does not compile is a problem like
 bad YAML). A change that does not validate changes nothing: the
@@ -51,7 +51,7 @@ class Reloader:
         mine = [p for p in self.errors if shown(p.file)]
         return {
             "app_version": self.runs.app.version,
-            "loaded_at": _iso(self.runs.loaded_at),
+            "loaded_at": _iso(self.runs.process.loaded_at),
             "checked_at": _iso(self.checked_at),
             "errors": [_problem(p) for p in mine],
             "other_errors": len(self.errors) - len(mine),
@@ -76,7 +76,7 @@ class Reloader:
                 log.info("app files read (%s): version %s, unchanged", why, found.version)
                 return False
             previous = self.runs.app.version
-            self.runs.adopt(found)
+            self.runs.process.adopt(found)
             log.info("app reloaded (%s): version %s, was %s", why, found.version, previous)
             return True
 

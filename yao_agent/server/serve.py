@@ -126,7 +126,7 @@ class Server(uvicorn.Server):
             # (a signal handler may interrupt the loop anywhere: the drain starts from the loop itself)
             self._loop.call_soon_threadsafe(self._drain_or_hurry)
             return
-        self.runs.cancel_all()  # each run flushes, sends stream_end, and its response ends
+        self.runs.process.cancel_all()  # each run flushes, sends stream_end, and its response ends
         if self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
         self.should_exit = True  # (uvicorn would re-raise the signal after shutting down; the exit is clean)
@@ -135,13 +135,13 @@ class Server(uvicorn.Server):
         if self._draining is None:
             self._draining = asyncio.ensure_future(self._drain())
         else:
-            self.runs.cancel_all()  # asked twice: the drain's wait ends now
+            self.runs.process.cancel_all()  # asked twice: the drain's wait ends now
 
     async def _drain(self) -> None:
         log.warning("draining: %d runs in flight get up to %g s to finish; new runs are refused",
-                    len(self.runs.active), self.drain_s)  # fmt: skip
+                    len(self.runs.process.active), self.drain_s)  # fmt: skip
         try:
-            finished, cancelled = await self.runs.drain(self.drain_s)
+            finished, cancelled = await self.runs.process.drain(self.drain_s)
             log.warning("drained: %d runs finished, %d cancelled; stopping", finished, cancelled)
         finally:
             self.should_exit = True

@@ -7,8 +7,8 @@ the team's role mappings. A member sees their own usage and the budgets their ru
 changes nothing of the team's. A caller without a team is their own admin, of their own scope only —
 except for budgets, which only the operator sets for them: a budget binds those who cannot change it.
 
-The HTTP API (through `Runs`) and the CLI (the trusted operator, any scope) show the same report and
-the same budget view, built here.
+The HTTP API (through the `Tenancy` service, tenancy.py) and the CLI (the trusted operator, any scope)
+show the same report and the same budget view, built here.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from yao_agent.errors import Forbidden, PermissionDenied, UsageError
 from yao_agent.identity import Identity
 from yao_agent.messages import iso_time
 from yao_agent.pipeline.quota import NAMES, WINDOWS, window_end, window_start
-from yao_agent.store import SqlStore
 from yao_agent.store.ledger import GROUPS, Group, ScopeKind, scope_of, shown
+from yao_agent.store.protocol import TenancyStore
 from yao_agent.store.quota import Own
 
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -136,7 +136,7 @@ def span(first: str | None, last: str | None, now: float) -> tuple[date, date]:
     return start, end
 
 
-async def usage_report(store: SqlStore, scope: Scope, first: date, last: date, by: Group) -> dict[str, Any]:
+async def usage_report(store: TenancyStore, scope: Scope, first: date, last: date, by: Group) -> dict[str, Any]:
     """The report of CONTRACT §8.2: `{scope, from, to, by, rows: [{key, …}], total}`."""
     rows, total = await store.usage_report(scope.team_id or "", scope.user_id, first.isoformat(), last.isoformat(), by)
     return {"scope": scope.to_api(), "from": first.isoformat(), "to": last.isoformat(), "by": by, "rows": rows,
@@ -190,7 +190,7 @@ def within_ceiling(scope: Scope, defaults: Budgets, limits: Mapping[str, float |
     return allowed
 
 
-async def budget_view(store: SqlStore, defaults: Budgets, scope: Scope, now: float) -> dict[str, Any]:
+async def budget_view(store: TenancyStore, defaults: Budgets, scope: Scope, now: float) -> dict[str, Any]:
     """The budgets that hold the scope's runs, window by window: the budget that binds, where it comes from
     (app.yml, the operator's ceiling, a team admin's budget), the ceiling and the admin's budget apart,
     what was spent in the current window, and when the window resets."""

@@ -8,7 +8,7 @@ each other about cancels and released chats with PostgreSQL's LISTEN/NOTIFY on o
 that wants to know what it cancelled (`cancel_counted`) is answered by each process with its count. An
 append for a run held by another process goes to that process the same way, which answers with the
 run it reached or why none took the messages (`append_elsewhere`).
-SQLite deployments are single-process and use no lease.
+SQLite deployments are single-process: their `LocalLease` holds nothing and has nobody to tell.
 
 Every time the processes compare — a lease's expiry, which requests a cancel reaches — is the
 database's clock, not the host's: each process measures how far its own clock is from the database's
@@ -28,7 +28,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql
@@ -49,6 +49,84 @@ POLL_S = 1.0  # re-check a held chat this often even if no release notice arrive
 ANSWER_S = 2.0  # how long a counted cancel (or an append) waits for the process holding the chat to answer
 NOTICE_BYTES = 7900  # PostgreSQL refuses a notice of 8000 bytes or more
 SYNC_S = 30.0  # how often the distance to the database's clock is measured again
+SWEEP_S = 5.0  # how often a process looks for runs left `running` by processes that died
+
+OnCancel = Callable[[str, float], int]  # (chat id, time of the cancel) -> how many it cancelled here
+OnLost = Callable[[str, str], None]  # (chat id, run id) of a run whose lease is gone
+OnAppend = Callable[[str, Identity, Any], str]  # (chat id, caller, messages) -> the run they went to; raises if none
+
+
+class Lease(Protocol):
+    """Holds a chat for one run across the processes that share a store, and carries what they tell
+    each other about it: cancels, and messages appended to a run another process holds.
+
+    `acquire` waits until the chat is this run's; cancelled, it holds nothing (a claim that was
+    already on its way is given back). `release` is safe to repeat.
+    """
+
+    async def start(self) -> None: ...
+    async def aclose(self) -> None: ...
+    def now(self) -> float: ...  # the clock every process compares by (the database's)
+    async def acquire(self, chat_id: str, run_id: str) -> None: ...
+    async def release(self, chat_id: str, run_id: str) -> None: ...
+    async def held_elsewhere(self, chat_id: str) -> bool: ...  # another process holds it now
+    def busy_elsewhere(self, chat_id: str) -> bool: ...  # a run here waits for another process's
+    async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None: ...
+
+    async def cancel_counted(self, chat_id: str) -> int:
+        """`cancel_everywhere`, and how many runs and requests the other processes cancelled."""
+        ...
+
+    async def append_elsewhere(self, chat_id: str, identity: Identity, messages: list[dict[str, Any]]) -> str | None:
+        """Hand user messages to the run another process holds the chat for: that run's id; None when no
+        other process holds the chat."""
+        ...
+
+    @property
+    def sweep_s(self) -> float | None:
+        """How often to look for the runs of processes that died while others go on; None where one
+        process serves the store (its runs are recovered when it opens)."""
+        ...
+
+
+class LocalLease:
+    """The lease of a store one process serves (SQLite): admission alone keeps one run per chat, and
+    there is no other process to hold a chat, hear a cancel or take messages."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.sweep_s: float | None = None  # no other process leaves runs behind while this one serves
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def now(self) -> float:
+        return self.clock()
+
+    async def acquire(self, chat_id: str, run_id: str) -> None:
+        return None
+
+    async def release(self, chat_id: str, run_id: str) -> None:
+        return None
+
+    async def held_elsewhere(self, chat_id: str) -> bool:
+        return False
+
+    def busy_elsewhere(self, chat_id: str) -> bool:
+        return False
+
+    async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None:
+        return None
+
+    async def cancel_counted(self, chat_id: str) -> int:
+        return 0
+
+    async def append_elsewhere(self, chat_id: str, identity: Identity, messages: list[dict[str, Any]]) -> str | None:
+        return None
+
 
 _CHAT = chat_leases.c.chat_id == bindparam("chat_id")
 HOLDER = Sql(select(chat_leases.c.owner).where(_CHAT, chat_leases.c.expires_at > bindparam("now")))
@@ -89,22 +167,23 @@ class PgLease:
         self,
         db: Database,
         owner: str,
-        on_cancel: Callable[[str, float], int],
+        on_cancel: OnCancel,
         *,
         clock: Callable[[], float],
         ttl_s: float = TTL_S,
-        on_lost: Callable[[str, str], None] = lambda _chat_id, _run_id: None,
-        on_append: Callable[[str, Identity, Any], str] | None = None,
+        on_lost: OnLost = lambda _chat_id, _run_id: None,
+        on_append: OnAppend | None = None,
     ) -> None:
         self.db = db
         self.owner = owner
-        self.on_cancel = on_cancel  # (chat id, time of the cancel) -> how many it cancelled here
-        self.on_lost = on_lost  # (chat id, run id) of a run whose lease is gone
-        self.on_append = on_append  # (chat id, caller, messages) -> the run id they went to; raises if none
+        self.on_cancel = on_cancel
+        self.on_lost = on_lost
+        self.on_append = on_append
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}  # appends sent from here, by key
         self.clock = clock
         self.ttl_s = ttl_s
         self.renew_s = min(RENEW_S, ttl_s / 3)
+        self.sweep_s = min(SWEEP_S, ttl_s)  # (a process that died is found about as soon as its leases expire)
         self._released: dict[str, asyncio.Event] = {}  # set when a chat waited for is released
         self._renewals: dict[str, asyncio.Task[None]] = {}
         self._listener: asyncio.Task[None] | None = None
@@ -386,3 +465,20 @@ def _text_or_none(value: Any) -> str | None:
 def _notify(tx: Tx, message: dict[str, Any]) -> None:
     """Tell every listening process (delivered when the transaction commits)."""
     tx.execute(NOTIFY, {"channel": CHANNEL, "payload": json.dumps(message)})
+
+
+def lease_for(
+    db: Database,
+    owner: str,
+    on_cancel: OnCancel,
+    *,
+    clock: Callable[[], float],
+    ttl_s: float = TTL_S,
+    on_lost: OnLost = lambda _chat_id, _run_id: None,
+    on_append: OnAppend | None = None,
+) -> Lease:
+    """The lease of a store: on PostgreSQL, one that the processes sharing it hold chats with (started
+    by the caller); else the one process's own."""
+    if db.dialect != "postgresql":
+        return LocalLease(clock)
+    return PgLease(db, owner, on_cancel, clock=clock, ttl_s=ttl_s, on_lost=on_lost, on_append=on_append)

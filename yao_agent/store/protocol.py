@@ -1,11 +1,19 @@
-"""What the pipeline needs of a store: the narrow face `SqlStore` shows a run.
+"""What a store is to the rest of the package: one protocol per kind of caller, and `Store`, all of them.
 
-A run checks its chat, reads history and writes its input ahead (one transaction), reads role
-settings and a hook's memory, finds a resume point, commits each step as it completes (the step
-journal), and flushes. The store never calls back into the
-pipeline inside a transaction: what to write is passed as data, and what of the input repeats the
-history is decided by the store (`messages.overlap`) on the history read in that same transaction.
-(`recover_interrupted` asks its `is_dead` between transactions, never inside one.)
+`SqlStore` implements `Store`; a `Runtime` holds a `Store`, never the SQL store itself. Each caller is
+typed by the narrowest face it needs, so what it may reach is written down:
+
+- `RunStore`, what a run needs (the pipeline's stages call nothing else: tests/test_imports.py). A run
+  checks its chat, reads history and writes its input ahead (one transaction), reads role settings and
+  a hook's memory, finds a resume point, commits each step as it completes (the step journal), holds
+  and gives back budget, and flushes. The store never calls back into the pipeline inside a
+  transaction: what to write is passed as data, and what of the input repeats the history is decided
+  by the store (`messages.overlap`) on the history read in that same transaction.
+  (`recover_interrupted` asks its `is_dead` between transactions, never inside one.)
+- `ChatQueries`, what the owner of chats asks about them (the chats service, `yao-agent runs`).
+- `TenancyStore`, who may use which connectors and what it costs: role mappings, budgets, usage, and
+  whose token is whose (the tenancy service).
+- `OperatorStore`, what only the operator does (the CLI): tokens made and revoked, budget ceilings.
 """
 
 from __future__ import annotations
@@ -17,12 +25,22 @@ from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store.engine import Database
 from yao_agent.store.holds import Hold, Scope, Taken
-from yao_agent.store.ledger import ScopeKind
-from yao_agent.store.quota import Limits, RateRule, Spending
-from yao_agent.store.records import Approval, ChatRecord, Loaded, ResumePoint, RunRecord, StepRecord
+from yao_agent.store.ledger import Group, ScopeKind
+from yao_agent.store.quota import BudgetSetting, Limits, Own, RateRule, Spending
+from yao_agent.store.records import (
+    Approval,
+    ChatRecord,
+    Loaded,
+    ResumePoint,
+    RoleSetting,
+    RunRecord,
+    RunView,
+    StepRecord,
+)
+from yao_agent.store.tokens import TokenRecord
 
 
-class Store(Protocol):
+class RunStore(Protocol):
     @property
     def db(self) -> Database:
         """The database, for what shares its connection (the chat leases on PostgreSQL)."""
@@ -71,3 +89,65 @@ class Store(Protocol):
     async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]: ...
 
     async def aclose(self) -> None: ...
+
+
+class ChatQueries(Protocol):
+    async def check_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None: ...
+
+    async def get_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None: ...
+
+    async def list_chats(self, identity: Identity, limit: int = 100, query: str | None = None) -> list[ChatRecord]: ...
+
+    async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]: ...
+
+    async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]: ...
+
+    async def latest_run(self, identity: Identity, chat_id: str) -> RunRecord | None: ...
+
+    async def run_view(self, identity: Identity, chat_id: str, run_id: str) -> RunView | None: ...
+
+    async def rename_chat(self, identity: Identity, chat_id: str, title: str) -> ChatRecord: ...
+
+    async def delete_chat(self, identity: Identity, chat_id: str) -> bool: ...
+
+    async def decide_approvals(
+        self, identity: Identity, chat_id: str, run_id: str, decisions: Sequence[Approval]
+    ) -> None: ...
+
+
+class TenancyStore(Protocol):
+    async def list_roles(self, scope: tuple[str, str] | Operator) -> list[RoleSetting]: ...
+
+    async def set_role(self, scope: tuple[str, str], role: str, connectors: Sequence[str]) -> None: ...
+
+    async def delete_role(self, scope: tuple[str, str], role: str) -> bool: ...
+
+    async def spending(
+        self, identity: Identity, kinds: Sequence[ScopeKind], since: Mapping[str, float]
+    ) -> dict[ScopeKind, tuple[Own, dict[str, float]]]: ...
+
+    async def usage_report(
+        self, team_id: str, user_id: str | None, first: str, last: str, by: Group
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]: ...
+
+    async def set_budget(
+        self, scope: tuple[ScopeKind, str], limits: Limits, allowed: Callable[[Own], None] = ...
+    ) -> None: ...
+
+    async def identity_for(self, token: str) -> Identity | None: ...
+
+
+class OperatorStore(Protocol):
+    async def create_token(self, operator: Operator, identity: Identity, label: str = "") -> str: ...
+
+    async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int: ...
+
+    async def list_tokens(self, operator: Operator) -> list[TokenRecord]: ...
+
+    async def set_ceilings(self, scope: tuple[ScopeKind, str], limits: Limits) -> None: ...
+
+    async def list_budgets(self, operator: Operator) -> list[BudgetSetting]: ...
+
+
+class Store(RunStore, ChatQueries, TenancyStore, OperatorStore, Protocol):
+    """Everything a store is for: what `Runtime.store` holds (`SqlStore` is one)."""

@@ -14,6 +14,17 @@ def iso(ts: float | None) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class RoleSetting:
+    """A role mapped to connectors for one team or user (app.yml's `roles` are the app-wide ones)."""
+
+    scope_kind: str
+    scope_id: str
+    role: str
+    connectors: tuple[str, ...]
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRecord:
     id: str
     user_id: str

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -21,6 +20,7 @@ from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import Database
 from yao_agent.store.holds import HoldStore
 from yao_agent.store.quota import QuotaStore
+from yao_agent.store.records import RoleSetting
 from yao_agent.store.schema import role_settings
 from yao_agent.store.tokens import TokenStore
 from yao_agent.store.tx import Sql
@@ -46,15 +46,6 @@ SET_ROLE = _upsert_role()
 DELETE_ROLE = Sql(delete(role_settings).where(_SCOPE, role_settings.c.role == bindparam("role")))
 LIST_ROLES = Sql(select(role_settings).where(_SCOPE).order_by(*_ORDER))
 LIST_ALL_ROLES = Sql(select(role_settings).order_by(*_ORDER))
-
-
-@dataclass(frozen=True, slots=True)
-class RoleSetting:
-    scope_kind: str
-    scope_id: str
-    role: str
-    connectors: tuple[str, ...]
-    updated_at: float
 
 
 def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:

@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, Tool
 
+from yao_agent import settings
 from yao_agent.dsl.specs import McpServerSpec
 from yao_agent.errors import EnvVarMissing, ToolError
 from yao_agent.tools.catalog import ToolSpec, make_spec
@@ -273,7 +274,7 @@ class ServerLink:
             return failure(self._lost_message(tool), retryable=False)
         except Exception as exc:  # one line for the user; the traceback only for a developer who asks
             log.warning("MCP server '%s': the call to '%s' failed: %s", self.spec.id, tool, _describe(exc),
-                        exc_info=exc if os.environ.get("YAO_AGENT_DEBUG") == "1" else None)  # fmt: skip
+                        exc_info=exc if settings.debug() else None)  # fmt: skip
             return failure(
                 f"MCP server '{self.spec.id}' failed the call to '{tool}': {_describe(exc)}", retryable=False
             )

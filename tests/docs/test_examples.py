@@ -1,9 +1,9 @@
-"""The README's OpenAI-client example works as written, against the example app, offline."""
+"""The site's Python examples work as written, against the example app, offline: the OpenAI client
+(tutorial/serving.md) and the Python API (guides/embedding.md)."""
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sqlite3
 import subprocess
@@ -14,17 +14,10 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.docs import REPO, block
 
 
-def readme_block(marker: str) -> str:
-    text = (REPO / "README.md").read_text()
-    found = re.search(rf"<!-- readme-test: {marker} -->\n```python\n(.*?)```", text, re.S)
-    assert found, f"README block {marker} not found"
-    return found.group(1)
-
-
-def test_the_readme_openai_example_runs_against_the_example_app(tmp_path: Path) -> None:
+def test_the_openai_client_example_runs_against_the_example_app(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "YAO_AGENT_DB": f"sqlite:///{tmp_path / 'agent.db'}"}
     run = [sys.executable, "-m", "yao_agent.cli", "--app", str(REPO)]
     token = subprocess.run([*run, "tokens", "create", "--user", "alice"], env=env, capture_output=True, text=True,
@@ -41,7 +34,7 @@ def test_the_readme_openai_example_runs_against_the_example_app(tmp_path: Path) 
                 break
             except httpx.ConnectError:
                 time.sleep(0.2)
-        code = readme_block("openai-client").replace("http://127.0.0.1:8765", f"http://127.0.0.1:{port}")
+        code = block("openai-client").replace("http://127.0.0.1:8765", f"http://127.0.0.1:{port}")
         code = code.replace("ya_...your token...", token)
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     finally:
@@ -53,10 +46,10 @@ def test_the_readme_openai_example_runs_against_the_example_app(tmp_path: Path) 
     assert lines[1].startswith("Here is what the weather service says: Paris day 1: ")
 
 
-def test_the_readme_python_api_example_runs_against_the_example_app(tmp_path: Path) -> None:
-    """The embedding example, exactly as the README shows it, in the example app's folder (its store aside)."""
+def test_the_python_api_example_runs_against_the_example_app(tmp_path: Path) -> None:
+    """The embedding example, exactly as the page shows it, in the example app's folder (its store aside)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "YAO_AGENT_DB": f"sqlite:///{tmp_path / 'agent.db'}"}
-    code = readme_block("python-api")
+    code = block("python-api")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [

@@ -1,19 +1,14 @@
-"""The README's Hooks section says the limits the code has."""
+"""The hooks page (tutorial/first-hook.md) says the limits the code has."""
 
 from __future__ import annotations
 
-import re
-
-from tests.support import REPO
+from tests.support.docs import text
 from yao_agent.hooks import host, procs, worker
 from yao_agent.store.chats import MEMORY_KEY_MAX
 
 
-def test_the_readme_says_the_hook_limits_as_they_are() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"^### Hooks\n(.*?)^### ", text, re.S | re.M)
-    assert found is not None
-    section = " ".join(found.group(1).split())
+def test_the_hooks_page_says_the_hook_limits_as_they_are() -> None:
+    section = " ".join(text("tutorial/first-hook.md").split())
     expected = [
         f"| `ctx` calls in one hook call | {host.MAX_CALLS:,}, of which {host.MAX_EFFECTS} `ctx.send`/`ctx.call` |",
         f"| one `ctx.send` message | {host.MAX_SEND_BYTES // 1024} KB as JSON |",
