@@ -1,4 +1,11 @@
-"""Shared test set-up. litellm must stay offline: these are set before anything imports it."""
+"""Shared test set-up: the store each test runs on, and the doubles, each under one name:
+
+- `fake`: the in-process `ScriptedModel`, given to a runtime as its engines (the loop tests' model);
+- `provider`: the loopback `FakeProvider`, reached over real HTTP (what goes over the wire);
+- `threaded_provider`: the same, served from a thread of its own, for tests that run synchronous code;
+- `clock`: the time a runtime and its store see, set by the test.
+
+litellm must stay offline: these are set before anything imports it."""
 
 from __future__ import annotations
 
@@ -13,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clock import Clock
 from tests.support.postgres import PG_URL, REQUIRE_SERVICES, pg_admin, pg_admin_truncate
 from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.testing import FakeProvider, ScriptedModel
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +66,25 @@ async def store(store_raw_url: str, tmp_path: Path) -> AsyncIterator[SqlStore]:
 def ledger(tmp_path: Path) -> Path:
     """The file the `testing` server's `tally` tool appends a line to each time it really runs."""
     return tmp_path / "ledger"
+
+
+@pytest.fixture
+def fake() -> ScriptedModel:
+    return ScriptedModel()
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider() as served:
+        yield served
+
+
+@pytest.fixture
+def threaded_provider() -> Iterator[FakeProvider]:
+    with FakeProvider().running_in_thread() as served:
+        yield served
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ssl
 import threading
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -15,13 +14,7 @@ from yao_agent.connectors.tls import default_tls, on_thread
 from yao_agent.testing import FakeProvider, Reply
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as provider:
-        yield provider
-
-
-async def test_every_client_shares_one_tls_context_made_on_a_thread(fake: FakeProvider) -> None:
+async def test_every_client_shares_one_tls_context_made_on_a_thread(provider: FakeProvider) -> None:
     made: list[str] = []
 
     def tls() -> ssl.SSLContext:
@@ -29,28 +22,28 @@ async def test_every_client_shares_one_tls_context_made_on_a_thread(fake: FakePr
         return ssl.create_default_context()
 
     engines = Engines({"openai": OpenAIEngine(on_thread(tls))})
-    fake.enqueue(Reply(text="one"), Reply(text="two"))
+    provider.enqueue(Reply(text="one"), Reply(text="two"))
     try:
         for key in ("sk-first-key-0123456789", "sk-other-key-0123456789"):  # two endpoints, two clients
-            events = await drain([fake_connector(fake.base_url, api_key=key)], engines=engines)
+            events = await drain([fake_connector(provider.base_url, api_key=key)], engines=engines)
             assert assemble(events).content in ("one", "two")
     finally:
         await engines.aclose()
     assert made == ["yao-openai-tls"]
-    assert [r.headers.get("authorization") for r in fake.requests] == [
+    assert [r.headers.get("authorization") for r in provider.requests] == [
         "Bearer sk-first-key-0123456789",
         "Bearer sk-other-key-0123456789",
     ]
 
 
-async def test_a_failure_to_make_the_tls_context_reaches_the_call(fake: FakeProvider) -> None:
+async def test_a_failure_to_make_the_tls_context_reaches_the_call(provider: FakeProvider) -> None:
     def broken() -> ssl.SSLContext:
         raise ssl.SSLError("no CA bundle here")
 
     engines = Engines({"openai": OpenAIEngine(on_thread(broken))})
     try:
         with pytest.raises(ssl.SSLError, match="no CA bundle here"):
-            await drain([fake_connector(fake.base_url)], engines=engines)
+            await drain([fake_connector(provider.base_url)], engines=engines)
     finally:
         await engines.aclose()
 

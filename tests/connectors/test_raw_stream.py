@@ -23,7 +23,7 @@ def chunk(text: str = "", finish: str | None = None) -> str:
 
 
 @pytest.fixture
-async def provider() -> AsyncIterator[tuple[str, list[bytes]]]:
+async def raw_provider() -> AsyncIterator[tuple[str, list[bytes]]]:
     """A loopback provider that answers every request with the next body in `bodies`, in small writes."""
     bodies: list[bytes] = []
 
@@ -50,9 +50,9 @@ async def provider() -> AsyncIterator[tuple[str, list[bytes]]]:
 
 
 async def test_events_with_comments_several_data_lines_and_no_final_blank_line(
-    provider: tuple[str, list[bytes]],
+    raw_provider: tuple[str, list[bytes]],
 ) -> None:
-    url, bodies = provider
+    url, bodies = raw_provider
     usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}})
     split = chunk("b").replace('"content"', '\n"content"')  # one event, its JSON over two data lines
     bodies.append(
@@ -65,8 +65,10 @@ async def test_events_with_comments_several_data_lines_and_no_final_blank_line(
     assert Usage(4, 2, 6) in events
 
 
-async def test_an_error_event_before_any_text_is_a_retryable_provider_error(provider: tuple[str, list[bytes]]) -> None:
-    url, bodies = provider
+async def test_an_error_event_before_any_text_is_a_retryable_provider_error(
+    raw_provider: tuple[str, list[bytes]],
+) -> None:
+    url, bodies = raw_provider
     bodies.append(b'data: {"error": {"message": "overloaded, try later", "type": "server_error"}}\n\n')
     with pytest.raises(ModelError) as caught:
         await drain([fake_connector(url)])
@@ -74,8 +76,8 @@ async def test_an_error_event_before_any_text_is_a_retryable_provider_error(prov
     assert "overloaded, try later" in str(caught.value)
 
 
-async def test_an_error_event_after_text_ends_the_reply_incomplete(provider: tuple[str, list[bytes]]) -> None:
-    url, bodies = provider
+async def test_an_error_event_after_text_ends_the_reply_incomplete(raw_provider: tuple[str, list[bytes]]) -> None:
+    url, bodies = raw_provider
     bodies.append(f'data: {chunk("Hel")}\n\ndata: {{"error": {{"message": "lost the thread"}}}}\n\n'.encode())
     with pytest.raises(ModelError) as caught:
         await drain([fake_connector(url)])
@@ -83,8 +85,8 @@ async def test_an_error_event_after_text_ends_the_reply_incomplete(provider: tup
     assert "lost the thread" in str(caught.value)
 
 
-async def test_an_event_that_is_not_json_is_a_clear_error(provider: tuple[str, list[bytes]]) -> None:
-    url, bodies = provider
+async def test_an_event_that_is_not_json_is_a_clear_error(raw_provider: tuple[str, list[bytes]]) -> None:
+    url, bodies = raw_provider
     bodies.append(f"data: {chunk('ok')}\n\ndata: {{not json\n\n".encode())
     with pytest.raises(ModelError) as caught:
         await drain([fake_connector(url)])
@@ -118,9 +120,9 @@ async def test_a_body_that_ends_with_a_cr_ends_its_last_line() -> None:
 
 
 async def test_a_head_then_silence_times_out_before_any_text() -> None:
-    async with FakeProvider() as fake:
-        fake.enqueue(Reply(text="late", stall_after=0, stall_s=3))  # the head goes out, then nothing
+    async with FakeProvider() as provider:
+        provider.enqueue(Reply(text="late", stall_after=0, stall_s=3))  # the head goes out, then nothing
         with pytest.raises(ModelError) as caught:
-            await drain([fake_connector(fake.base_url, timeout_s=0.3)])
+            await drain([fake_connector(provider.base_url, timeout_s=0.3)])
     assert (caught.value.kind, caught.value.retryable) == ("timeout", True)
     assert "no chunk within 0.3 s" in str(caught.value)

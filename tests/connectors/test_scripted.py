@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -65,12 +64,6 @@ def connector(connectors: dict[str, ConnectorSpec]) -> ConnectorSpec:
     return connectors["demo.weather"]
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as provider:
-        yield provider
-
-
 async def test_scripted_connectors_have_their_own_engine(connector: ConnectorSpec) -> None:
     assert engine_for(connector) == "scripted"
     engines = Engines()
@@ -114,20 +107,20 @@ async def test_scripted_answers_from_tool_results(connector: ConnectorSpec) -> N
     assert out.content == "Forecast: Lima day 1: sunny"
 
 
-async def _provider_failure(fake: FakeProvider, status: int, message: str) -> ModelError:
-    fake.enqueue(Reply(status=status, error_message=message, retry_after=0))
+async def _provider_failure(provider: FakeProvider, status: int, message: str) -> ModelError:
+    provider.enqueue(Reply(status=status, error_message=message, retry_after=0))
     with pytest.raises(ModelError) as caught:
-        await drain([fake_connector(fake.base_url, connector_id="demo.failing")])
+        await drain([fake_connector(provider.base_url, connector_id="demo.failing")])
     return caught.value
 
 
 @pytest.mark.parametrize("key", list(FAILURES))
 async def test_a_scripted_error_is_the_error_a_provider_gives(
-    connectors: dict[str, ConnectorSpec], fake: FakeProvider, key: str
+    connectors: dict[str, ConnectorSpec], provider: FakeProvider, key: str
 ) -> None:
     with pytest.raises(ModelError) as caught:
         await drain([connectors["demo.failing"]], [{"role": "user", "content": key}])
-    scripted, real = caught.value, await _provider_failure(fake, *FAILURES[key])
+    scripted, real = caught.value, await _provider_failure(provider, *FAILURES[key])
     seen = [(e.kind, e.retryable, e.status, e.connector, str(e)) for e in (scripted, real)]
     assert seen[0] == seen[1]  # the provider is behind the openai engine, over HTTP
 

@@ -2,7 +2,7 @@
 
 The loop tests' model is `fake`, the in-process `ScriptedModel`: it stands in for the provider
 engines, so everything of a model call but the provider and its SDK runs, without HTTP. Tests of
-what goes over the wire take `http_fake`, the loopback `FakeProvider`. Both take the same `Reply`
+what goes over the wire take `provider`, the loopback `FakeProvider`. Both take the same `Reply`
 scripts and record `requests` alike: a test moves from one to the other by the fixture it asks for
 and the model it gives `make_runtime`.
 """
@@ -10,38 +10,21 @@ and the model it gives `make_runtime`.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.apps import make_app
 from tests.support.cli import Cli
+from tests.support.clock import Clock
 from tests.support.hooks import Make, hooked
-from tests.support.quota import Clock, Quota
+from tests.support.quota import Quota
 from tests.support.runtimes import app_files, close, make_runtime
 from tests.support.tools import APPROVING, SERVERS_PY, in_process, tooled
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, ScriptedModel
-
-
-@pytest.fixture
-def fake() -> ScriptedModel:
-    return ScriptedModel()
-
-
-@pytest.fixture
-async def http_fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as provider:
-        yield provider
-
-
-@pytest.fixture
-def threaded_provider() -> Iterator[FakeProvider]:
-    """The loopback fake provider served from a thread of its own, for tests that run the CLI synchronously."""
-    with FakeProvider().running_in_thread() as provider:
-        yield provider
 
 
 @pytest.fixture
@@ -71,11 +54,6 @@ def make(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> Make:
         return make_runtime(tmp_path / "app", store, hooked(fake, hook, assistant, more), model=fake)
 
     return build
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock("2026-12-15T10:00:00")
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from tests.support.clock import Clock
 from tests.support.context import Model, agent_runtime, ask
-from tests.support.quota import BOB, CAROL, DAVE, Clock, Quota, hello
+from tests.support.quota import BOB, CAROL, DAVE, Quota, hello
 from tests.support.runtimes import app_files, end_of, runs_of, turn
 from yao_agent.ids import RandomIds
 from yao_agent.service.runs import Runs

@@ -27,18 +27,12 @@ from yao_agent.testing import FakeProvider, Reply
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider().running_in_thread() as provider:
-        yield provider
+def app(tmp_path: Path, threaded_provider: FakeProvider) -> Path:
+    return make_app(tmp_path / "app", app_files(threaded_provider.base_url), base={})
 
 
-@pytest.fixture
-def app(tmp_path: Path, fake: FakeProvider) -> Path:
-    return make_app(tmp_path / "app", app_files(fake.base_url), base={})
-
-
-def test_chat_streams_the_reply_and_history_shows_it(app: Path, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="Hello from the model"))
+def test_chat_streams_the_reply_and_history_shows_it(app: Path, threaded_provider: FakeProvider) -> None:
+    threaded_provider.enqueue(Reply(text="Hello from the model"))
     code, shown = cli(app, "chat", "chat", "hi there", "--chat", "c1")
     lines = shown.splitlines()
     assert code == 0
@@ -49,8 +43,8 @@ def test_chat_streams_the_reply_and_history_shows_it(app: Path, fake: FakeProvid
     assert (code, shown.splitlines()) == (0, ["user: hi there", "assistant: Hello from the model"])
 
 
-def test_json_prints_the_events_and_history_the_stored_messages(app: Path, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="json please"))
+def test_json_prints_the_events_and_history_the_stored_messages(app: Path, threaded_provider: FakeProvider) -> None:
+    threaded_provider.enqueue(Reply(text="json please"))
     code, shown = cli(app, "chat", "chat", "hi", "--chat", "c2", "--json")
     events = [json.loads(line) for line in shown.splitlines()]
     assert code == 0
@@ -65,8 +59,10 @@ def test_json_prints_the_events_and_history_the_stored_messages(app: Path, fake:
     assert set(messages[0]) == {"message_id", "run_id", "role", "content", "status", "created_at"}
 
 
-def test_identity_options_scope_the_chat(app: Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]) -> None:
-    fake.enqueue(Reply(text="team answer"))
+def test_identity_options_scope_the_chat(
+    app: Path, threaded_provider: FakeProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    threaded_provider.enqueue(Reply(text="team answer"))
     assert cli(app, "chat", "chat", "hi", "--chat", "t1", "--user", "bob", "--team", "acme")[0] == 0
     assert cli(app, "history", "t1", "--user", "bob", "--team", "acme")[0] == 0
     assert cli(app, "history", "t1")[0] == 2  # as `local`, the chat does not exist
@@ -74,12 +70,12 @@ def test_identity_options_scope_the_chat(app: Path, fake: FakeProvider, capsys: 
 
 
 def test_a_failed_run_exits_1_and_resume_completes_it(
-    app: Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]
+    app: Path, threaded_provider: FakeProvider, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake.enqueue(*[Reply(status=500, error_message="overloaded")] * 3, Reply(text="better now"))
+    threaded_provider.enqueue(*[Reply(status=500, error_message="overloaded")] * 3, Reply(text="better now"))
     code, shown = cli(app, "chat", "chat", "hi", "--chat", "c3")
     assert code == 1
-    assert len(fake.requests) == 3  # our retry policy: three attempts with back-off
+    assert len(threaded_provider.requests) == 3  # our retry policy: three attempts with back-off
     assert "failed" in shown and "model_error" in shown and "overloaded" in shown
     code, shown = cli(app, "resume", "c3")
     assert code == 0 and "better now" in shown
@@ -101,8 +97,8 @@ def _spawn(app: Path, *args: str, stdin: int | None = None) -> subprocess.Popen[
     )  # fmt: skip
 
 
-def test_repl_continues_one_chat(app: Path, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="first answer"), Reply(text="second answer"))
+def test_repl_continues_one_chat(app: Path, threaded_provider: FakeProvider) -> None:
+    threaded_provider.enqueue(Reply(text="first answer"), Reply(text="second answer"))
     process = _spawn(app, "chat", "chat", "--chat", "r1", stdin=subprocess.PIPE)
     out, err = process.communicate("hello\nand again\n", timeout=60)
     assert process.returncode == 0, err
@@ -116,8 +112,8 @@ def test_repl_continues_one_chat(app: Path, fake: FakeProvider) -> None:
     ]
 
 
-def test_ctrl_c_cancels_the_run_cleanly_and_it_can_be_resumed(app: Path, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="resumed answer"))
+def test_ctrl_c_cancels_the_run_cleanly_and_it_can_be_resumed(app: Path, threaded_provider: FakeProvider) -> None:
+    threaded_provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="resumed answer"))
     process = _spawn(app, "chat", "chat", "long please", "--chat", "k2")
     assert process.stdout is not None
     seen = ""
@@ -185,8 +181,8 @@ def test_the_closing_line_says_how_long_the_user_waited_and_how_long_the_run_too
     assert json.loads(as_json.getvalue())["duration_ms"] == 1000  # --json keeps the run's own figure
 
 
-def test_a_chat_reports_the_time_since_the_command_started(app: Path, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="Hello"))
+def test_a_chat_reports_the_time_since_the_command_started(app: Path, threaded_provider: FakeProvider) -> None:
+    threaded_provider.enqueue(Reply(text="Hello"))
     code, shown = cli(app, "chat", "chat", "hi")
     found = re.fullmatch(r"── completed · \d+ tokens · ([\d.]+) s \(run ([\d.]+) s\)", shown.splitlines()[-1])
     assert code == 0 and found is not None
@@ -250,11 +246,11 @@ def test_ctrl_c_at_the_prompt_leaves_at_once_and_gives_the_terminal_back(termina
 
 
 def test_what_the_model_wrote_reaches_the_terminal_as_written_and_never_acts_on_it(
-    app: Path, fake: FakeProvider
+    app: Path, threaded_provider: FakeProvider
 ) -> None:
     """An escape sequence in a reply (clear the screen, set the clipboard or the title) is shown, not
     obeyed; an emoji code is text; lines stay."""
-    fake.enqueue(Reply(text="one\x1b[2J\x1b]52;c;cHduZWQ=\x07 :smile:\ntwo"))
+    threaded_provider.enqueue(Reply(text="one\x1b[2J\x1b]52;c;cHduZWQ=\x07 :smile:\ntwo"))
     code, shown = cli(app, "chat", "chat", "hi", "--chat", "e1")
     assert code == 0
     assert shown.splitlines()[1:3] == ["one\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07 :smile:", "two"]

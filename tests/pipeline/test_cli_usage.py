@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,6 @@ PRICED = "pricing: {input_per_mtok: 2.0, output_per_mtok: 8.0}\n"
 FIELDS = {"key", "runs", "input_tokens", "output_tokens", "cost_usd", "unpriced_tokens"}
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider().running_in_thread() as provider:
-        yield provider
-
-
 def files(base_url: str) -> dict[str, str]:
     out = app_files(base_url)
     out["app.yml"] += "budgets:\n  team: {per_month: 50}\n"
@@ -45,16 +38,18 @@ def files(base_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def cli(tmp_path: Path, fake: FakeProvider, store_raw_url: str) -> Cli:
-    return Cli(make_app(tmp_path / "app", files(fake.base_url), base={}), store_raw_url)
+def cli(tmp_path: Path, threaded_provider: FakeProvider, store_raw_url: str) -> Cli:
+    return Cli(make_app(tmp_path / "app", files(threaded_provider.base_url), base={}), store_raw_url)
 
 
 def used(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def chat(cli: Cli, fake: FakeProvider, assistant: str, user: str, team: str, tokens: tuple[int, int]) -> None:
-    fake.enqueue(Reply(text="ok", usage=used(*tokens)))
+def chat(
+    cli: Cli, threaded_provider: FakeProvider, assistant: str, user: str, team: str, tokens: tuple[int, int]
+) -> None:
+    threaded_provider.enqueue(Reply(text="ok", usage=used(*tokens)))
     code, shown = cli("chat", assistant, f"{user} asks", "--user", user, "--team", team)
     assert code == 0, shown
 
@@ -76,13 +71,13 @@ def past_run(tmp_path: Path, url: str, base_url: str) -> None:
 
 
 @pytest.fixture
-def spent(cli: Cli, fake: FakeProvider, tmp_path: Path, store_raw_url: str) -> str:
+def spent(cli: Cli, threaded_provider: FakeProvider, tmp_path: Path, store_raw_url: str) -> str:
     """January's run and today's: carol (priced, $0.0018) and bob (unpriced) of acme, dave of beta. Today."""
-    fake.enqueue(Reply(text="then", usage=used(1000, 250)))
-    past_run(tmp_path, store_raw_url, fake.base_url)
-    chat(cli, fake, "priced", "carol", "acme", (500, 100))
-    chat(cli, fake, "chat", "bob", "acme", (10, 5))
-    chat(cli, fake, "priced", "dave", "beta", (2000, 500))
+    threaded_provider.enqueue(Reply(text="then", usage=used(1000, 250)))
+    past_run(tmp_path, store_raw_url, threaded_provider.base_url)
+    chat(cli, threaded_provider, "priced", "carol", "acme", (500, 100))
+    chat(cli, threaded_provider, "chat", "bob", "acme", (10, 5))
+    chat(cli, threaded_provider, "priced", "dave", "beta", (2000, 500))
     return time.strftime("%Y-%m-%d", time.gmtime())
 
 
@@ -222,7 +217,7 @@ def test_an_amount_that_is_no_usd_is_refused_by_the_parser(
 
 
 def test_a_budget_set_from_the_cli_refuses_the_teams_next_chat_with_exit_1(
-    cli: Cli, fake: FakeProvider, capsys: pytest.CaptureFixture[str]
+    cli: Cli, threaded_provider: FakeProvider, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli("budgets", "set", "--team", "acme", "--per-day", "0")[0] == 0
     tomorrow = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%d")
@@ -232,8 +227,8 @@ def test_a_budget_set_from_the_cli_refuses_the_teams_next_chat_with_exit_1(
         f"error: team acme spent $0.00 of its $0.00 daily budget; it resets {tomorrow}T00:00:00Z"
     )
     assert cli("history", "refused", "--user", "bob", "--team", "acme")[0] == 2  # nothing was created
-    chat(cli, fake, "priced", "dave", "beta", (1, 1))  # another team is not held to acme's budget
-    assert fake.requests and len(fake.requests) == 1
+    chat(cli, threaded_provider, "priced", "dave", "beta", (1, 1))  # another team is not held to acme's budget
+    assert threaded_provider.requests and len(threaded_provider.requests) == 1
 
 
 def test_tokens_create_admin_and_list(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:

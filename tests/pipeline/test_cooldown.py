@@ -8,21 +8,13 @@ from typing import Any
 
 import pytest
 
+from tests.support.clock import Clock
 from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, turn
 from yao_agent.connectors import Cooldowns, RetryPolicy
 from yao_agent.events import FallbackEvent, StreamEnd
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
 from yao_agent.testing import ScriptedModel
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
 
 Chained = Callable[..., Runtime]
 
@@ -83,7 +75,7 @@ async def test_a_failed_link_is_skipped_until_its_cooldown_is_over(chained: Chai
 
     fake.reset()
     assert isinstance(clock.clock, Clock)
-    clock.clock.now += 31
+    clock.clock.advance(31)
     await turn(rt, "three", chat_id="c3")
     assert models_asked(fake) == ["e500", "e500", "e500", "text"]  # tried again, once the 30 s are over
 

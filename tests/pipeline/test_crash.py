@@ -19,9 +19,9 @@ LOCAL = Identity("local")
 
 
 async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_raw_url: str) -> None:
-    async with FakeProvider() as fake:
-        app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-        fake.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02))
+    async with FakeProvider() as provider:
+        app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+        provider.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02))
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", store_raw_url,
@@ -47,7 +47,7 @@ async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_
             assert point is not None and point.run.status == "interrupted"
             assert [(s.type, s.status) for s in point.steps] == [("llm", "interrupted")]
 
-            fake.enqueue(Reply(text="Here is everything."))
+            provider.enqueue(Reply(text="Here is everything."))
             handle = await runs.resume(LOCAL, "k1")
             events = [e async for e in handle.events()]
             assert events[-1].type == "stream_end" and events[-1].status == "completed"
@@ -55,7 +55,7 @@ async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_
                 ("user", "tell me everything", "completed"),
                 ("assistant", "Here is everything.", "completed"),
             ]
-            assert fake.requests[-1].messages[-1] == {"role": "user", "content": "tell me everything"}
+            assert provider.requests[-1].messages[-1] == {"role": "user", "content": "tell me everything"}
             chat = await rt.store.get_chat(LOCAL, "k1")
             assert chat is not None and chat.last_status == "completed"
         finally:

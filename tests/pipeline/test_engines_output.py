@@ -31,13 +31,13 @@ LONG = "Please remember this sentence about the harbour, the tides and the old l
 
 @pytest.fixture(params=["openai", "litellm"])
 async def rt(
-    request: pytest.FixtureRequest, tmp_path: Path, store: SqlStore, http_fake: FakeProvider
+    request: pytest.FixtureRequest, tmp_path: Path, store: SqlStore, provider: FakeProvider
 ) -> AsyncIterator[Runtime]:
-    files = app_files(http_fake.base_url)
+    files = app_files(provider.base_url)
     files["connectors/fake/model.yml"] += f"engine: {request.param}\n"
     files |= {"assistants/city/assistant.yml": CITY, "assistants/small/assistant.yml": SMALL,
               "assistants/large/assistant.yml": LARGE}  # fmt: skip
-    runtime = make_runtime(tmp_path / "app", store, files, model=http_fake)
+    runtime = make_runtime(tmp_path / "app", store, files, model=provider)
     try:
         yield runtime
     finally:
@@ -49,36 +49,36 @@ async def transitions(rt: Runtime, chat_id: str, run_id: str) -> list[str | None
     return [s.get("transition") for s in view.to_api()["steps"] if s["type"] == "llm"]
 
 
-async def test_an_answer_failing_the_schema_is_corrected(rt: Runtime, http_fake: FakeProvider) -> None:
-    http_fake.enqueue(Reply(text='{"name": "Lima"}'), Reply(text='{"name": "Lima", "population": 10000000}'))
+async def test_an_answer_failing_the_schema_is_corrected(rt: Runtime, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text='{"name": "Lima"}'), Reply(text='{"name": "Lima", "population": 10000000}'))
     end = end_of(await turn(rt, "Lima?", assistant="city"))
     assert (end.status, end.output) == ("completed", {"name": "Lima", "population": 10000000})
-    first, second = http_fake.requests
+    first, second = provider.requests
     assert first.body["response_format"]["json_schema"]["schema"]["required"] == ["name", "population"]
     assert "'population' is a required property" in json.dumps(second.messages[-1])
     assert await transitions(rt, "c1", end.run_id) == ["first", "output_retry"]
 
 
-async def test_earlier_turns_are_summarised_to_fit_the_window(rt: Runtime, http_fake: FakeProvider) -> None:
-    http_fake.enqueue(*[Reply(text="Noted.") for _ in range(8)])
+async def test_earlier_turns_are_summarised_to_fit_the_window(rt: Runtime, provider: FakeProvider) -> None:
+    provider.enqueue(*[Reply(text="Noted.") for _ in range(8)])
     events = [await turn(rt, f"{n}. {LONG}", assistant="small") for n in range(1, 4)]
     assert all(end_of(e).status == "completed" for e in events)
     [compaction] = [e for run in events for e in run if isinstance(e, Compaction)]
     assert compaction.tokens_after < compaction.tokens_before
-    last = http_fake.requests[-1].messages
+    last = provider.requests[-1].messages
     assert any("Summary of the earlier conversation" in str(m["content"]) for m in last)
     assert not any(str(m["content"]).startswith("1. ") for m in last)  # the first turn went into the summary
     stored = [m for m in await rt.store.history(ALICE, "c1") if m.role == "user"]
     assert len(stored) == 3  # every message is still stored
 
 
-async def test_a_providers_context_error_compacts_and_retries(rt: Runtime, http_fake: FakeProvider) -> None:
-    http_fake.enqueue(*[Reply(text=f"Answer {n}.") for n in (1, 2, 3)])
+async def test_a_providers_context_error_compacts_and_retries(rt: Runtime, provider: FakeProvider) -> None:
+    provider.enqueue(*[Reply(text=f"Answer {n}.") for n in (1, 2, 3)])
     for n in (1, 2, 3):
         assert end_of(await turn(rt, f"{n}. {LONG}", assistant="large")).status == "completed"
     too_long = Reply(status=400, error_code="context_length_exceeded", error_message="maximum context length")
-    http_fake.enqueue(too_long, Reply(text="The summary."), Reply(text="Answer 4."))
+    provider.enqueue(too_long, Reply(text="The summary."), Reply(text="Answer 4."))
     end = end_of(await turn(rt, f"4. {LONG}", assistant="large"))
     assert (end.status, end.reason) == ("completed", "completed")
     assert await transitions(rt, "c1", end.run_id) == ["first", None, "compact_retry"]
-    assert "The summary." in json.dumps(http_fake.requests[-1].messages)
+    assert "The summary." in json.dumps(provider.requests[-1].messages)

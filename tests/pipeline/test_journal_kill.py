@@ -62,9 +62,9 @@ def each_call_answered_once(messages: list[ChatMessage]) -> bool:
 
 async def test_sigkill_mid_round_then_resume_runs_each_tool_once(tmp_path: Path, store_raw_url: str) -> None:
     tally, hold = tmp_path / "tally", tmp_path / "hold"
-    async with FakeProvider() as fake:
-        app = make_app(tmp_path / "app", files_for(fake.base_url), base={})
-        fake.enqueue(
+    async with FakeProvider() as provider:
+        app = make_app(tmp_path / "app", files_for(provider.base_url), base={})
+        provider.enqueue(
             Reply(tool_calls=(tally_call(tally, "a", "c1"),)),
             Reply(tool_calls=(tally_call(tally, "b", "c2"), tally_call(tally, "c", "c3", hold))),
         )
@@ -98,16 +98,16 @@ async def test_sigkill_mid_round_then_resume_runs_each_tool_once(tmp_path: Path,
             assert each_call_answered_once(await rt.store.history(LOCAL, "k1"))  # c3's stand-in keeps it valid
 
             hold.write_text("go")
-            fake.enqueue(Reply(text="All counted."))
+            provider.enqueue(Reply(text="All counted."))
             events = [e async for e in (await runs.resume(LOCAL, "k1")).events()]
             assert events[-1].type == "stream_end" and events[-1].status == "completed"
 
             assert sorted(tally.read_text().split()) == ["a", "b", "c"]  # every tool ran exactly once
-            assert len(fake.requests) == 3  # each completed reply was asked for once
-            assert fake.requests[0].messages[-1] == {"role": "user", "content": "count them"}
-            assert fake.requests[1].messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "counted a"}
-            assert [(m["tool_call_id"], m["content"]) for m in fake.requests[2].messages if m["role"] == "tool"] == [
-                ("c1", "counted a"), ("c2", "counted b"), ("c3", "counted c")]  # fmt: skip
+            assert len(provider.requests) == 3  # each completed reply was asked for once
+            assert provider.requests[0].messages[-1] == {"role": "user", "content": "count them"}
+            assert provider.requests[1].messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "counted a"}
+            results = [(m["tool_call_id"], m["content"]) for m in provider.requests[2].messages if m["role"] == "tool"]
+            assert results == [("c1", "counted a"), ("c2", "counted b"), ("c3", "counted c")]
             history = await rt.store.history(LOCAL, "k1")
             assert each_call_answered_once(history)
             assert [(m.role, m.content) for m in history] == [
@@ -162,8 +162,8 @@ async def test_sigkill_of_serve_at_a_random_point_then_resume_runs_each_tool_onc
 ) -> None:
     tally = tmp_path / "tally"
     after_s = random.Random(seed).uniform(0.0, 1.4)  # where in the run the kill lands: anywhere, by seed
-    async with FakeProvider(default=by_state) as fake:
-        app = make_app(tmp_path / "app", files_for(fake.base_url), base={})
+    async with FakeProvider(default=by_state) as provider:
+        app = make_app(tmp_path / "app", files_for(provider.base_url), base={})
         token, port = await token_for(app, store_raw_url), free_port()
         server = await serve(app, store_raw_url, port, tmp_path / "serve.err")
         try:
@@ -173,7 +173,7 @@ async def test_sigkill_of_serve_at_a_random_point_then_resume_runs_each_tool_onc
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
                 headers = {"Authorization": f"Bearer {token}"}
                 async with client.stream("POST", "/api/assistants/tooled/runs", json=body, headers=headers):
-                    await wait_until(lambda: len(fake.requests) > 0, within=60)  # past its start-up
+                    await wait_until(lambda: len(provider.requests) > 0, within=60)  # past its start-up
                     await asyncio.sleep(after_s)
                     server.send_signal(signal.SIGKILL)
         except httpx.HTTPError:
@@ -183,7 +183,7 @@ async def test_sigkill_of_serve_at_a_random_point_then_resume_runs_each_tool_onc
                 server.kill()
             await server.wait()
         committed = await committed_results(store_raw_url, tmp_path)  # what the store had when it died
-        await recovered_and_resumed(app, store_raw_url, fake, tally, committed)
+        await recovered_and_resumed(app, store_raw_url, provider, tally, committed)
 
 
 async def committed_results(url: str, tmp_path: Path) -> set[str]:
@@ -202,7 +202,7 @@ def labels(tally: Path) -> list[str]:
     return sorted(tally.read_text().split()) if tally.exists() else []
 
 
-async def recovered_and_resumed(app: Path, db: str, fake: FakeProvider, tally: Path, committed: set[str]) -> None:
+async def recovered_and_resumed(app: Path, db: str, provider: FakeProvider, tally: Path, committed: set[str]) -> None:
     """After the restart: whatever the kill left is completed by a resume. A call whose result was committed
     never runs again; a call in flight at the kill may have finished in its server after the process died
     without its result being stored (its server outlives it for a moment), and then runs again: that is
@@ -211,7 +211,7 @@ async def recovered_and_resumed(app: Path, db: str, fake: FakeProvider, tally: P
     try:
         chats = await runs.chats(LOCAL)
         if not chats:  # killed before the run was written ahead: nothing to resume, nothing ran
-            assert labels(tally) == [] and len(fake.requests) == 0
+            assert labels(tally) == [] and len(provider.requests) == 0
             return
         chat_id = chats[0].id
         run = await runs.rt.store.latest_run(LOCAL, chat_id)
@@ -229,7 +229,7 @@ async def recovered_and_resumed(app: Path, db: str, fake: FakeProvider, tally: P
             "All three are counted, one by one, as asked."
         ]
         # A completed reply is never asked for again: only the one in flight at the kill may be asked twice.
-        asked = Counter(sum(1 for m in r.messages if m.get("role") == "tool") for r in fake.requests)
+        asked = Counter(sum(1 for m in r.messages if m.get("role") == "tool") for r in provider.requests)
         assert sum(asked.values()) <= 4 and all(count <= 2 for count in asked.values())
         assert await runs.rt.store.resume_point(LOCAL, chat_id) is None
     finally:
@@ -248,8 +248,8 @@ async def test_sigkill_mid_tool_loop_then_resume_keeps_the_turn_budget(tmp_path:
     """max_turns 5: whole, the run makes 5 model calls and 5 executions, then ends `max_turns`. Killed
     after its third execution and resumed, it makes no more than that (and the one step in flight)."""
     tally = tmp_path / "tally"
-    async with FakeProvider(default=endless) as fake:
-        files = files_for(fake.base_url)
+    async with FakeProvider(default=endless) as provider:
+        files = files_for(provider.base_url)
         files["app.yml"] = files["app.yml"].replace("max_turns: 10", "max_turns: 5")
         files["assistants/tooled/assistant.yml"] = ASSISTANT.format(max_turns=20)
         app = make_app(tmp_path / "app", files, base={})
@@ -273,4 +273,4 @@ async def test_sigkill_mid_tool_loop_then_resume_keeps_the_turn_budget(tmp_path:
         finally:
             await runs.aclose()
         assert 5 <= len(labels(tally)) <= 6  # a fresh budget would have made it 8
-        assert 5 <= len(fake.requests) <= 6
+        assert 5 <= len(provider.requests) <= 6

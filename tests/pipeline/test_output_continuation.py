@@ -223,10 +223,10 @@ async def test_whole_calls_before_a_cut_one_stand_uncontinued(tools_rt: Runtime,
 
 @pytest.mark.parametrize("engine", ["openai", "litellm"])
 async def test_over_http_with_either_engine(
-    engine: str, tmp_path: Path, store: SqlStore, http_fake: FakeProvider
+    engine: str, tmp_path: Path, store: SqlStore, provider: FakeProvider
 ) -> None:
-    rt = runtime(tmp_path / "app", store, http_fake, "{max_turns: 10}", engine=engine)
-    http_fake.enqueue(Reply(text="Hello ", finish_reason="length"), Reply(text="world."))
+    rt = runtime(tmp_path / "app", store, provider, "{max_turns: 10}", engine=engine)
+    provider.enqueue(Reply(text="Hello ", finish_reason="length"), Reply(text="world."))
     try:
         events = await turn(rt, "hi")
     finally:
@@ -240,7 +240,7 @@ async def test_over_http_with_either_engine(
         ("first", "completed", "length"),
         ("output_recovery", "completed", "stop"),
     ]
-    first, second = http_fake.requests
+    first, second = provider.requests
     assert second.messages == [*first.messages, {"role": "assistant", "content": "Hello "}, ASK]
 
 

@@ -37,12 +37,6 @@ def pg_url(pg_database: str) -> str:
     return pg_database
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as provider:
-        yield provider
-
-
 async def other_process(app: Path, pg_url: str, text: str) -> asyncio.subprocess.Process:
     """`yao-agent chat` in its own process, on chat k1, started once its reply is streaming."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "YAO_AGENT_LEASE_TTL_S": "2"}
@@ -82,9 +76,9 @@ async def ending(handle_events: AsyncIterator[object]) -> StreamEnd:
     return last
 
 
-async def test_two_processes_take_turns_on_one_chat(tmp_path: Path, pg_url: str, fake: FakeProvider) -> None:
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 60, chunk_size=1, delay_s=0.02), Reply(text="second answer"))
+async def test_two_processes_take_turns_on_one_chat(tmp_path: Path, pg_url: str, provider: FakeProvider) -> None:
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 60, chunk_size=1, delay_s=0.02), Reply(text="second answer"))
     process = await other_process(app, pg_url, "first")
     runs = await our_runs(app, pg_url)
     try:
@@ -93,16 +87,16 @@ async def test_two_processes_take_turns_on_one_chat(tmp_path: Path, pg_url: str,
         assert await process.wait() == 0
         assert end.status == "completed"
         assert [r[1] for r in await stored(runs.rt, "k1", LOCAL)] == ["first", "z" * 60, "second", "second answer"]
-        assert [r.messages[-1]["content"] for r in fake.requests] == ["first", "second"]
+        assert [r.messages[-1]["content"] for r in provider.requests] == ["first", "second"]
     finally:
         await runs.aclose()
 
 
 async def test_a_cancel_in_one_process_reaches_a_run_in_another(
-    tmp_path: Path, pg_url: str, fake: FakeProvider
+    tmp_path: Path, pg_url: str, provider: FakeProvider
 ) -> None:
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="after"))
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="after"))
     process = await other_process(app, pg_url, "long one")
     runs = await our_runs(app, pg_url)
     try:
@@ -122,10 +116,10 @@ async def test_a_cancel_in_one_process_reaches_a_run_in_another(
 
 
 async def test_a_cancel_counts_what_it_cancelled_here_and_in_the_process_holding_the_chat(
-    tmp_path: Path, pg_url: str, fake: FakeProvider
+    tmp_path: Path, pg_url: str, provider: FakeProvider
 ) -> None:
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
     process = await other_process(app, pg_url, "long one")
     runs = await our_runs(app, pg_url)
     try:
@@ -134,19 +128,19 @@ async def test_a_cancel_counts_what_it_cancelled_here_and_in_the_process_holding
         assert (await ending(queued.events())).status == "cancelled"
         out, _ = await asyncio.wait_for(process.communicate(), 30)
         assert process.returncode == 1 and b"cancelled" in out
-        assert len(fake.requests) == 1  # the queued request never reached the model
+        assert len(provider.requests) == 1  # the queued request never reached the model
     finally:
         await ended(process)
         await runs.aclose()
 
 
 async def test_a_holder_that_does_not_answer_still_counts_for_its_run(
-    tmp_path: Path, pg_url: str, fake: FakeProvider
+    tmp_path: Path, pg_url: str, provider: FakeProvider
 ) -> None:
     """A process that holds the chat but cannot answer now (stopped here; busy, or dead before its lease
     expires) counts for the run it holds: the cancel stops it once heard."""
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
     process = await other_process(app, pg_url, "long one")
     runs = await our_runs(app, pg_url)
     try:
@@ -165,10 +159,10 @@ async def test_a_holder_that_does_not_answer_still_counts_for_its_run(
 
 
 async def test_an_interrupt_in_one_process_cancels_the_run_in_another(
-    tmp_path: Path, pg_url: str, fake: FakeProvider
+    tmp_path: Path, pg_url: str, provider: FakeProvider
 ) -> None:
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="me first"))
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="me first"))
     process = await other_process(app, pg_url, "long one")
     runs = await our_runs(app, pg_url)
     try:
@@ -190,10 +184,10 @@ async def test_an_interrupt_in_one_process_cancels_the_run_in_another(
 
 
 async def test_a_process_killed_holding_a_chat_frees_it_when_its_lease_expires(
-    tmp_path: Path, pg_url: str, fake: FakeProvider
+    tmp_path: Path, pg_url: str, provider: FakeProvider
 ) -> None:
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="taken over"))
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="taken over"))
     process = await other_process(app, pg_url, "doomed")
     process.send_signal(signal.SIGKILL)
     await process.wait()
@@ -222,11 +216,11 @@ async def skewed_runs(app: Path, pg_url: str, skew_s: float) -> Runs:
 
 @pytest.mark.parametrize("skew_s", [30.0, -30.0])
 async def test_a_cancel_reaches_a_run_on_a_host_whose_clock_is_off(
-    tmp_path: Path, pg_url: str, fake: FakeProvider, skew_s: float
+    tmp_path: Path, pg_url: str, provider: FakeProvider, skew_s: float
 ) -> None:
     """Accepted before the cancel by the database's clock: cancelled, however far the hosts' clocks disagree."""
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))
     runs, skewed = await our_runs(app, pg_url), await skewed_runs(app, pg_url, skew_s)
     try:
         handle = await skewed.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "long"}], chat_id="k1"))
@@ -242,12 +236,12 @@ async def test_a_cancel_reaches_a_run_on_a_host_whose_clock_is_off(
 
 @pytest.mark.parametrize("skew_s", [30.0, -30.0])
 async def test_a_request_accepted_after_an_interrupt_survives_it_whatever_the_clocks(
-    tmp_path: Path, pg_url: str, fake: FakeProvider, skew_s: float
+    tmp_path: Path, pg_url: str, provider: FakeProvider, skew_s: float
 ) -> None:
     """An interrupt (cancel what came before me) sent from a host whose clock is off spares what another
     process accepted after it, and still cancels what that process was running."""
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="after"))
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="after"))
     runs, skewed = await our_runs(app, pg_url), await skewed_runs(app, pg_url, skew_s)
     try:
         first = await runs.start(RunRequest("chat", LOCAL, [{"role": "user", "content": "long"}], chat_id="k1"))
@@ -268,11 +262,11 @@ async def test_a_request_accepted_after_an_interrupt_survives_it_whatever_the_cl
 
 
 async def test_a_run_of_a_killed_process_becomes_resumable_without_anyone_taking_its_chat(
-    tmp_path: Path, pg_url: str, fake: FakeProvider
+    tmp_path: Path, pg_url: str, provider: FakeProvider
 ) -> None:
     """Its chat is not needed by any new run: the processes still alive notice by themselves that it died."""
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="finished here"))
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02), Reply(text="finished here"))
     runs = await our_runs(app, pg_url)
     try:
         process = await other_process(app, pg_url, "doomed")
@@ -291,9 +285,11 @@ async def test_a_run_of_a_killed_process_becomes_resumable_without_anyone_taking
         await runs.aclose()
 
 
-async def test_an_append_reaches_the_run_in_another_process(tmp_path: Path, pg_url: str, fake: FakeProvider) -> None:
-    app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
-    fake.enqueue(Reply(text="z" * 100, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
+async def test_an_append_reaches_the_run_in_another_process(
+    tmp_path: Path, pg_url: str, provider: FakeProvider
+) -> None:
+    app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
+    provider.enqueue(Reply(text="z" * 100, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
     process = await other_process(app, pg_url, "tell me")
     runs = await our_runs(app, pg_url)
     try:
@@ -304,7 +300,7 @@ async def test_an_append_reaches_the_run_in_another_process(tmp_path: Path, pg_u
         run_id = await runs.append(LOCAL, "k1", [{"role": "user", "content": "and one more thing"}])
         out, _ = await asyncio.wait_for(process.communicate(), 30)
         assert process.returncode == 0 and b"About that, too." in out
-        assert fake.requests[-1].messages[-1] == {"role": "user", "content": "and one more thing"}
+        assert provider.requests[-1].messages[-1] == {"role": "user", "content": "and one more thing"}
         latest = await runs.rt.store.latest_run(LOCAL, "k1")
         assert latest is not None and latest.id == run_id
         with pytest.raises(NoActiveRun, match="has no active run to append to"):  # it ended: nobody holds the chat

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Table, func, select
 
-from tests.support.quota import BOB, CAROL, DAVE, LIMITS, Clock, Quota, hello
+from tests.support.clock import Clock
+from tests.support.quota import BOB, CAROL, DAVE, LIMITS, Quota, hello
 from tests.support.runtimes import end_of, runs_of, turn
 from yao_agent.errors import BudgetExceeded, RateLimited
 from yao_agent.identity import Identity

@@ -91,13 +91,13 @@ async def test_an_environment_connector_in_the_apps_yaml_works_and_never_shows_i
 
 
 async def test_secrets_in_a_url_or_quoted_without_their_prefix_never_leave(
-    tmp_path: Path, store: SqlStore, http_fake: FakeProvider, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     token, key = secret("tok"), secret("sk-proj-")
-    monkeypatch.setenv("YAO_TEST_URL", f"{http_fake.base_url}/{token}")
+    monkeypatch.setenv("YAO_TEST_URL", f"{provider.base_url}/{token}")
     monkeypatch.setenv("YAO_TEST_KEY", key)
-    files = app_files(http_fake.base_url)
+    files = app_files(provider.base_url)
     files["connectors/fake/model.yml"] = (
         "type: openai\nmodel: text\nbase_url: $ENV.YAO_TEST_URL\napi_key: $ENV.YAO_TEST_KEY\n"
     )
@@ -106,8 +106,8 @@ async def test_secrets_in_a_url_or_quoted_without_their_prefix_never_leave(
     try:
         events = await turn(rt, "hi")  # a 404 whose text quotes the path, and so the token
         assert end_of(events).reason == "model_error" and "Invalid URL" in end_of(events).error["message"]
-        monkeypatch.setenv("YAO_TEST_URL", http_fake.base_url)
-        http_fake.enqueue(Reply(status=401, error_message=f"Incorrect API key provided: {key.removeprefix('sk-')}."))
+        monkeypatch.setenv("YAO_TEST_URL", provider.base_url)
+        provider.enqueue(Reply(status=401, error_message=f"Incorrect API key provided: {key.removeprefix('sk-')}."))
         events += await turn(rt, "again")
         assert end_of(events).reason == "model_error"
         for text in (shown(events), await everything_stored(rt), caplog.text):

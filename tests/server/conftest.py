@@ -10,9 +10,10 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
 from tests.support.browser import ARGS, CHROMIUM, HAVE_CHROMIUM, REQUIRE_SERVICES, WAIT
+from tests.support.clock import Clock
 from tests.support.runtimes import make_runtime
 from tests.support.servers import SAVED, Live, running, server_files
-from tests.support.usage import BETA, Clock, files
+from tests.support.usage import BETA, files
 from yao_agent.identity import OPERATOR
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider
@@ -27,26 +28,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as provider:
-        yield provider
-
-
-@pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
-    async with running(make_runtime(tmp_path / "app", store, server_files(fake.base_url)), 64 * 1024) as served:
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+    async with running(make_runtime(tmp_path / "app", store, server_files(provider.base_url)), 64 * 1024) as served:
         yield served
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def usage_live(tmp_path: Path, store: SqlStore, fake: FakeProvider, clock: Clock) -> AsyncIterator[Live]:
+async def usage_live(tmp_path: Path, store: SqlStore, provider: FakeProvider, clock: Clock) -> AsyncIterator[Live]:
     """A live server on the usage app (two teams, priced connectors), its runtime on `clock`."""
-    rt = make_runtime(tmp_path / "app", store, files(fake.base_url))
+    rt = make_runtime(tmp_path / "app", store, files(provider.base_url))
     rt.clock = clock
     async with running(rt) as served:
         for name, who in BETA.items():

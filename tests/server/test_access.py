@@ -48,8 +48,8 @@ def files(base_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
-    async with running(make_runtime(tmp_path / "app", store, files(fake.base_url))) as served:
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+    async with running(make_runtime(tmp_path / "app", store, files(provider.base_url))) as served:
         for name, who in {"acme_bob": ACME_BOB, "globex_bob": GLOBEX_BOB, "acme_carol": ACME_CAROL}.items():
             served.tokens[name] = await served.rt.store.create_token(OPERATOR, who)
         yield served
@@ -78,7 +78,7 @@ async def listed(client: httpx.AsyncClient) -> set[str]:
     return native
 
 
-async def test_a_user_entry_admits_bob_of_one_team_only(live: Live, fake: FakeProvider) -> None:
+async def test_a_user_entry_admits_bob_of_one_team_only(live: Live, provider: FakeProvider) -> None:
     """Before: `users: [acme/bob]` matched nobody and `users: [bob]` admitted every team's bob."""
     async with client(live, "acme_bob") as acme, client(live, "globex_bob") as globex, live.client("alice") as alice:
         assert await listed(acme) == {"chat", "picker", "private", "acme_bob"}
@@ -91,7 +91,7 @@ async def test_a_user_entry_admits_bob_of_one_team_only(live: Live, fake: FakePr
             assert error["message"] == f"unknown assistant '{assistant}' (known: chat, picker)"
         refused = await acme.post("/api/assistants/bare_bob/runs", json={"messages": says("me?")})
         assert_error(refused, 404, "not_found")  # bare `bob` is the bob without a team, not acme's
-    assert len(fake.requests) == 1
+    assert len(provider.requests) == 1
 
 
 async def roles_stored(live: Live) -> dict[str, tuple[str, ...]]:
@@ -133,7 +133,7 @@ async def test_the_400_for_an_unknown_connector_names_a_handful_the_caller_may_u
 
 
 async def test_a_setting_naming_a_connector_not_for_the_caller_fails_the_run_or_is_skipped(
-    live: Live, fake: FakeProvider
+    live: Live, provider: FakeProvider
 ) -> None:
     """A setting made by the operator (or before the connector's access changed) never reaches it for others."""
     async with client(live, "globex_bob") as globex:
@@ -145,7 +145,7 @@ async def test_a_setting_naming_a_connector_not_for_the_caller_fails_the_run_or_
         )
         await live.rt.store.set_role(("team", "globex"), "default", ["demo.premium", "demo.echo"])
         assert reply(await run(globex, "chat", "skip it")) == "echo: skip it"
-    assert fake.requests == []
+    assert provider.requests == []
 
 
 async def test_a_hook_choosing_the_connector_from_the_request_reaches_only_the_callers(live: Live) -> None:

@@ -21,8 +21,8 @@ from yao_agent.testing import FakeProvider, Reply
 ALICE = Identity("alice")
 
 
-async def test_openai_client_non_streaming(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="Hi from the assistant"))
+async def test_openai_client_non_streaming(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="Hi from the assistant"))
     async with openai_client(live) as client:
         raw = await client.chat.completions.with_raw_response.create(
             model="chat", messages=[{"role": "user", "content": "hello"}]
@@ -35,8 +35,8 @@ async def test_openai_client_non_streaming(live: Live, fake: FakeProvider) -> No
     assert [m.content for m in await live.rt.store.history(ALICE, chat_id)] == ["hello", "Hi from the assistant"]
 
 
-async def test_openai_client_streaming_with_usage(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(reasoning="thinking", text="streamed reply", chunk_size=3))
+async def test_openai_client_streaming_with_usage(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(reasoning="thinking", text="streamed reply", chunk_size=3))
     async with openai_client(live) as client:
         stream = await client.chat.completions.create(
             model="chat", messages=[{"role": "user", "content": "hi"}], stream=True,
@@ -53,8 +53,8 @@ async def test_openai_client_streaming_with_usage(live: Live, fake: FakeProvider
     assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 18
 
 
-async def test_a_two_turn_chat_through_x_chat_id(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="first answer"), Reply(text="second answer"))
+async def test_a_two_turn_chat_through_x_chat_id(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="first answer"), Reply(text="second answer"))
     async with openai_client(live) as client:
         first = await client.chat.completions.with_raw_response.create(
             model="chat", messages=[{"role": "user", "content": "one"}]
@@ -71,10 +71,10 @@ async def test_a_two_turn_chat_through_x_chat_id(live: Live, fake: FakeProvider)
     assert second.choices[0].message.content == "second answer"
     stored = [m.content for m in await live.rt.store.history(ALICE, chat_id)]
     assert stored == ["one", "first answer", "two", "second answer"]  # the resent history is not stored twice
-    assert fake.requests[1].messages[1:] == [*history]
+    assert provider.requests[1].messages[1:] == [*history]
 
 
-async def test_openai_errors_use_openai_shape(live: Live, fake: FakeProvider) -> None:
+async def test_openai_errors_use_openai_shape(live: Live, provider: FakeProvider) -> None:
     async with openai_client(live) as client:
         with pytest.raises(openai.NotFoundError) as missing:
             await client.chat.completions.create(model="nobody", messages=[{"role": "user", "content": "x"}])
@@ -85,7 +85,7 @@ async def test_openai_errors_use_openai_shape(live: Live, fake: FakeProvider) ->
                 tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
             )  # fmt: skip
         assert "client-side tools are not supported" in tools.value.message
-        fake.enqueue(*[Reply(status=500, error_message="upstream down")] * 3)
+        provider.enqueue(*[Reply(status=500, error_message="upstream down")] * 3)
         with pytest.raises(openai.APIStatusError) as failed:
             await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "x"}])
         assert failed.value.status_code == 502 and "upstream down" in failed.value.message
@@ -100,8 +100,8 @@ async def test_models_lists_visible_assistants(live: Live) -> None:
     assert models == ["chat"]  # `private` is for team acme only
 
 
-async def test_native_run_streams_the_contract_events(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="native reply", chunk_size=4))
+async def test_native_run_streams_the_contract_events(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="native reply", chunk_size=4))
     async with (
         live.client() as client,
         client.stream(
@@ -119,8 +119,8 @@ async def test_native_run_streams_the_contract_events(live: Live, fake: FakeProv
     assert events[-1]["status"] == "completed" and events[-1]["usage"]["total_tokens"] == 18
 
 
-async def test_native_run_as_json(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="json reply"))
+async def test_native_run_as_json(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="json reply"))
     async with live.client() as client:
         response = await client.post("/api/assistants/chat/runs?stream=false",
                                      json={"messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
@@ -132,8 +132,8 @@ async def test_native_run_as_json(live: Live, fake: FakeProvider) -> None:
     assert set(body) == {"run_id", "chat_id", "status", "reason", "messages", "usage"}
 
 
-async def test_cancel_and_append_over_http(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="s" * 300, chunk_size=2, delay_s=0.02), Reply(text="after append"))
+async def test_cancel_and_append_over_http(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="s" * 300, chunk_size=2, delay_s=0.02), Reply(text="after append"))
     body = {"messages": [{"role": "user", "content": "long"}]}
     async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
         chat_id = response.headers["x-chat-id"]
@@ -147,8 +147,8 @@ async def test_cancel_and_append_over_http(live: Live, fake: FakeProvider) -> No
                                              json={"messages": [{"role": "user", "content": "and more"}]})  # fmt: skip
                 assert appended.status_code == 200 and appended.json()["run_id"] == events[0]["run_id"]
     assert events[-1]["status"] == "completed"
-    assert fake.requests[1].messages[-1] == {"role": "user", "content": "and more"}
-    fake.enqueue(Reply(text="z" * 300, chunk_size=1, delay_s=0.02))
+    assert provider.requests[1].messages[-1] == {"role": "user", "content": "and more"}
+    provider.enqueue(Reply(text="z" * 300, chunk_size=1, delay_s=0.02))
     body = {"messages": [{"role": "user", "content": "stop me"}], "chat_id": chat_id}
     async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
         events = []
@@ -161,15 +161,15 @@ async def test_cancel_and_append_over_http(live: Live, fake: FakeProvider) -> No
     async with live.client() as client:
         point = (await client.get(f"/api/chats/{chat_id}/resume")).json()
         assert point["status"] == "cancelled" and point["steps"][0]["type"] == "llm"
-        fake.enqueue(Reply(text="resumed"))
+        provider.enqueue(Reply(text="resumed"))
         async with client.stream("POST", f"/api/chats/{chat_id}/resume") as response:
             resumed = await sse(response)
         assert resumed[-1]["status"] == "completed"
         assert (await client.get(f"/api/chats/{chat_id}/resume")).status_code == 404
 
 
-async def test_a_client_that_disconnects_cancels_its_run_which_resumes(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02))
+async def test_a_client_that_disconnects_cancels_its_run_which_resumes(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02))
     body = {"messages": [{"role": "user", "content": "bye"}]}
     async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
         chat_id = response.headers["x-chat-id"]
@@ -184,7 +184,7 @@ async def test_a_client_that_disconnects_cancels_its_run_which_resumes(live: Liv
     await wait_until(ended)  # the server saw its client go, and ended the run
     run = await live.rt.store.latest_run(ALICE, chat_id)
     assert run is not None and (run.status, run.reason) == ("cancelled", "cancelled")
-    fake.enqueue(Reply(text="back again"))
+    provider.enqueue(Reply(text="back again"))
     async with live.client() as client:
         messages = (await client.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
         assert [(m["role"], m["status"]) for m in messages] == [("user", "completed"), ("assistant", "incomplete")]
@@ -248,7 +248,7 @@ async def test_malformed_json_and_huge_bodies(live: Live) -> None:
     assert (huge.status_code, huge.json()["error"]["type"]) == (413, "request_too_large")
 
 
-async def test_append_to_an_idle_chat_is_a_conflict(live: Live, fake: FakeProvider) -> None:
+async def test_append_to_an_idle_chat_is_a_conflict(live: Live, provider: FakeProvider) -> None:
     async with live.client() as client:
         done = await client.post("/api/assistants/chat/runs?stream=false",
                                  json={"messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
@@ -299,10 +299,10 @@ async def test_the_openapi_document_says_what_the_server_answers(live: Live) -> 
     assert set(detail["required"]) == {"type", "message", "code"}
 
 
-async def test_the_server_leaves_the_checks_to_the_run(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> None:
+async def test_the_server_leaves_the_checks_to_the_run(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> None:
     """A run on one of the caller's chats looks up the chat's owner once, in the pipeline: never in a route too."""
-    fake.enqueue(Reply(text="one"), Reply(text="two"), Reply(text="three"))
-    rt = make_runtime(tmp_path / "app", CountingStore(store.db), server_files(fake.base_url))
+    provider.enqueue(Reply(text="one"), Reply(text="two"), Reply(text="three"))
+    rt = make_runtime(tmp_path / "app", CountingStore(store.db), server_files(provider.base_url))
     async with running(rt) as live, live.client() as client:
         first = await client.post("/api/assistants/chat/runs?stream=false", json={"messages": says("hi")})
         chat_id = first.json()["chat_id"]

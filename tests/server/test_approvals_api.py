@@ -28,8 +28,8 @@ ALICE = Identity("alice")
 
 
 @pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
-    async with running(payer_runtime(tmp_path / "app", store, fake)) as served:
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+    async with running(payer_runtime(tmp_path / "app", store, provider)) as served:
         yield served
 
 
@@ -43,9 +43,9 @@ def approvals_of(ledger: Path, label: str = "paid") -> list[dict[str, Any]]:
              "arguments": {"path": str(ledger), "label": label}}]  # fmt: skip
 
 
-async def start_waiting(client: httpx.AsyncClient, fake: FakeProvider, ledger: Path) -> tuple[str, Events]:
+async def start_waiting(client: httpx.AsyncClient, provider: FakeProvider, ledger: Path) -> tuple[str, Events]:
     """A run of `payer` that waits for approvals: its chat id and its events."""
-    fake.enqueue(waiting_reply(ledger))
+    provider.enqueue(waiting_reply(ledger))
     events = await events_of(client, "/api/assistants/payer/runs", {"messages": says("pay and add")})
     assert events[-1]["status"] == "waiting", events[-1]
     return events[0]["chat_id"], events
@@ -55,9 +55,9 @@ def by_type(events: Events, kind: str) -> Events:
     return [e for e in events if e["type"] == kind]
 
 
-def tool_messages(fake: FakeProvider) -> dict[str, Any]:
+def tool_messages(provider: FakeProvider) -> dict[str, Any]:
     """What the model's latest request said each tool call returned, by call id."""
-    return {m["tool_call_id"]: m["content"] for m in fake.requests[-1].messages if m["role"] == "tool"}
+    return {m["tool_call_id"]: m["content"] for m in provider.requests[-1].messages if m["role"] == "tool"}
 
 
 async def history(client: httpx.AsyncClient, chat_id: str) -> Events:
@@ -77,9 +77,11 @@ def error_of(response: httpx.Response, status: int, kind: str) -> str:
 # --- a run that waits ------------------------------------------------------------------------------------
 
 
-async def test_a_run_that_needs_approval_waits_and_says_for_what(live: Live, fake: FakeProvider, ledger: Path) -> None:
+async def test_a_run_that_needs_approval_waits_and_says_for_what(
+    live: Live, provider: FakeProvider, ledger: Path
+) -> None:
     async with live.client() as alice:
-        chat_id, events = await start_waiting(alice, fake, ledger)
+        chat_id, events = await start_waiting(alice, provider, ledger)
         fields = ("tool_call_id", "server", "tool", "arguments")
         asked = [{k: a[k] for k in fields} for a in by_type(events, "approval_request")]
         assert asked == approvals_of(ledger)
@@ -98,8 +100,8 @@ async def test_a_run_that_needs_approval_waits_and_says_for_what(live: Live, fak
     assert counted(ledger) == []
 
 
-async def test_a_run_that_waits_as_json(live: Live, fake: FakeProvider, ledger: Path) -> None:
-    fake.enqueue(waiting_reply(ledger, "I will pay."))
+async def test_a_run_that_waits_as_json(live: Live, provider: FakeProvider, ledger: Path) -> None:
+    provider.enqueue(waiting_reply(ledger, "I will pay."))
     async with live.client() as alice:
         response = await alice.post("/api/assistants/payer/runs?stream=false", json={"messages": says("pay")})
     assert response.status_code == 200, response.text
@@ -117,17 +119,19 @@ async def test_a_run_that_waits_as_json(live: Live, fake: FakeProvider, ledger: 
 # --- deciding ------------------------------------------------------------------------------------------
 
 
-async def test_approving_runs_the_tool_once_and_the_run_completes(live: Live, fake: FakeProvider, ledger: Path) -> None:
+async def test_approving_runs_the_tool_once_and_the_run_completes(
+    live: Live, provider: FakeProvider, ledger: Path
+) -> None:
     async with live.client() as alice:
-        chat_id, _ = await start_waiting(alice, fake, ledger)
-        fake.enqueue(Reply(text="Paid, and 2+3 is 5."))
+        chat_id, _ = await start_waiting(alice, provider, ledger)
+        provider.enqueue(Reply(text="Paid, and 2+3 is 5."))
         events = await events_of(alice, f"/api/chats/{chat_id}/approvals", APPROVE)
         results = {e["tool_call_id"]: (e["result"], e["error"]) for e in by_type(events, "tool_result")}
         assert results == {"t1": ("counted paid", None), "a1": ("5", None)}
         assert (events[-1]["type"], events[-1]["status"], events[-1]["reason"]) == ("stream_end", "completed",
                                                                                     "completed")  # fmt: skip
         assert counted(ledger) == ["paid"]
-        assert tool_messages(fake) == {"t1": "counted paid", "a1": "5"}
+        assert tool_messages(provider) == {"t1": "counted paid", "a1": "5"}
         error_of(await alice.get(f"/api/chats/{chat_id}/approvals"), 404, "not_found")  # nothing waits any more
         said = await history(alice, chat_id)
     assert said[-1]["content"] == "Paid, and 2+3 is 5."
@@ -139,18 +143,18 @@ async def test_approving_runs_the_tool_once_and_the_run_completes(live: Live, fa
 
 
 async def test_a_denial_with_a_reason_reaches_the_model_and_the_tool_never_runs(
-    live: Live, fake: FakeProvider, ledger: Path
+    live: Live, provider: FakeProvider, ledger: Path
 ) -> None:
     denial = {"decisions": [{"tool_call_id": "t1", "approve": False, "reason": "too costly"}]}
     async with live.client() as alice:
-        chat_id, _ = await start_waiting(alice, fake, ledger)
-        fake.enqueue(Reply(text="I did not pay."))
+        chat_id, _ = await start_waiting(alice, provider, ledger)
+        provider.enqueue(Reply(text="I did not pay."))
         response = await alice.post(f"/api/chats/{chat_id}/approvals?stream=false", json=denial)
         assert response.status_code == 200, response.text
         assert (response.json()["status"], response.json()["reason"]) == ("completed", "completed")
         said = await history(alice, chat_id)
     assert counted(ledger) == []
-    assert tool_messages(fake) == {"t1": "denied: too costly", "a1": "5"}  # the call that needed nobody ran
+    assert tool_messages(provider) == {"t1": "denied: too costly", "a1": "5"}  # the call that needed nobody ran
     [decided] = [m for m in said if m.get("tool_call_id") == "t1"]
     assert decided["content"] == "denied: too costly"
     assert {k: decided["approval"][k] for k in ("approved", "by", "reason")} == {
@@ -158,9 +162,9 @@ async def test_a_denial_with_a_reason_reaches_the_model_and_the_tool_never_runs(
 
 
 async def test_partial_decisions_are_a_400_naming_the_missing_call(
-    live: Live, fake: FakeProvider, ledger: Path
+    live: Live, provider: FakeProvider, ledger: Path
 ) -> None:
-    fake.enqueue(Reply(tool_calls=(tally(ledger, "one", "t1"), tally(ledger, "two", "t2"))))
+    provider.enqueue(Reply(tool_calls=(tally(ledger, "one", "t1"), tally(ledger, "two", "t2"))))
     async with live.client() as alice:
         events = await events_of(alice, "/api/assistants/payer/runs", {"messages": says("pay twice")})
         chat_id = events[0]["chat_id"]
@@ -168,18 +172,18 @@ async def test_partial_decisions_are_a_400_naming_the_missing_call(
         assert "missing: t2" in message
         still = (await alice.get(f"/api/chats/{chat_id}/approvals")).json()["approvals"]
         assert [a["tool_call_id"] for a in still] == ["t1", "t2"]  # nothing was decided
-        assert len(fake.requests) == 1 and counted(ledger) == []
-        fake.enqueue(Reply(text="One paid."))
+        assert len(provider.requests) == 1 and counted(ledger) == []
+        provider.enqueue(Reply(text="One paid."))
         both = {"decisions": [*APPROVE["decisions"], {"tool_call_id": "t2", "approve": False}]}
         assert (await events_of(alice, f"/api/chats/{chat_id}/approvals", both))[-1]["status"] == "completed"
     assert counted(ledger) == ["one"]
-    assert tool_messages(fake) == {"t1": "counted one", "t2": "denied: not approved"}
+    assert tool_messages(provider) == {"t1": "counted one", "t2": "denied: not approved"}
 
 
-async def test_deciding_again_finds_nothing_left_to_decide(live: Live, fake: FakeProvider, ledger: Path) -> None:
+async def test_deciding_again_finds_nothing_left_to_decide(live: Live, provider: FakeProvider, ledger: Path) -> None:
     async with live.client() as alice:
-        chat_id, _ = await start_waiting(alice, fake, ledger)
-        fake.enqueue(Reply(text="Paid."))
+        chat_id, _ = await start_waiting(alice, provider, ledger)
+        provider.enqueue(Reply(text="Paid."))
         await events_of(alice, f"/api/chats/{chat_id}/approvals", APPROVE)
         again = await alice.post(f"/api/chats/{chat_id}/approvals", json={"decisions": [
             {"tool_call_id": "t1", "approve": False}]})  # fmt: skip
@@ -187,11 +191,11 @@ async def test_deciding_again_finds_nothing_left_to_decide(live: Live, fake: Fak
     assert counted(ledger) == ["paid"]
 
 
-async def test_two_people_approving_at_once_run_the_tool_once(live: Live, fake: FakeProvider, ledger: Path) -> None:
+async def test_two_people_approving_at_once_run_the_tool_once(live: Live, provider: FakeProvider, ledger: Path) -> None:
     """One decision wins; the other is told the calls were decided already (or that nothing waits any more)."""
     async with live.client() as alice, live.client() as also_alice:
-        chat_id, _ = await start_waiting(alice, fake, ledger)
-        fake.enqueue(Reply(text="Paid."), Reply(text="Paid twice?"))
+        chat_id, _ = await start_waiting(alice, provider, ledger)
+        provider.enqueue(Reply(text="Paid."), Reply(text="Paid twice?"))
         path = f"/api/chats/{chat_id}/approvals?stream=false"
         answers = await asyncio.gather(alice.post(path, json=APPROVE), also_alice.post(path, json=APPROVE))
     statuses = sorted(r.status_code for r in answers)
@@ -199,12 +203,12 @@ async def test_two_people_approving_at_once_run_the_tool_once(live: Live, fake: 
     loser = next(r for r in answers if r.status_code != 200)
     assert loser.json()["error"]["type"] == {404: "not_found", 409: "approval_conflict"}[loser.status_code]
     assert counted(ledger) == ["paid"]
-    assert len(fake.requests) == 2  # the wait, then one continuation
+    assert len(provider.requests) == 2  # the wait, then one continuation
 
 
-async def test_another_tenant_gets_404_for_the_approvals(live: Live, fake: FakeProvider, ledger: Path) -> None:
+async def test_another_tenant_gets_404_for_the_approvals(live: Live, provider: FakeProvider, ledger: Path) -> None:
     async with live.client() as alice, live.client("bob") as bob:
-        chat_id, _ = await start_waiting(alice, fake, ledger)
+        chat_id, _ = await start_waiting(alice, provider, ledger)
         for method, body in (("GET", None), ("POST", APPROVE)):
             taken = error_of(await bob.request(method, f"/api/chats/{chat_id}/approvals", json=body), 404, "not_found")
             ghost = await bob.request(method, "/api/chats/never-was/approvals", json=body)
@@ -212,13 +216,13 @@ async def test_another_tenant_gets_404_for_the_approvals(live: Live, fake: FakeP
             assert taken.replace(chat_id, "ID") == error_of(ghost, 404, "not_found").replace("never-was", "ID")
         still = await alice.get(f"/api/chats/{chat_id}/approvals")
         assert [a["tool_call_id"] for a in still.json()["approvals"]] == ["t1"]
-    assert counted(ledger) == [] and len(fake.requests) == 1
+    assert counted(ledger) == [] and len(provider.requests) == 1
 
 
-async def test_a_new_message_while_waiting_denies_what_waits(live: Live, fake: FakeProvider, ledger: Path) -> None:
+async def test_a_new_message_while_waiting_denies_what_waits(live: Live, provider: FakeProvider, ledger: Path) -> None:
     async with live.client() as alice:
-        chat_id, _ = await start_waiting(alice, fake, ledger)
-        fake.enqueue(Reply(text="Never mind then."))
+        chat_id, _ = await start_waiting(alice, provider, ledger)
+        provider.enqueue(Reply(text="Never mind then."))
         body = {"chat_id": chat_id, "messages": says("actually, forget it")}
         events = await events_of(alice, "/api/assistants/payer/runs", body)
         assert events[-1]["status"] == "completed"
@@ -226,9 +230,9 @@ async def test_a_new_message_while_waiting_denies_what_waits(live: Live, fake: F
         error_of(await alice.post(f"/api/chats/{chat_id}/approvals", json=APPROVE), 404, "not_found")
         said = await history(alice, chat_id)
     assert counted(ledger) == []
-    assert tool_messages(fake) == {"t1": "denied: the user sent a new message",
+    assert tool_messages(provider) == {"t1": "denied: the user sent a new message",
                                    "a1": "not run: the user sent a new message"}  # fmt: skip
-    assert fake.requests[-1].messages[-1] == {"role": "user", "content": "actually, forget it"}
+    assert provider.requests[-1].messages[-1] == {"role": "user", "content": "actually, forget it"}
     [decided] = [m["approval"] for m in said if m.get("tool_call_id") == "t1"]
     assert (decided["approved"], decided["reason"]) == (False, "the user sent a new message")
 
@@ -244,8 +248,10 @@ def notice(chat_id: str) -> str:
             f"{chat_id}: POST /api/chats/{chat_id}/approvals.")  # fmt: skip
 
 
-async def test_the_openai_route_answers_a_waiting_run_in_words(live: Live, fake: FakeProvider, ledger: Path) -> None:
-    fake.enqueue(waiting_reply(ledger, "I will pay."))
+async def test_the_openai_route_answers_a_waiting_run_in_words(
+    live: Live, provider: FakeProvider, ledger: Path
+) -> None:
+    provider.enqueue(waiting_reply(ledger, "I will pay."))
     async with openai_client(live) as client:
         raw = await client.chat.completions.with_raw_response.create(model="payer", messages=PAY)
     chat_id = raw.headers["x-chat-id"]
@@ -256,19 +262,19 @@ async def test_the_openai_route_answers_a_waiting_run_in_words(live: Live, fake:
     assert set(json.loads(raw.text)["choices"][0]["message"]) == {"role", "content"}
     assert counted(ledger) == []
     # A raw request sees the same status header; the approvals it names are decided as any others.
-    fake.enqueue(waiting_reply(ledger))
+    provider.enqueue(waiting_reply(ledger))
     async with live.client() as alice:
         again = await alice.post("/v1/chat/completions", json={"model": "payer", "messages": says("pay")})
         assert (again.status_code, again.headers["x-yao-status"]) == (200, "waiting")
         other = again.headers["x-chat-id"]
         assert again.json()["choices"][0]["message"]["content"] == notice(other)  # the model said nothing itself
-        fake.enqueue(Reply(text="Paid."))
+        provider.enqueue(Reply(text="Paid."))
         assert (await events_of(alice, f"/api/chats/{other}/approvals", APPROVE))[-1]["status"] == "completed"
     assert counted(ledger) == ["paid"]
 
 
-async def test_a_streamed_openai_answer_ends_with_what_waits(live: Live, fake: FakeProvider, ledger: Path) -> None:
-    fake.enqueue(waiting_reply(ledger, "I will pay."))
+async def test_a_streamed_openai_answer_ends_with_what_waits(live: Live, provider: FakeProvider, ledger: Path) -> None:
+    provider.enqueue(waiting_reply(ledger, "I will pay."))
     async with openai_client(live) as client:
         stream = await client.chat.completions.with_raw_response.create(model="payer", messages=PAY,
                                                                          stream=True)  # fmt: skip
@@ -295,16 +301,16 @@ async def reopened(url: str, tmp_path: Path) -> SqlStore:
 
 
 async def test_a_decision_after_a_restart_continues_the_run(
-    tmp_path: Path, store: SqlStore, store_raw_url: str, fake: FakeProvider, ledger: Path
+    tmp_path: Path, store: SqlStore, store_raw_url: str, provider: FakeProvider, ledger: Path
 ) -> None:
-    async with running(payer_runtime(tmp_path / "app", store, fake)) as before, before.client() as alice:
-        chat_id, events = await start_waiting(alice, fake, ledger)
+    async with running(payer_runtime(tmp_path / "app", store, provider)) as before, before.client() as alice:
+        chat_id, events = await start_waiting(alice, provider, ledger)
     again = await reopened(store_raw_url, tmp_path)
-    rt = payer_runtime(tmp_path / "app", again, fake)
+    rt = payer_runtime(tmp_path / "app", again, provider)
     rt.ids = RandomIds()  # a new process: its own ids, never the first one's again
     try:
         async with running(rt) as after, after.client() as alice:
-            fake.enqueue(Reply(text="Paid."))
+            provider.enqueue(Reply(text="Paid."))
             continued = await events_of(alice, f"/api/chats/{chat_id}/approvals", APPROVE)
             run = await after.rt.store.latest_run(ALICE, chat_id)
     finally:
@@ -320,18 +326,18 @@ def served_elsewhere(app: Path, db: str, tmp_path: Path) -> AbstractAsyncContext
 
 
 async def test_a_decision_in_another_process_continues_the_run(
-    live: Live, fake: FakeProvider, ledger: Path, store_raw_url: str, tmp_path: Path
+    live: Live, provider: FakeProvider, ledger: Path, store_raw_url: str, tmp_path: Path
 ) -> None:
     """The wait starts here; a `yao-agent serve` process on the same database and app folder decides, and
     runs the tool with its own (stdio) MCP server."""
     async with live.client() as alice:
-        chat_id, events = await start_waiting(alice, fake, ledger)
+        chat_id, events = await start_waiting(alice, provider, ledger)
     async with served_elsewhere(live.rt.app.root, store_raw_url, tmp_path) as url:
         headers = {"Authorization": f"Bearer {live.tokens['alice']}"}
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as there:
             waiting = await there.get(f"/api/chats/{chat_id}/approvals")
             assert waiting.json()["approvals"] == approvals_of(ledger), waiting.text
-            fake.enqueue(Reply(text="Paid over there."))
+            provider.enqueue(Reply(text="Paid over there."))
             continued = await events_of(there, f"/api/chats/{chat_id}/approvals", APPROVE)
     results = {e["tool_call_id"]: e["result"] for e in by_type(continued, "tool_result")}
     assert (continued[-1]["status"], results) == ("completed", {"t1": "counted paid", "a1": "5"})
@@ -354,13 +360,13 @@ async def test_a_decision_in_another_process_continues_the_run(
      ('"label": NaN', "NaN is not a JSON number")],
 )  # fmt: skip
 async def test_the_approver_sees_what_the_model_wrote_when_it_is_no_plain_json(
-    live: Live, fake: FakeProvider, ledger: Path, written: str, why: str
+    live: Live, provider: FakeProvider, ledger: Path, written: str, why: str
 ) -> None:
     """Readers differ on such text (which `label` wins; a number no double holds): the person is shown
     the very text, never one reading of it, nothing answers 500, and approving it runs no tool — the model
     is told why its arguments were refused."""
     arguments = f'{{"path": {json.dumps(str(ledger))}, {written}}}'
-    fake.enqueue(Reply(tool_calls=(ToolCall("testing__tally", arguments, id="t1"),)))
+    provider.enqueue(Reply(tool_calls=(ToolCall("testing__tally", arguments, id="t1"),)))
     shown = [{"tool_call_id": "t1", "server": "testing", "tool": "tally", "arguments": arguments}]
     async with live.client() as alice:
         async with alice.stream("POST", "/api/assistants/payer/runs", json={"messages": says("pay")}) as response:
@@ -372,10 +378,10 @@ async def test_the_approver_sees_what_the_model_wrote_when_it_is_no_plain_json(
         waiting = await alice.get(f"/api/chats/{chat_id}/approvals")
         assert waiting.status_code == 200, waiting.text
         assert waiting.json()["approvals"] == shown
-        fake.enqueue(Reply(text="I will write it properly."))
+        provider.enqueue(Reply(text="I will write it properly."))
         done = await alice.post(f"/api/chats/{chat_id}/approvals?stream=false", json=APPROVE)
         assert done.status_code == 200, done.text
         assert done.json()["status"] == "completed"
     assert counted(ledger) == []
-    told = tool_messages(fake)["t1"]
+    told = tool_messages(provider)["t1"]
     assert f"invalid JSON in the arguments: {why}" in told and arguments[:150] in told

@@ -20,9 +20,9 @@ PREFLIGHT = {"Origin": SITE, "Access-Control-Request-Method": "POST",
 
 
 @pytest.fixture
-async def cors(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+async def cors(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
     """A server whose app.yml lets pages of SITE (and of a local port) call the API."""
-    files = server_files(fake.base_url)
+    files = server_files(provider.base_url)
     files["app.yml"] += f"server:\n  cors_origins: ['{SITE}', 'http://localhost:5173']\n"
     async with running(make_runtime(tmp_path / "app", store, files)) as served:
         yield served
@@ -56,11 +56,11 @@ async def test_without_cors_origins_a_preflight_is_answered_without_cors(live: L
     assert cors_headers(with_origin) == {}
 
 
-async def test_a_listed_origin_may_call_the_api_from_a_browser(cors: Live, fake: FakeProvider) -> None:
+async def test_a_listed_origin_may_call_the_api_from_a_browser(cors: Live, provider: FakeProvider) -> None:
     async with cors.client("") as anyone, cors.client() as alice:
         preflight = await anyone.options("/api/assistants/chat/runs", headers=PREFLIGHT)
         local = await anyone.options("/api/chats", headers={**PREFLIGHT, "Origin": "http://localhost:5173"})
-        fake.enqueue(Reply(text="hello"))
+        provider.enqueue(Reply(text="hello"))
         body = {"messages": [{"role": "user", "content": "hi"}]}
         answered = await alice.post("/api/assistants/chat/runs?stream=false", json=body, headers={"Origin": SITE})
         refused = await anyone.get("/api/chats", headers={"Origin": SITE})

@@ -13,8 +13,9 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.clock import Clock
 from tests.support.servers import Live, assert_error, says
-from tests.support.usage import APRIL_2, Clock, run_as, used
+from tests.support.usage import APRIL_2, run_as, used
 from yao_agent.identity import Identity
 from yao_agent.testing import FakeProvider, Reply
 
@@ -53,10 +54,10 @@ def refusal_of(answer: openai.RateLimitError) -> dict[str, Any]:
 
 
 async def test_a_spent_budget_is_a_429_the_openai_client_does_not_resend(
-    usage_live: Live, fake: FakeProvider, clock: Clock
+    usage_live: Live, provider: FakeProvider, clock: Clock
 ) -> None:
     clock.at(APRIL_2, hour=15)
-    await run_as(usage_live, fake, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
+    await run_as(usage_live, provider, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
     async with usage_live.client("alice") as alice:
         refused = await alice.post("/api/assistants/chat/runs?stream=false", json={"messages": says("more")})
     error = check_refusal(refused.status_code, refused.headers, assert_error(refused, 429) and refused.json())
@@ -65,19 +66,19 @@ async def test_a_spent_budget_is_a_429_the_openai_client_does_not_resend(
     answer = await ask_openai(usage_live, sent)
     assert sent == ["/v1/chat/completions"]  # once: no automatic resend of a budget spent
     refusal_of(answer)
-    assert len(fake.requests) == 1  # alice's first run alone reached the model
+    assert len(provider.requests) == 1  # alice's first run alone reached the model
 
 
 async def test_a_budget_that_stops_a_completion_mid_run_is_a_429_too(
-    usage_live: Live, fake: FakeProvider, clock: Clock
+    usage_live: Live, provider: FakeProvider, clock: Clock
 ) -> None:
     """The run's first call spends alice's day, and its reply, cut at the output limit, is not continued: the
     completion answers 429 `budget_exceeded` (the run is stored failed, resumable), and is not resent."""
     clock.at(APRIL_2, hour=15)
-    fake.enqueue(Reply(text="The first half", usage=used(50_000, 50_000), finish_reason="length"))
+    provider.enqueue(Reply(text="The first half", usage=used(50_000, 50_000), finish_reason="length"))
     sent: list[str] = []
     answer = await ask_openai(usage_live, sent)
-    assert sent == ["/v1/chat/completions"] and len(fake.requests) == 1
+    assert sent == ["/v1/chat/completions"] and len(provider.requests) == 1
     error = refusal_of(answer)
     assert error["message"].startswith("user alice spent $0.50 of its $0.50 daily budget; the model was not called")
     run = await usage_live.rt.store.latest_run(Identity("alice"), answer.response.headers["X-Chat-Id"])

@@ -26,8 +26,8 @@ HOOK = 'async function Create(ctx, messages) { await ctx.memory.set("seen", mess
 
 
 @pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
-    files = server_files(fake.base_url)
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+    files = server_files(provider.base_url)
     files["hooks/remember.js"] = HOOK
     files["assistants/remembering/assistant.yml"] = "name: Remembering\nhook: hooks/remember.js\n"
     async with running(make_runtime(tmp_path / "app", store, files)) as served:
@@ -65,8 +65,8 @@ def rows_of(tx: Tx, chat_id: str, run_ids: list[str]) -> dict[str, int]:
     return counts
 
 
-async def test_a_chat_is_renamed_and_listed_under_its_new_title(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="Sure."))
+async def test_a_chat_is_renamed_and_listed_under_its_new_title(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="Sure."))
     async with live.client() as client:
         chat_id = (await ask(client, "help me plan something"))["chat_id"]
         before = (await client.get("/api/chats")).json()["chats"][0]
@@ -85,8 +85,8 @@ BAD_TITLES: list[Any] = [
 
 
 @pytest.mark.parametrize("title", BAD_TITLES, ids=range(len(BAD_TITLES)))
-async def test_a_bad_title_is_a_400_and_changes_nothing(live: Live, fake: FakeProvider, title: Any) -> None:
-    fake.enqueue(Reply(text="ok"))
+async def test_a_bad_title_is_a_400_and_changes_nothing(live: Live, provider: FakeProvider, title: Any) -> None:
+    provider.enqueue(Reply(text="ok"))
     async with live.client() as client:
         chat_id = (await ask(client, "original title"))["chat_id"]
         response = await client.patch(f"/api/chats/{chat_id}", json={"title": title})
@@ -95,8 +95,8 @@ async def test_a_bad_title_is_a_400_and_changes_nothing(live: Live, fake: FakePr
         assert await listed(client) == [(chat_id, "original title")]
 
 
-async def test_a_malformed_rename_body_is_a_400(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="ok"))
+async def test_a_malformed_rename_body_is_a_400(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="ok"))
     async with live.client() as client:
         chat_id = (await ask(client, "hello"))["chat_id"]
         path = f"/api/chats/{chat_id}"
@@ -111,8 +111,8 @@ async def test_a_malformed_rename_body_is_a_400(live: Live, fake: FakeProvider) 
         assert await listed(client) == [(chat_id, "hello")]
 
 
-async def test_another_tenants_chat_is_404_for_rename_and_delete(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="mine"))
+async def test_another_tenants_chat_is_404_for_rename_and_delete(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="mine"))
     async with live.client("alice") as alice, live.client("bob") as bob:
         chat_id = (await ask(alice, "alice's secret chat"))["chat_id"]
         theirs = [
@@ -134,8 +134,8 @@ async def test_another_tenants_chat_is_404_for_rename_and_delete(live: Live, fak
         assert await listed(bob) == []
 
 
-async def test_search_finds_titles_and_messages_of_the_callers_chats_only(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="Lisbon is lovely in May."), Reply(text="Use a sourdough starter."), Reply(text="ok"))
+async def test_search_finds_titles_and_messages_of_the_callers_chats_only(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="Lisbon is lovely in May."), Reply(text="Use a sourdough starter."), Reply(text="ok"))
     async with live.client("alice") as alice, live.client("bob") as bob:
         trip = (await ask(alice, "Plan a trip to LISBON"))["chat_id"]
         bread = (await ask(alice, "How do I bake 100% rye bread?"))["chat_id"]
@@ -157,8 +157,8 @@ async def test_search_finds_titles_and_messages_of_the_callers_chats_only(live: 
             assert (refused.status_code, refused.json()["error"]["type"]) == (400, "invalid_request"), wrong
 
 
-async def test_delete_removes_the_chat_and_everything_stored_for_it(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="first"), Reply(status=500, error_message="upstream exploded"), Reply(text="kept"))
+async def test_delete_removes_the_chat_and_everything_stored_for_it(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="first"), Reply(status=500, error_message="upstream exploded"), Reply(text="kept"))
     async with live.client("alice") as alice, live.client("bob") as bob:
         chat_id = (await ask(alice, "remember me", assistant="remembering"))["chat_id"]
         failed = await ask(alice, "and fail", chat_id, assistant="remembering")
@@ -201,8 +201,8 @@ async def events_of(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
             yield json.loads(line[6:])
 
 
-async def test_a_chat_is_not_deleted_while_a_run_is_active(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="ok"), Reply(text="slow " * 40, chunk_size=2, delay_s=0.02))
+async def test_a_chat_is_not_deleted_while_a_run_is_active(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="ok"), Reply(text="slow " * 40, chunk_size=2, delay_s=0.02))
     async with live.client("alice") as alice:
         chat_id = (await ask(alice, "start"))["chat_id"]
         body = {"chat_id": chat_id, "messages": [{"role": "user", "content": "talk slowly"}]}
@@ -220,8 +220,8 @@ async def test_a_chat_is_not_deleted_while_a_run_is_active(live: Live, fake: Fak
         assert (await alice.delete(f"/api/chats/{chat_id}")).status_code == 200  # once it ended
 
 
-async def test_a_chat_another_process_runs_is_not_deleted(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="ok"))
+async def test_a_chat_another_process_runs_is_not_deleted(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="ok"))
     async with live.client("alice") as alice:
         chat_id = (await ask(alice, "shared"))["chat_id"]
         [run] = await live.rt.store.runs_of(ALICE, chat_id)

@@ -34,12 +34,6 @@ PROMPT = "name: Chat\nprompts:\n  - role: system\n    content: You are version {
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as provider:
-        yield provider
-
-
-@pytest.fixture
 async def pg_store(pg_database: str, tmp_path: Path) -> AsyncIterator[tuple[str, SqlStore]]:
     from tests.support.postgres import pg_admin_truncate
 
@@ -53,12 +47,12 @@ async def pg_store(pg_database: str, tmp_path: Path) -> AsyncIterator[tuple[str,
 
 @asynccontextmanager
 async def two_workers(
-    tmp_path: Path, fake: FakeProvider, pg_store: tuple[str, SqlStore]
+    tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]
 ) -> AsyncGenerator[tuple[Path, SqlStore, asyncio.subprocess.Process, httpx.AsyncClient]]:
     """`serve --workers 2` of a chat app on PostgreSQL: the app folder, the store, the supervisor's process and
     alice's client (its log: tmp_path/serve.err)."""
     db, store = pg_store
-    app = chat_app(tmp_path / "app", fake)
+    app = chat_app(tmp_path / "app", provider)
     token = await store.create_token(OPERATOR, ALICE)
     async with (
         serving(app, db, tmp_path / "serve.err", "--workers", "2") as (url, supervisor),
@@ -67,8 +61,8 @@ async def two_workers(
         yield app, store, supervisor, client
 
 
-def chat_app(root: Path, fake: FakeProvider) -> Path:
-    files = app_files(fake.base_url)
+def chat_app(root: Path, provider: FakeProvider) -> Path:
+    files = app_files(provider.base_url)
     files["assistants/chat/assistant.yml"] = PROMPT.format(n=1)
     return make_app(root, files, base={})
 
@@ -149,9 +143,9 @@ def test_several_workers_on_sqlite_are_refused_with_a_clear_error(tmp_path: Path
 
 @pytest.mark.postgres
 async def test_two_workers_share_the_port_the_chats_and_the_metrics(
-    tmp_path: Path, fake: FakeProvider, pg_store: tuple[str, SqlStore]
+    tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]
 ) -> None:
-    async with two_workers(tmp_path, fake, pg_store) as (_app, store, supervisor, client):
+    async with two_workers(tmp_path, provider, pg_store) as (_app, store, supervisor, client):
         answers = await asyncio.gather(*(ask(client, f"hello {n}") for n in range(16)))
         assert {a["status"] for a in answers} == {"completed"}
         owners = {owner for _, owner, _ in await on_both_workers(client, store)}
@@ -179,10 +173,10 @@ async def test_two_workers_share_the_port_the_chats_and_the_metrics(
 
 @pytest.mark.postgres
 async def test_a_worker_killed_mid_run_is_replaced_and_its_run_is_resumable(
-    tmp_path: Path, fake: FakeProvider, pg_store: tuple[str, SqlStore]
+    tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]
 ) -> None:
-    async with two_workers(tmp_path, fake, pg_store) as (_app, store, supervisor, client):
-        fake.enqueue(Reply(text="z" * 300, chunk_size=1, delay_s=0.02), Reply(text="resumed"))
+    async with two_workers(tmp_path, provider, pg_store) as (_app, store, supervisor, client):
+        provider.enqueue(Reply(text="z" * 300, chunk_size=1, delay_s=0.02), Reply(text="resumed"))
         body = {"messages": [{"role": "user", "content": "long"}]}
         chat_id = owner = ""
         with pytest.raises(httpx.HTTPError):  # the stream is cut: its worker is gone
@@ -215,11 +209,11 @@ async def test_a_worker_killed_mid_run_is_replaced_and_its_run_is_resumable(
 
 @pytest.mark.postgres
 async def test_sigterm_drains_every_worker_the_runs_in_flight_finish(
-    tmp_path: Path, fake: FakeProvider, pg_store: tuple[str, SqlStore]
+    tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]
 ) -> None:
-    async with two_workers(tmp_path, fake, pg_store) as (_app, store, supervisor, client):
+    async with two_workers(tmp_path, provider, pg_store) as (_app, store, supervisor, client):
         text = "d" * 100
-        fake.enqueue(Reply(text=text, chunk_size=1, delay_s=0.02))
+        provider.enqueue(Reply(text=text, chunk_size=1, delay_s=0.02))
         events: list[dict[str, Any]] = []
         refused: list[httpx.Response] = []
         async with client.stream(
@@ -251,15 +245,15 @@ async def test_sigterm_drains_every_worker_the_runs_in_flight_finish(
 
 @pytest.mark.postgres
 async def test_workers_converge_on_an_edited_app_and_keep_the_last_good_one(
-    tmp_path: Path, fake: FakeProvider, pg_store: tuple[str, SqlStore]
+    tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]
 ) -> None:
-    async with two_workers(tmp_path, fake, pg_store) as (app, store, supervisor, client):
+    async with two_workers(tmp_path, provider, pg_store) as (app, store, supervisor, client):
         first = (await client.get("/api/app")).json()["app_version"]
         (app / "assistants/chat/assistant.yml").write_text(PROMPT.format(n=2))
         second = await converged(client, lambda state: state["app_version"] != first)
         stored = await on_both_workers(client, store)
         assert {v for _, _, v in stored} == {second["app_version"]}
-        assert {r.messages[0]["content"] for r in fake.requests} == {"You are version 2."}
+        assert {r.messages[0]["content"] for r in provider.requests} == {"You are version 2."}
         # A broken edit changes nothing: the last good version serves, every worker says why.
         (app / "assistants/chat/assistant.yml").write_text("name: [unclosed\n")
         broken = await converged(client, lambda state: bool(state["errors"]))
@@ -275,7 +269,7 @@ async def test_workers_converge_on_an_edited_app_and_keep_the_last_good_one(
             client, lambda state: not state["errors"] and state["app_version"] != second["app_version"]
         )
         assert (await ask(client, "and now?"))["status"] == "completed"
-        assert fake.requests[-1].messages[0]["content"] == "You are version 3."
+        assert provider.requests[-1].messages[0]["content"] == "You are version 3."
         assert "app not reloaded (files changed): assistants/chat/assistant.yml:1" in said(tmp_path / "serve.err")
         assert third["app_version"] != first
 

@@ -60,9 +60,9 @@ async def sqlite(tmp_path: Path) -> AsyncIterator[SqlStore]:
 
 
 @asynccontextmanager
-async def served(tmp_path: Path, store: SqlStore, fake: FakeProvider, **server: object) -> AsyncGenerator[Live]:
+async def served(tmp_path: Path, store: SqlStore, provider: FakeProvider, **server: object) -> AsyncGenerator[Live]:
     """The test app served with these `server:` settings in its app.yml."""
-    async with running(make_runtime(tmp_path / "app", store, settings_files(fake.base_url, **server))) as live:
+    async with running(make_runtime(tmp_path / "app", store, settings_files(provider.base_url, **server))) as live:
         yield live
 
 
@@ -116,9 +116,9 @@ def head(method: str, path: str, token: str | None = None, **headers: str) -> by
 
 
 async def test_a_connection_that_never_finishes_its_head_is_closed_after_the_header_timeout(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
-    async with served(tmp_path, sqlite, fake, header_timeout_s=1) as live:
+    async with served(tmp_path, sqlite, provider, header_timeout_s=1) as live:
         async with raw(live) as (reader, _):  # says nothing at all
             silent = await until_closed(reader)
         async with raw(live) as (reader, writer):  # half a head, then nothing
@@ -134,9 +134,9 @@ async def test_a_connection_that_never_finishes_its_head_is_closed_after_the_hea
 
 
 async def test_a_half_sent_body_is_answered_408_after_the_body_timeout(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
-    async with served(tmp_path, sqlite, fake, body_timeout_s=1) as live, raw(live) as (reader, writer):
+    async with served(tmp_path, sqlite, provider, body_timeout_s=1) as live, raw(live) as (reader, writer):
         writer.write(head("POST", RUN, live.tokens["alice"], Content_Type="application/json", Content_Length="200"))
         writer.write(b'{"messages": [{"role": "user", "content": "half')
         answer, took = await until_closed(reader)
@@ -144,13 +144,13 @@ async def test_a_half_sent_body_is_answered_408_after_the_body_timeout(
     assert b'"type":"request_timeout"' in answer and b"server.body_timeout_s" in answer
     assert b"connection: close" in answer.lower()
     assert 0.5 <= took < WAIT
-    assert not fake.requests  # nothing ran
+    assert not provider.requests  # nothing ran
 
 
 async def test_idle_connections_are_closed_after_the_keep_alive_timeout(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
-    async with served(tmp_path, sqlite, fake, keep_alive_s=1, header_timeout_s=1) as live:
+    async with served(tmp_path, sqlite, provider, keep_alive_s=1, header_timeout_s=1) as live:
         async with raw(live) as (reader, writer):  # answered, then left idle
             writer.write(head("GET", "/healthz"))
             await reader.readuntil(b'{"status":"ok"}')
@@ -166,11 +166,14 @@ async def test_idle_connections_are_closed_after_the_keep_alive_timeout(
 
 
 async def test_the_rest_of_a_body_already_answered_cannot_hold_the_connection(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
     """A request refused before its body is read (here a 401) is answered at once; a client that goes on
     trickling the body nobody reads is hung up on after the body timeout."""
-    async with served(tmp_path, sqlite, fake, body_timeout_s=1, keep_alive_s=1) as live, raw(live) as (reader, writer):
+    async with (
+        served(tmp_path, sqlite, provider, body_timeout_s=1, keep_alive_s=1) as live,
+        raw(live) as (reader, writer),
+    ):
         sent_at = time.monotonic()
         writer.write(head("POST", RUN, None, Content_Type="application/json", Content_Length="100000"))
         refused = await reader.readuntil(b'"unauthorized"')
@@ -196,11 +199,11 @@ async def sse_events(client: httpx.AsyncClient, path: str, body: dict[str, Any],
 
 
 async def test_past_the_request_limit_a_request_is_a_503_while_health_checks_and_streams_go_on(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
-    async with served(tmp_path, sqlite, fake, max_requests=2) as live, live.client() as client:
+    async with served(tmp_path, sqlite, provider, max_requests=2) as live, live.client() as client:
         for _ in range(2):
-            fake.enqueue(Reply(text="s" * 20, chunk_size=1, delay_s=0.1))
+            provider.enqueue(Reply(text="s" * 20, chunk_size=1, delay_s=0.1))
         begun = [asyncio.Event(), asyncio.Event()]
         streams = [asyncio.create_task(sse_events(client, RUN, {"messages": ONE}, b)) for b in begun]
         await asyncio.wait_for(asyncio.gather(*(b.wait() for b in begun)), WAIT)
@@ -219,14 +222,14 @@ async def test_past_the_request_limit_a_request_is_a_503_while_health_checks_and
     for events in finished:
         assert (events[-1]["type"], events[-1]["status"]) == ("stream_end", "completed")
     assert after.status_code == 200  # the streams done, their places are free again
-    assert len(fake.requests) == 2  # the refused run never started
+    assert len(provider.requests) == 2  # the refused run never started
 
 
 async def test_connections_past_the_limit_are_closed_as_they_come(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
     async with (
-        served(tmp_path, sqlite, fake, max_connections=3, header_timeout_s=60) as live,
+        served(tmp_path, sqlite, provider, max_connections=3, header_timeout_s=60) as live,
         raw(live) as first,
         raw(live),
         raw(live),
@@ -249,15 +252,15 @@ async def test_connections_past_the_limit_are_closed_as_they_come(
 
 
 async def test_a_stream_outlasting_every_timeout_is_never_cut(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
     quick = {"header_timeout_s": 0.5, "body_timeout_s": 0.5, "keep_alive_s": 0.5}
-    async with served(tmp_path, sqlite, fake, **quick) as live, live.client() as client:
-        fake.enqueue(Reply(text="w" * 25, chunk_size=1, delay_s=0.1))  # 2.5 s: five times each deadline
+    async with served(tmp_path, sqlite, provider, **quick) as live, live.client() as client:
+        provider.enqueue(Reply(text="w" * 25, chunk_size=1, delay_s=0.1))  # 2.5 s: five times each deadline
         start = time.monotonic()
         events = await sse_events(client, RUN, {"messages": ONE}, asyncio.Event())
         streamed_for = time.monotonic() - start
-        fake.enqueue(Reply(text="v" * 25, chunk_size=1, delay_s=0.1))
+        provider.enqueue(Reply(text="v" * 25, chunk_size=1, delay_s=0.1))
         whole = await client.post(RUN + "?stream=false", json={"messages": ONE})
     assert streamed_for > 2
     assert (events[-1]["type"], events[-1]["status"]) == ("stream_end", "completed")
@@ -295,8 +298,8 @@ async def test_nan_and_infinity_in_any_json_body_are_a_400(
     assert error["message"].startswith(f"{where}: ") and "not a JSON number" in error["message"]
 
 
-async def test_nan_and_infinity_as_text_are_just_text(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="ok"))
+async def test_nan_and_infinity_as_text_are_just_text(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="ok"))
     said = [{"role": "user", "content": "NaN, Infinity and 1e400 are words here"}]
     async with live.client() as client:
         response = await client.post(RUN + "?stream=false", json={"messages": said, "metadata": {"big": 1e300}})
@@ -305,13 +308,13 @@ async def test_nan_and_infinity_as_text_are_just_text(live: Live, fake: FakeProv
 
 
 async def test_a_request_with_more_messages_than_the_limit_is_a_413_naming_the_setting(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
     six = [{"role": "user", "content": f"m{i}"} for i in range(6)]
-    async with served(tmp_path, sqlite, fake, max_messages=5) as live, live.client() as client:
+    async with served(tmp_path, sqlite, provider, max_messages=5) as live, live.client() as client:
         native = await client.post(RUN + "?stream=false", json={"messages": six})
         openai = await client.post("/v1/chat/completions", json={"model": "chat", "messages": six})
-        fake.enqueue(Reply(text="x" * 30, chunk_size=1, delay_s=0.05))
+        provider.enqueue(Reply(text="x" * 30, chunk_size=1, delay_s=0.05))
         begun = asyncio.Event()
         stream = asyncio.create_task(sse_events(client, RUN, {"messages": ONE}, begun))
         await asyncio.wait_for(begun.wait(), WAIT)
@@ -319,7 +322,7 @@ async def test_a_request_with_more_messages_than_the_limit_is_a_413_naming_the_s
         appended = await client.post(f"/api/chats/{chat_id}/append", json={"messages": six})
         appended_five = await client.post(f"/api/chats/{chat_id}/append", json={"messages": six[:5]})
         await asyncio.wait_for(stream, WAIT)
-        fake.enqueue(Reply(text="five are fine"))
+        provider.enqueue(Reply(text="five are fine"))
         five = await client.post(RUN + "?stream=false", json={"messages": six[:5]})
     for refused in (native, openai, appended):
         assert refused.status_code == 413, refused.text
@@ -362,14 +365,14 @@ async def test_head_on_healthz_answers_like_get_without_a_body(live: Live) -> No
      ("/v1/chat/completions", {"model": "chat", "messages": ONE, "stream": False})],
 )  # fmt: skip
 async def test_a_client_leaving_a_non_streamed_request_cancels_its_run_which_resumes(
-    live: Live, fake: FakeProvider, path: str, body: dict[str, Any]
+    live: Live, provider: FakeProvider, path: str, body: dict[str, Any]
 ) -> None:
-    fake.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))  # 8 s, unless cancelled
+    provider.enqueue(Reply(text="z" * 400, chunk_size=1, delay_s=0.02))  # 8 s, unless cancelled
     data = json.dumps(body).encode()
     async with raw(live) as (_, writer):
         writer.write(head("POST", path, live.tokens["alice"], Content_Type="application/json",
                           Content_Length=str(len(data))) + data)  # fmt: skip
-        await wait_until(lambda: live.runs.process.active and fake.requests)  # the run is asking the model
+        await wait_until(lambda: live.runs.process.active and provider.requests)  # the run is asking the model
         [handle] = live.runs.process.active.values()
         await asyncio.sleep(0.3)  # some of the answer is in
     # the connection is closed: the client left without its answer
@@ -377,7 +380,7 @@ async def test_a_client_leaving_a_non_streamed_request_cancels_its_run_which_res
     await asyncio.wait_for(handle.wait(), WAIT)
     run = await live.rt.store.latest_run(ALICE, chat_id)
     assert run is not None and (run.status, run.reason) == ("cancelled", "cancelled")
-    fake.enqueue(Reply(text="back"))
+    provider.enqueue(Reply(text="back"))
     async with live.client() as client:
         point = await client.get(f"/api/chats/{chat_id}/resume")
         resumed = await client.post(f"/api/chats/{chat_id}/resume?stream=false")
@@ -385,26 +388,26 @@ async def test_a_client_leaving_a_non_streamed_request_cancels_its_run_which_res
     assert resumed.json()["status"] == "completed"
 
 
-async def test_a_negative_max_tokens_is_refused_where_it_enters(live: Live, fake: FakeProvider) -> None:
+async def test_a_negative_max_tokens_is_refused_where_it_enters(live: Live, provider: FakeProvider) -> None:
     async with live.client() as client:
         bad = [await client.post("/v1/chat/completions", json={"model": "chat", "messages": ONE, field: -1})
                for field in ("max_tokens", "max_completion_tokens")]  # fmt: skip
     for response, field in zip(bad, ("max_tokens", "max_completion_tokens"), strict=True):
         assert response.status_code == 400 and response.json()["error"]["param"] == field
-    assert not fake.requests
+    assert not provider.requests
 
 
 async def test_a_create_hook_returning_a_negative_max_tokens_fails_naming_it_before_the_model_call(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
-    async with served(tmp_path, sqlite, fake) as live, live.client() as client:
+    async with served(tmp_path, sqlite, provider) as live, live.client() as client:
         run = await client.post("/api/assistants/hooked/runs?stream=false",
                                 json={"messages": ONE, "metadata": {"max_tokens": -5}})  # fmt: skip
     assert run.status_code == 200
     result = run.json()
     assert (result["status"], result["reason"]) == ("failed", "hook_error")
     assert "max_tokens" in result["error"]["message"] and "-5" in result["error"]["message"]
-    assert not fake.requests  # refused before any model call
+    assert not provider.requests  # refused before any model call
 
 
 # --- the operator's terminal -------------------------------------------------------------------------
@@ -442,9 +445,9 @@ def test_tokens_create_refuses_a_label_with_control_characters(
 
 
 async def test_more_than_16_kb_of_a_head_still_coming_is_a_400(
-    tmp_path: Path, sqlite: SqlStore, fake: FakeProvider
+    tmp_path: Path, sqlite: SqlStore, provider: FakeProvider
 ) -> None:
-    async with served(tmp_path, sqlite, fake, header_timeout_s=60) as live, raw(live) as (reader, writer):
+    async with served(tmp_path, sqlite, provider, header_timeout_s=60) as live, raw(live) as (reader, writer):
         writer.write(b"GET /healthz HTTP/1.1\r\nX-Pad: " + b"a" * 20_000)  # and no end to the head
         answer, took = await until_closed(reader)
     assert answer.startswith(b"HTTP/1.1 400 ") and took < 30  # at once, not at the header timeout

@@ -24,8 +24,8 @@ class Forecast(BaseModel):
 
 
 @pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
-    async with running(make_runtime(tmp_path / "app", store, server_files(fake.base_url))) as served:
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+    async with running(make_runtime(tmp_path / "app", store, server_files(provider.base_url))) as served:
         yield served
 
 
@@ -38,14 +38,14 @@ async def ask(live: Live, question: str) -> object:
     return answer
 
 
-async def test_with_structured_output_gets_the_typed_object(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text=json.dumps({"city": "Lima", "celsius": 19})))
+async def test_with_structured_output_gets_the_typed_object(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text=json.dumps({"city": "Lima", "celsius": 19})))
     assert await ask(live, "What is the weather in Lima?") == Forecast(city="Lima", celsius=19)
-    sent = fake.requests[0].body["response_format"]
+    sent = provider.requests[0].body["response_format"]
     assert sent["type"] == "json_schema" and sent["json_schema"]["schema"]["required"] == ["city", "celsius"]
 
 
-async def test_with_structured_output_after_a_correction(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text='{"city": "Lima", "celsius": "mild"}'), Reply(text='{"city": "Lima", "celsius": 19.5}'))
+async def test_with_structured_output_after_a_correction(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text='{"city": "Lima", "celsius": "mild"}'), Reply(text='{"city": "Lima", "celsius": 19.5}'))
     assert await ask(live, "Weather in Lima?") == Forecast(city="Lima", celsius=19.5)
-    assert len(fake.requests) == 2 and "celsius" in json.dumps(fake.requests[1].body["messages"][-1])
+    assert len(provider.requests) == 2 and "celsius" in json.dumps(provider.requests[1].body["messages"][-1])

@@ -90,8 +90,8 @@ def of_run(lines: list[dict[str, Any]], start: dict[str, Any]) -> list[dict[str,
 
 
 async def test_json_log_lines_carry_ids_access_hooks_and_no_secret(tmp_path: Path) -> None:
-    async with FakeProvider() as fake:
-        app = make_app(tmp_path / "app", files(fake.base_url), base={})
+    async with FakeProvider() as provider:
+        app = make_app(tmp_path / "app", files(provider.base_url), base={})
         code, token = await asyncio.to_thread(cli, app, "tokens", "create", "--user", "alice", "--team", "acme")
         assert code == 0
         token = token.strip()
@@ -100,11 +100,11 @@ async def test_json_log_lines_carry_ids_access_hooks_and_no_secret(tmp_path: Pat
             headers = {"Authorization": f"Bearer {token}"}
             async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
                 assert (await client.get("/healthz")).status_code == 200
-                fake.enqueue(Reply(text="Hello there."))
+                provider.enqueue(Reply(text="Hello there."))
                 plain = await run(client, "chat")
-                fake.enqueue(Reply(text="Hooked hello."))
+                provider.enqueue(Reply(text="Hooked hello."))
                 hooked = await run(client, "hooked")
-                fake.enqueue(Reply(status=401, error_message=f"Incorrect API key provided: {SECRET}"))
+                provider.enqueue(Reply(status=401, error_message=f"Incorrect API key provided: {SECRET}"))
                 failed = await run(client, "chat")
                 chat = await client.get(f"/api/chats/{plain['chat_id']}/messages", params={"key": QUERY_SECRET})
                 assert chat.status_code in (200, 404)  # whichever: its line names the template, not the path
@@ -191,8 +191,8 @@ def test_json_formatter_keeps_safe_extras_and_redacts_messages_extras_and_traceb
 async def test_every_line_is_json_also_the_banner_and_a_drain_past_a_client_that_never_reads(tmp_path: Path) -> None:
     """The banner on stdout was a plain line; a drain that cancelled the stream of a client that stopped
     reading logged a traceback. Every line of both streams is a JSON object, and no traceback is written."""
-    async with FakeProvider() as fake:
-        app = make_app(tmp_path / "app", files(fake.base_url), base={})
+    async with FakeProvider() as provider:
+        app = make_app(tmp_path / "app", files(provider.base_url), base={})
         code, token = await asyncio.to_thread(cli, app, "tokens", "create", "--user", "alice")
         assert code == 0
         port = free_port()
@@ -207,7 +207,7 @@ async def test_every_line_is_json_also_the_banner_and_a_drain_past_a_client_that
             while not out.read_text():  # noqa: ASYNC110 (another process writes it)
                 await asyncio.sleep(0.05)
             # A client that asks for a long answer and never reads it: the server's writes back up.
-            fake.enqueue(Reply(text="w" * 4_000_000, chunk_size=20_000))
+            provider.enqueue(Reply(text="w" * 4_000_000, chunk_size=20_000))
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             body = json.dumps({"messages": [{"role": "user", "content": "long"}]}).encode()
             writer.write(b"POST /api/assistants/chat/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -56,8 +56,8 @@ def metrics_files(base_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
-    rt = make_runtime(tmp_path / "app", store, metrics_files(fake.base_url))
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+    rt = make_runtime(tmp_path / "app", store, metrics_files(provider.base_url))
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
     async with running(rt) as served:
         yield served
@@ -92,26 +92,26 @@ async def run(client: httpx.AsyncClient, assistant: str, text: str) -> dict[str,
     return response.json()
 
 
-async def runs_of_each_kind(live: Live, fake: FakeProvider, alice: httpx.AsyncClient) -> list[dict[str, Any]]:
+async def runs_of_each_kind(live: Live, provider: FakeProvider, alice: httpx.AsyncClient) -> list[dict[str, Any]]:
     """Completed, failed (401), fallen back, with tools (one call works, one is refused), with hooks."""
-    fake.enqueue(Reply(text="hello"))
+    provider.enqueue(Reply(text="hello"))
     done = [await run(alice, "chat", "hi")]
-    fake.enqueue(Reply(status=401, error_message="Incorrect API key provided"))
+    provider.enqueue(Reply(status=401, error_message="Incorrect API key provided"))
     done.append(await run(alice, "chat", "hi again"))
-    fake.enqueue(Reply(text="from the second"))
+    provider.enqueue(Reply(text="from the second"))
     done.append(await run(alice, "chained", "anyone?"))
     calls = (ToolCall("testing__add", json.dumps({"a": 2, "b": 3})), ToolCall("testing__refuse", '{"reason": "no"}'))
-    fake.enqueue(Reply(tool_calls=calls), Reply(text="5, and one refusal"))
+    provider.enqueue(Reply(tool_calls=calls), Reply(text="5, and one refusal"))
     done.append(await run(alice, "tooled", "add and refuse"))
-    fake.enqueue(Reply(text="hooked answer"))
+    provider.enqueue(Reply(text="hooked answer"))
     done.append(await run(alice, "hooked", "hook me"))
     return done
 
 
-async def test_each_metric_counts_what_the_runs_did(live: Live, fake: FakeProvider) -> None:
+async def test_each_metric_counts_what_the_runs_did(live: Live, provider: FakeProvider) -> None:
     async with live.client("alice") as alice, live.client("") as anonymous:
         _, before = await scrape(anonymous)
-        done = await runs_of_each_kind(live, fake, alice)
+        done = await runs_of_each_kind(live, provider, alice)
         await live.rt.store.set_ceilings(("user", "alice"), {"per_day": 0})  # the operator's (alice has no team)
         refused = await alice.post("/api/assistants/chat/runs?stream=false", json={"messages": [
             {"role": "user", "content": "over budget"}]})  # fmt: skip
@@ -153,11 +153,11 @@ async def test_each_metric_counts_what_the_runs_did(live: Live, fake: FakeProvid
 
 
 async def test_a_link_skipped_while_cooling_down_is_a_fallback_not_a_failed_call(
-    live: Live, fake: FakeProvider
+    live: Live, provider: FakeProvider
 ) -> None:
     """The first run tries the dead link (a failed call) and falls back; the second skips it while it cools
     down: a fallback, but no call was made to it, so none failed."""
-    fake.enqueue(Reply(text="one"), Reply(text="two"))
+    provider.enqueue(Reply(text="one"), Reply(text="two"))
     async with live.client("alice") as alice, live.client("") as anonymous:
         _, before = await scrape(anonymous)
         for text in ("first", "second"):
@@ -171,13 +171,13 @@ async def test_a_link_skipped_while_cooling_down_is_a_fallback_not_a_failed_call
     }
 
 
-async def test_calls_answered_without_running_count_as_what_they_are(live: Live, fake: FakeProvider) -> None:
+async def test_calls_answered_without_running_count_as_what_they_are(live: Live, provider: FakeProvider) -> None:
     """A call that waits for a person, and the call beside it that waits with it, count `waiting` (they did
     not run); once decided, the denied one counts `denied` and the other runs (`ok`): every call named by
     its tool, also those the continuation runs from the reply of the run it continues."""
     calls = (ToolCall("testing__add", json.dumps({"a": 2, "b": 3}), id="p1"),
              ToolCall("testing__echo", json.dumps({"text": "hi"}), id="e1"))  # fmt: skip
-    fake.enqueue(Reply(tool_calls=calls), Reply(text="not added"))
+    provider.enqueue(Reply(tool_calls=calls), Reply(text="not added"))
     async with live.client("alice") as alice, live.client("") as anonymous:
         _, before = await scrape(anonymous)
         waited = await run(alice, "approving", "add and echo")
@@ -198,8 +198,8 @@ async def test_calls_answered_without_running_count_as_what_they_are(live: Live,
     }
 
 
-async def test_a_call_cancelled_while_it_runs_counts_as_cancelled(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(tool_calls=(ToolCall("testing__nap", json.dumps({"seconds": 30}), id="n1"),)))
+async def test_a_call_cancelled_while_it_runs_counts_as_cancelled(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(tool_calls=(ToolCall("testing__nap", json.dumps({"seconds": 30}), id="n1"),)))
     body = {"messages": [{"role": "user", "content": "nap"}]}
     async with live.client("alice") as alice, live.client("") as anonymous:
         _, before = await scrape(anonymous)
@@ -217,15 +217,15 @@ async def test_a_call_cancelled_while_it_runs_counts_as_cancelled(live: Live, fa
     assert got == {key("yao_tool_calls_total", server="testing", tool="nap", outcome="cancelled"): 1}
 
 
-async def test_the_gauges_show_runs_running_and_waiting(live: Live, fake: FakeProvider) -> None:
+async def test_the_gauges_show_runs_running_and_waiting(live: Live, provider: FakeProvider) -> None:
     """One run holds its chat (its reply stalls); a second request on that chat waits behind it."""
-    fake.enqueue(Reply(text="slow reply", stall_after=2, stall_s=1.5), Reply(text="next"))
+    provider.enqueue(Reply(text="slow reply", stall_after=2, stall_s=1.5), Reply(text="next"))
     async with live.client("alice") as alice, live.client("") as anonymous:
         first = asyncio.create_task(run(alice, "chat", "one"))
         alone: Samples = {}
         for _ in range(500):  # until its model call is under way (the run and its chat are stored by then)
             _, alone = await scrape(anonymous)
-            if fake.requests:
+            if provider.requests:
                 break
             await asyncio.sleep(0.01)
         chat_id = (await alice.get("/api/chats")).json()["chats"][0]["chat_id"]
@@ -261,13 +261,13 @@ async def test_the_metrics_token_when_it_is_set(live: Live, monkeypatch: pytest.
 
 
 async def test_two_server_processes_sharing_a_multiprocess_dir_scrape_as_one(
-    store_raw_url: str, tmp_path: Path, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    store_raw_url: str, tmp_path: Path, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Runs on either `yao-agent serve` (one database): each scrape shows all of them, counted once."""
     shared = tmp_path / "prom"
     shared.mkdir()
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(shared))
-    app = make_app(tmp_path / "app", server_files(fake.base_url), base={})
+    app = make_app(tmp_path / "app", server_files(provider.base_url), base={})
     store = SqlStore(await open_engine(store_url(store_raw_url, tmp_path)))  # migrated before the servers start
     try:
         token = await store.create_token(OPERATOR, Identity("alice"))

@@ -43,28 +43,30 @@ Then = Callable[[str], Awaitable[None]]  # what a test does to a chat while its 
 @dataclass
 class Cluster:
     servers: Sequence[Server]
-    fake: FakeProvider
+    provider: FakeProvider
     token: str
     db: str
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
+def shared_provider() -> Iterator[FakeProvider]:
     with FakeProvider().running_in_thread() as provider:  # in a thread: it serves every test of the module
         yield provider
 
 
 @pytest.fixture(scope="module")
-def cluster(pg_database: str, tmp_path_factory: pytest.TempPathFactory, fake: FakeProvider) -> Iterator[Cluster]:
+def cluster(
+    pg_database: str, tmp_path_factory: pytest.TempPathFactory, shared_provider: FakeProvider
+) -> Iterator[Cluster]:
     """Two servers of the app on one fresh database, and alice's token."""
     require_nginx()
     pg_admin_truncate(pg_database)
     root = tmp_path_factory.mktemp("behind-nginx")
-    app = make_app(root / "app", payer_files(fake.base_url), base={})
+    app = make_app(root / "app", payer_files(shared_provider.base_url), base={})
     token = asyncio.run(prepared(pg_database, root))
     servers = [Server(app, pg_database, root / f"serve{n}.err", ENV) for n in (1, 2)]
     with started(servers):
-        yield Cluster(servers, fake, token, pg_database)
+        yield Cluster(servers, shared_provider, token, pg_database)
 
 
 async def prepared(db: str, root: Path) -> str:
@@ -80,7 +82,7 @@ async def prepared(db: str, root: Path) -> str:
 def nginx(cluster: Cluster, tmp_path: Path) -> Iterator[Nginx]:
     """A fresh nginx in front of both servers (serving again, if a test stopped one): its turns start with
     the first server, and no server is marked failed."""
-    cluster.fake.reset()
+    cluster.provider.reset()
     for server in cluster.servers:
         if not server.running:
             server.start()
@@ -152,7 +154,7 @@ async def test_runs_through_nginx_are_spread_over_both_servers(cluster: Cluster,
 async def test_a_stream_through_nginx_arrives_event_by_event(cluster: Cluster, nginx: Nginx, route: str) -> None:
     """Each of 20 deltas, one every 0.1 s, carries the moment the model sent it: each reaches the client at
     once, where a buffering proxy would hold the first ones until the stream's end, 2 s later."""
-    cluster.fake.enqueue("clock:20:100")
+    cluster.provider.enqueue("clock:20:100")
     path, body = (RUNS, says("tick")) if route == "native" else ("/v1/chat/completions", {
         "model": "chat", "stream": True, "messages": says("tick")["messages"]})  # fmt: skip
     late: list[float] = []
@@ -177,7 +179,7 @@ def delta_text(event: dict[str, Any] | None) -> str:
 
 async def test_a_stream_that_pauses_is_neither_cut_nor_held_back(cluster: Cluster, nginx: Nginx) -> None:
     """The model says a little, thinks for 3 s, says the rest: what came first is read before the pause ends."""
-    cluster.fake.enqueue(Reply(text="Before the pause. After it.", chunk_size=4, stall_after=3, stall_s=3))
+    cluster.provider.enqueue(Reply(text="Before the pause. After it.", chunk_size=4, stall_after=3, stall_s=3))
     arrived: list[tuple[float, dict[str, Any]]] = []
     async with client(nginx, cluster) as alice, alice.stream("POST", RUNS, json=says("think")) as response:
         async for line in response.aiter_lines():
@@ -212,7 +214,7 @@ async def stream_until(
 async def test_a_cancel_through_nginx_reaches_the_run_on_the_other_server(
     cluster: Cluster, nginx: Nginx, store: SqlStore
 ) -> None:
-    cluster.fake.enqueue(Reply(text="c" * 300, chunk_size=1, delay_s=0.02))
+    cluster.provider.enqueue(Reply(text="c" * 300, chunk_size=1, delay_s=0.02))
     said: list[httpx.Response] = []
     async with client(nginx, cluster) as alice:
 
@@ -228,7 +230,7 @@ async def test_a_cancel_through_nginx_reaches_the_run_on_the_other_server(
 
 
 async def test_an_append_through_nginx_reaches_the_run_on_the_other_server(cluster: Cluster, nginx: Nginx) -> None:
-    cluster.fake.enqueue(Reply(text="a" * 100, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
+    cluster.provider.enqueue(Reply(text="a" * 100, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
     said: list[httpx.Response] = []
     async with client(nginx, cluster) as alice:
 
@@ -240,14 +242,14 @@ async def test_an_append_through_nginx_reaches_the_run_on_the_other_server(clust
     assert answered_by(nginx, f"/api/chats/{chat_id}/append") != answered_by(nginx, RUNS)
     assert said[0].status_code == 200, said[0].text
     assert events[-1]["status"] == "completed"
-    assert cluster.fake.requests[-1].messages[-1] == {"role": "user", "content": "and one more thing"}
+    assert cluster.provider.requests[-1].messages[-1] == {"role": "user", "content": "and one more thing"}
 
 
 async def test_an_approval_through_nginx_continues_the_run_on_the_other_server(
     cluster: Cluster, nginx: Nginx, store: SqlStore, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger"
-    cluster.fake.enqueue(waiting_reply(ledger), Reply(text="Paid."))
+    cluster.provider.enqueue(waiting_reply(ledger), Reply(text="Paid."))
     async with client(nginx, cluster) as alice:
         waited = await events_of(alice, "/api/assistants/payer/runs", says("pay and add"))
         chat_id = waited[0]["chat_id"]
@@ -265,7 +267,7 @@ async def test_an_approval_through_nginx_continues_the_run_on_the_other_server(
 async def test_a_client_hanging_up_on_nginx_cancels_its_run_and_frees_the_chat(
     cluster: Cluster, nginx: Nginx, store: SqlStore
 ) -> None:
-    cluster.fake.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02), Reply(text="Back again."))
+    cluster.provider.enqueue(Reply(text="x" * 500, chunk_size=1, delay_s=0.02), Reply(text="Back again."))
     async with client(nginx, cluster) as alice:
         async with alice.stream("POST", RUNS, json=says("bye")) as response:
             chat_id = response.headers["x-chat-id"]
@@ -277,7 +279,7 @@ async def test_a_client_hanging_up_on_nginx_cancels_its_run_and_frees_the_chat(
             return (await run_of(store, chat_id)).status == "cancelled"
 
         await wait_until(stored_cancelled, within=10)
-        await cluster.fake.wait_for_disconnects(1)  # the model call was given up too
+        await cluster.provider.wait_for_disconnects(1)  # the model call was given up too
         # With on_busy: reject, a chat still held would be a 409: it is free for the next run at once.
         again = await alice.post(f"{RUNS}?stream=false", json=says("again", chat_id=chat_id, on_busy="reject"))
     assert (again.status_code, again.json()["status"]) == (200, "completed"), again.text
@@ -288,7 +290,7 @@ async def test_a_server_killed_mid_stream_cuts_its_stream_and_the_chat_carries_o
 ) -> None:
     """The client sees its stream cut (nobody is left to end it). Its next message on the chat waits for the
     killed server's lease to expire, then runs on the other server; the killed run is stored interrupted."""
-    cluster.fake.enqueue(Reply(text="k" * 300, chunk_size=1, delay_s=0.02), Reply(text="Carrying on."))
+    cluster.provider.enqueue(Reply(text="k" * 300, chunk_size=1, delay_s=0.02), Reply(text="Carrying on."))
     async with client(nginx, cluster) as alice:
         chat_id, events, killed = await killed_mid_stream(alice, cluster, store)
         assert "stream_end" not in [e["type"] for e in events]
@@ -301,7 +303,7 @@ async def test_a_server_killed_mid_stream_cuts_its_stream_and_the_chat_carries_o
 async def test_a_run_of_a_killed_server_resumes_on_the_other_once_its_lease_expired(
     cluster: Cluster, nginx: Nginx, store: SqlStore
 ) -> None:
-    cluster.fake.enqueue(Reply(text="k" * 300, chunk_size=1, delay_s=0.02), Reply(text="Finished elsewhere."))
+    cluster.provider.enqueue(Reply(text="k" * 300, chunk_size=1, delay_s=0.02), Reply(text="Finished elsewhere."))
     async with client(nginx, cluster) as alice:
         chat_id, _, killed = await killed_mid_stream(alice, cluster, store)
 
@@ -342,7 +344,7 @@ async def test_a_rolling_restart_behind_nginx_loses_no_stream_and_refuses_no_req
     """SIGTERM one server while a stream runs through it: the stream ends normally, every request sent
     meanwhile is served by the other server (one nginx sent to the draining server first, which refused
     it: sent again), the drained server exits 0; started again, it serves again."""
-    cluster.fake.enqueue(Reply(text="d" * 150, chunk_size=1, delay_s=0.02))
+    cluster.provider.enqueue(Reply(text="d" * 150, chunk_size=1, delay_s=0.02))
     meanwhile: list[httpx.Response] = []
     drained: list[Server] = []
     async with client(nginx, cluster) as alice:

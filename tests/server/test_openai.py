@@ -57,8 +57,10 @@ async def test_server_side_tools_never_reach_the_openai_client(example: Live) ->
     assert history[1].tool_calls[0].name == "weather__forecast" and history[2].content is not None
 
 
-async def test_a_streamed_error_reaches_the_openai_client(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="The answer is cut", chunk_size=4, drop_after=3))  # two text pieces, then the line drops
+async def test_a_streamed_error_reaches_the_openai_client(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(
+        Reply(text="The answer is cut", chunk_size=4, drop_after=3)
+    )  # two text pieces, then the line drops
     seen: list[str] = []
     async with openai_client(live) as client:
         stream = await client.chat.completions.create(
@@ -80,8 +82,8 @@ PROMPTED = "name: Prompted\nprompts:\n  - role: system\n    content: 'Split {{ 1
 
 
 @asynccontextmanager
-async def guarded(tmp_path: Path, store: SqlStore, fake: FakeProvider, limits: str) -> AsyncGenerator[Live]:
-    files = server_files(fake.base_url, limits=limits)
+async def guarded(tmp_path: Path, store: SqlStore, provider: FakeProvider, limits: str) -> AsyncGenerator[Live]:
+    files = server_files(provider.base_url, limits=limits)
     files["mcps/testing.yml"] = "command: python\n"
     files["assistants/tooled/assistant.yml"] = TOOLED
     files["hooks/h.js"] = HOOK
@@ -113,14 +115,14 @@ OUTCOMES: dict[str, tuple[str, str, list[Reply], int]] = {
 
 @pytest.mark.parametrize("reason", list(OUTCOMES))
 async def test_a_run_that_does_not_complete_gets_a_fitting_answer(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, reason: str
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, reason: str
 ) -> None:
     assistant, limits, replies, status = OUTCOMES[reason]
     ask: dict[str, Any] = {"messages": [{"role": "user", "content": "go"}]}
-    async with guarded(tmp_path, store, fake, limits) as live, live.client() as client:
-        fake.enqueue(*replies)
+    async with guarded(tmp_path, store, provider, limits) as live, live.client() as client:
+        provider.enqueue(*replies)
         response = await client.post("/v1/chat/completions", json={"model": assistant, **ask})
-        fake.enqueue(*replies)
+        provider.enqueue(*replies)
         native = await client.post(f"/api/assistants/{assistant}/runs?stream=false", json=ask)
     assert response.status_code == status, response.text
     if status == 200:  # a limit cut it short: what was said, and the finish_reason a token limit gets
@@ -148,12 +150,12 @@ IMAGE = [{"type": "text", "text": "what is this?"}, PICTURE]
 
 @pytest.mark.parametrize("refused_by", ["connector", "provider"])
 async def test_a_request_the_model_refuses_is_a_400_not_a_gateway_failure(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, refused_by: str
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, refused_by: str
 ) -> None:
     """Fixed: an image sent to a connector that cannot read images (or a provider's 400) was a 502."""
     content: Any = IMAGE if refused_by == "connector" else "hi"
-    async with guarded(tmp_path, store, fake, LIMITS) as live, live.client() as client:
-        fake.enqueue(Reply(status=400, error_message="invalid 'messages[0]'"))
+    async with guarded(tmp_path, store, provider, LIMITS) as live, live.client() as client:
+        provider.enqueue(Reply(status=400, error_message="invalid 'messages[0]'"))
         ask = {"model": "chat", "messages": [{"role": "user", "content": content}]}
         response = await client.post("/v1/chat/completions", json=ask)
     assert response.status_code == 400, response.text
@@ -161,19 +163,19 @@ async def test_a_request_the_model_refuses_is_a_400_not_a_gateway_failure(
     error = response.json()["error"]
     said = "capabilities.vision is false" if refused_by == "connector" else "invalid 'messages[0]'"
     assert error["type"] == "model_error" and said in error["message"]
-    assert len(fake.requests) == (0 if refused_by == "connector" else 1)
+    assert len(provider.requests) == (0 if refused_by == "connector" else 1)
 
 
 async def test_the_openai_client_does_not_retry_a_run_whose_tool_failed(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider
+    tmp_path: Path, store: SqlStore, provider: FakeProvider
 ) -> None:
-    async with guarded(tmp_path, store, fake, LIMITS) as live:
-        fake.enqueue(*OUTCOMES["tool_error"][2] * 3)
+    async with guarded(tmp_path, store, provider, LIMITS) as live:
+        provider.enqueue(*OUTCOMES["tool_error"][2] * 3)
         async with openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=live.tokens["alice"]) as client:  # retries on
             with pytest.raises(openai.InternalServerError) as failed:
                 await client.chat.completions.create(model="tooled", messages=[{"role": "user", "content": "go"}])
     assert failed.value.status_code == 502 and "unknown tool 'testing__nope'" in failed.value.message
-    assert len(fake.requests) == 1  # one run: its tools were not run again by a retry
+    assert len(provider.requests) == 1  # one run: its tools were not run again by a retry
 
 
 # --- every field of the request is honoured or refused --------------------------------------------------
@@ -202,12 +204,14 @@ CALL_FIELDS: dict[str, Any] = {
 
 
 @pytest.fixture
-async def fielded(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+async def fielded(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
     """`plain` calls the fake through the openai engine, `lite` through litellm, `echo` is scripted; their system
     prompts show the run's metadata. The first two have tools (`parallel_tool_calls` goes with them) and
     reason (`reasoning_effort` goes to models that do)."""
-    files = server_files(fake.base_url)
-    model = f"type: openai\nmodel: text\nbase_url: {fake.base_url}\napi_key: sk-x\ncapabilities: {{reasoning: true}}\n"
+    files = server_files(provider.base_url)
+    model = (
+        f"type: openai\nmodel: text\nbase_url: {provider.base_url}\napi_key: sk-x\ncapabilities: {{reasoning: true}}\n"
+    )
     files["connectors/fake/plain.yml"] = model
     files["connectors/fake/lite.yml"] = model + "engine: litellm\n"
     files["mcps/testing.yml"] = "command: python\n"
@@ -231,20 +235,20 @@ def ask(assistant: str, **fields: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("assistant", ["plain", "lite"])
 @pytest.mark.parametrize("stream", [False, True])
 async def test_each_model_call_field_reaches_the_provider(
-    fielded: Live, fake: FakeProvider, assistant: str, stream: bool
+    fielded: Live, provider: FakeProvider, assistant: str, stream: bool
 ) -> None:
-    fake.enqueue(Reply(text='{"setup": "a", "punchline": "b"}'))
+    provider.enqueue(Reply(text='{"setup": "a", "punchline": "b"}'))
     body = ask(assistant, **CALL_FIELDS, user="u-42", safety_identifier="hash-7", stream=stream)
     async with fielded.client() as client:
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
-    [sent] = fake.requests
+    [sent] = provider.requests
     assert {name: sent.body.get(name) for name in CALL_FIELDS} == CALL_FIELDS
     assert sent.messages[0] == {"role": "system", "content": "For u-42 (hash-7)."}  # user: the run's metadata
     assert "user" not in sent.body and "safety_identifier" not in sent.body  # (not the provider's business)
 
 
-async def test_the_fields_do_not_trouble_a_scripted_connector(fielded: Live, fake: FakeProvider) -> None:
+async def test_the_fields_do_not_trouble_a_scripted_connector(fielded: Live, provider: FakeProvider) -> None:
     # Not response_format: it makes the answer one the schema must fit, which an echo is not
     # (tests/server/test_structured_output_api.py).
     fields = {name: value for name, value in CALL_FIELDS.items() if name != "response_format"}
@@ -252,7 +256,7 @@ async def test_the_fields_do_not_trouble_a_scripted_connector(fielded: Live, fak
         response = await client.post("/v1/chat/completions", json=ask("echo", **fields, user="u-42"))
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] == "echo: tell me one"
-    assert fake.requests == []
+    assert provider.requests == []
 
 
 class Joke(BaseModel):
@@ -262,15 +266,15 @@ class Joke(BaseModel):
     punchline: str
 
 
-async def test_structured_output_through_the_official_client(fielded: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text='{"setup": "Why?", "punchline": "Because."}'))
+async def test_structured_output_through_the_official_client(fielded: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text='{"setup": "Why?", "punchline": "Because."}'))
     async with openai_client(fielded) as client:
         parsed = await client.chat.completions.parse(
             model="plain", messages=[{"role": "user", "content": "a joke"}], response_format=Joke, seed=7,
             stop="END", temperature=0, user="u-1", logit_bias={"42": 10},
         )  # fmt: skip
     assert parsed.choices[0].message.parsed == Joke(setup="Why?", punchline="Because.")
-    sent = fake.requests[0].body
+    sent = provider.requests[0].body
     assert sent["response_format"]["type"] == "json_schema"
     assert sent["response_format"]["json_schema"]["name"] == "Joke"
     assert sent["response_format"]["json_schema"]["strict"] is True
@@ -278,13 +282,13 @@ async def test_structured_output_through_the_official_client(fielded: Live, fake
     assert (sent["seed"], sent["stop"], sent["temperature"], sent["logit_bias"]) == (7, "END", 0, {"42": 10})
 
 
-async def test_json_object_mode_reaches_the_provider(fielded: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text='{"ok": true}'))  # JSON mode: the answer must be a JSON object
+async def test_json_object_mode_reaches_the_provider(fielded: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text='{"ok": true}'))  # JSON mode: the answer must be a JSON object
     async with openai_client(fielded) as client:
         await client.chat.completions.create(
             model="plain", messages=[{"role": "user", "content": "as JSON"}], response_format={"type": "json_object"}
         )
-    assert fake.requests[0].body["response_format"] == {"type": "json_object"}
+    assert provider.requests[0].body["response_format"] == {"type": "json_object"}
 
 
 REFUSED: list[tuple[str, Any]] = [
@@ -312,7 +316,7 @@ REFUSED: list[tuple[str, Any]] = [
 
 @pytest.mark.parametrize(("field", "value"), REFUSED, ids=[f"{f}={v!r}"[:40] for f, v in REFUSED])
 async def test_what_cannot_be_honoured_is_refused_naming_the_field(
-    fielded: Live, fake: FakeProvider, field: str, value: Any
+    fielded: Live, provider: FakeProvider, field: str, value: Any
 ) -> None:
     async with fielded.client() as client:
         response = await client.post("/v1/chat/completions", json=ask("plain", **{field: value}))
@@ -320,10 +324,10 @@ async def test_what_cannot_be_honoured_is_refused_naming_the_field(
     error = response.json()["error"]
     assert error["type"] == "invalid_request" and error["param"] == field
     assert error["message"].startswith(f"{field}: ") and error["code"] in ("unsupported_parameter", "unsupported_value")
-    assert fake.requests == [] and await fielded.rt.store.list_chats(ALICE) == []
+    assert provider.requests == [] and await fielded.rt.store.list_chats(ALICE) == []
 
 
-async def test_the_official_client_sees_a_refusal_with_its_param(fielded: Live, fake: FakeProvider) -> None:
+async def test_the_official_client_sees_a_refusal_with_its_param(fielded: Live, provider: FakeProvider) -> None:
     async with openai_client(fielded) as client:
         with pytest.raises(openai.BadRequestError) as refused:
             await client.chat.completions.create(model="plain", messages=[{"role": "user", "content": "x"}], n=3)
@@ -352,7 +356,7 @@ HARMLESS: dict[str, Any] = {  # null, or the value OpenAI assumes when the field
 }
 
 
-async def test_a_refused_field_at_null_or_its_default_asks_for_nothing(fielded: Live, fake: FakeProvider) -> None:
+async def test_a_refused_field_at_null_or_its_default_asks_for_nothing(fielded: Live, provider: FakeProvider) -> None:
     """Every refused field of REFUSED, when it asks for nothing, is accepted (and reaches nobody)."""
     assert set(HARMLESS) == {field for field, _ in REFUSED}
     extra = {"stream_options": {"include_usage": False, "include_obfuscation": False}, "metadata": {"topic": "jokes"}}
@@ -362,7 +366,7 @@ async def test_a_refused_field_at_null_or_its_default_asks_for_nothing(fielded: 
         refused = await client.post("/v1/chat/completions", json=ask("plain", **{**HARMLESS, "n": 2}))
     assert (response.status_code, again.status_code) == (200, 200), response.text
     assert refused.json()["error"]["param"] == "n"  # (one field asking for something is enough)
-    sent = fake.requests[0].body
+    sent = provider.requests[0].body
     assert [name for name in HARMLESS if name in sent] == ["tools"]  # the assistant's own
     assert {t["function"]["name"] for t in sent["tools"]} >= {"testing__echo"}
 
@@ -412,7 +416,7 @@ BAD: list[tuple[str, Any, str]] = [
 
 @pytest.mark.parametrize(("field", "value", "said"), BAD, ids=[f"{f}={v!r}"[:40] for f, v, _ in BAD])
 async def test_a_wrong_type_or_value_is_a_400_naming_the_field(
-    fielded: Live, fake: FakeProvider, field: str, value: Any, said: str
+    fielded: Live, provider: FakeProvider, field: str, value: Any, said: str
 ) -> None:
     content = json.dumps(ask("plain", **{field: value})).encode()  # (a lone surrogate goes as its JSON escape)
     async with fielded.client() as client:
@@ -423,7 +427,7 @@ async def test_a_wrong_type_or_value_is_a_400_naming_the_field(
     assert (error["type"], error["param"]) == ("invalid_request", field), error
     assert error["message"].startswith(field) and said in error["message"], error
     assert "Input should" not in error["message"] and "Value error" not in error["message"]  # never pydantic's words
-    assert fake.requests == []
+    assert provider.requests == []
 
 
 @pytest.mark.parametrize("name", ["\r", "top k", "x\ny", ""])

@@ -8,7 +8,6 @@ the servers' start-up."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -30,21 +29,15 @@ MEMBERS = {"bob": Identity("bob", "acme"), "carol": Identity("carol", "acme"), "
 ASKED = 30  # runs asked for at once by the members of acme, spread over the servers
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as provider:
-        yield provider
-
-
 async def count(store: SqlStore, table: Table) -> int:
     return int(await store.db.read_tx(lambda tx: tx.scalar(select(func.count()).select_from(table))))
 
 
 @pytest.mark.parametrize("servers", [1, 2], ids=["one-server", "two-servers"])
 async def test_concurrent_runs_of_a_team_on_servers_sharing_a_database_admit_no_more_than_its_limit(
-    store_raw_url: str, tmp_path: Path, fake: FakeProvider, servers: int
+    store_raw_url: str, tmp_path: Path, provider: FakeProvider, servers: int
 ) -> None:
-    app = make_app(tmp_path / "app", app_files(fake.base_url, limits=LIMITS), base={})
+    app = make_app(tmp_path / "app", app_files(provider.base_url, limits=LIMITS), base={})
     store = SqlStore(await open_engine(store_url(store_raw_url, tmp_path)))  # migrates it before the servers start
     try:
         tokens = {name: await store.create_token(OPERATOR, who) for name, who in MEMBERS.items()}

@@ -29,13 +29,8 @@ TOOLED = "name: Tooled\nmcp:\n  servers: [testing]\nprompts:\n  - role: system\n
 
 
 @pytest.fixture
-def model() -> ScriptedModel:
-    return ScriptedModel()
-
-
-@pytest.fixture
-async def served(tmp_path: Path, store: SqlStore, model: ScriptedModel) -> AsyncIterator[tuple[Runs, Reloader]]:
-    rt = in_process(tooled(tmp_path / "app", store, model, assistant=TOOLED.format(n=1)))
+async def served(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> AsyncIterator[tuple[Runs, Reloader]]:
+    rt = in_process(tooled(tmp_path / "app", store, fake, assistant=TOOLED.format(n=1)))
     runs = Runs(rt)
     reloader = Reloader(runs)
     try:
@@ -49,8 +44,8 @@ def edit(runs: Runs, n: int) -> None:
     (runs.app.root / "assistants/tooled/assistant.yml").write_text(TOOLED.format(n=n))
 
 
-def system_prompts(model: ScriptedModel) -> list[str]:
-    return [request.messages[0]["content"] for request in model.requests]
+def system_prompts(fake: ScriptedModel) -> list[str]:
+    return [request.messages[0]["content"] for request in fake.requests]
 
 
 async def start(runs: Runs, text: str, chat_id: str) -> tuple[str, asyncio.Task[list[Event]]]:
@@ -67,12 +62,12 @@ async def start(runs: Runs, text: str, chat_id: str) -> tuple[str, asyncio.Task[
 
 
 async def test_a_valid_change_applies_to_the_next_run_and_the_run_in_flight_keeps_its_version(
-    served: tuple[Runs, Reloader], model: ScriptedModel, tmp_path: Path
+    served: tuple[Runs, Reloader], fake: ScriptedModel, tmp_path: Path
 ) -> None:
     runs, reloader = served
     marker = tmp_path / "nap"
     nap = call("testing__nap_marked", {"seconds": 1, "marker": str(marker)}, "n1")
-    model.enqueue(Reply(tool_calls=(nap,)), Reply(text="done napping"), Reply(text="fresh"))
+    fake.enqueue(Reply(tool_calls=(nap,)), Reply(text="done napping"), Reply(text="fresh"))
     before, in_flight = await start(runs, "nap first", "c1")
     await wait_until(lambda: reached(marker, "started"))  # its first model call is made, its tool runs
     edit(runs, 2)
@@ -81,7 +76,7 @@ async def test_a_valid_change_applies_to_the_next_run_and_the_run_in_flight_keep
     assert before and after and before != after
     assert end_of(await in_flight).status == "completed" and end_of(await next_run).status == "completed"
     # The run in flight made its second model call after the change, on its own version still.
-    asked = sorted((r.messages[1]["content"], r.messages[0]["content"]) for r in model.requests)
+    asked = sorted((r.messages[1]["content"], r.messages[0]["content"]) for r in fake.requests)
     assert asked == [
         ("hello", "You are version 2."),
         ("nap first", "You are version 1."),
@@ -94,7 +89,7 @@ async def test_a_valid_change_applies_to_the_next_run_and_the_run_in_flight_keep
 
 
 async def test_a_broken_change_keeps_the_last_good_version_and_says_where(
-    served: tuple[Runs, Reloader], model: ScriptedModel
+    served: tuple[Runs, Reloader], fake: ScriptedModel
 ) -> None:
     runs, reloader = served
     good = runs.app.version
@@ -105,10 +100,10 @@ async def test_a_broken_change_keeps_the_last_good_version_and_says_where(
     [problem] = reloader.view()["errors"]  # type: ignore[misc]
     assert problem["file"] == "assistants/tooled/assistant.yml" and problem["line"] == 3  # type: ignore[index]
     assert "nowhere" in problem["text"]  # type: ignore[index]
-    model.enqueue(Reply(text="still here"))
+    fake.enqueue(Reply(text="still here"))
     _, run = await start(runs, "hi", "c1")
     assert end_of(await run).status == "completed"
-    assert system_prompts(model) == ["You are version 1."]
+    assert system_prompts(fake) == ["You are version 1."]
     edit(runs, 3)  # fixed: served, and the errors are gone
     assert await reloader.reload("test") and reloader.view()["errors"] == [] and runs.app.version != good
 
@@ -119,10 +114,10 @@ BROKEN = "function Next(ctx, payload) {\n  return {data: {hook: 3} ;\n}\n"
 
 
 @pytest.fixture
-async def hooked(tmp_path: Path, store: SqlStore, model: ScriptedModel) -> AsyncIterator[tuple[Runs, Reloader]]:
+async def hooked(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> AsyncIterator[tuple[Runs, Reloader]]:
     """A served app whose assistant has a Next hook saying which version of it ran."""
     files = {"hooks/h.js": NEXT.format(n=1)}
-    rt = in_process(tooled(tmp_path / "app", store, model, assistant=HOOKED, more=files))
+    rt = in_process(tooled(tmp_path / "app", store, fake, assistant=HOOKED, more=files))
     runs = Runs(rt)
     reloader = Reloader(runs)
     try:
@@ -137,7 +132,7 @@ def edit_hook(runs: Runs, source: str) -> None:
 
 
 async def test_a_hook_that_does_not_compile_is_held_back_and_says_where(
-    hooked: tuple[Runs, Reloader], model: ScriptedModel
+    hooked: tuple[Runs, Reloader], fake: ScriptedModel
 ) -> None:
     runs, reloader = hooked
     good = runs.app.version
@@ -147,23 +142,23 @@ async def test_a_hook_that_does_not_compile_is_held_back_and_says_where(
     [problem] = reloader.view()["errors"]  # type: ignore[misc]
     assert (problem["file"], problem["line"]) == ("hooks/h.js", 2)  # type: ignore[index]
     assert problem["text"] == "hooks/h.js:2: SyntaxError: Unexpected token ';'"  # type: ignore[index]
-    model.enqueue(Reply(text="still here"))
+    fake.enqueue(Reply(text="still here"))
     _, run = await start(runs, "hi", "c1")
     assert end_of(await run).next == {"hook": 1}  # the last good version's hook still serves
     edit_hook(runs, NEXT.format(n=2))  # fixed: served, and the errors are gone
     assert await reloader.reload("test") and reloader.view()["errors"] == []
-    model.enqueue(Reply(text="new"))
+    fake.enqueue(Reply(text="new"))
     _, run = await start(runs, "hi", "c2")
     assert end_of(await run).next == {"hook": 2}
 
 
 async def test_a_run_in_flight_keeps_the_hook_code_it_started_with(
-    hooked: tuple[Runs, Reloader], model: ScriptedModel, tmp_path: Path
+    hooked: tuple[Runs, Reloader], fake: ScriptedModel, tmp_path: Path
 ) -> None:
     runs, reloader = hooked
     marker = tmp_path / "nap"
     nap = call("testing__nap_marked", {"seconds": 1, "marker": str(marker)}, "n1")
-    model.enqueue(Reply(tool_calls=(nap,)), Reply(text="done napping"), Reply(text="fresh"))
+    fake.enqueue(Reply(tool_calls=(nap,)), Reply(text="done napping"), Reply(text="fresh"))
     before, in_flight = await start(runs, "nap first", "c1")
     await wait_until(lambda: reached(marker, "started"))  # its tool runs; its Next hook is still to be called
     edit_hook(runs, NEXT.format(n=2))
@@ -175,7 +170,7 @@ async def test_a_run_in_flight_keeps_the_hook_code_it_started_with(
 
 
 async def test_the_watcher_reloads_on_a_change_of_the_apps_files_and_ignores_other_files(
-    served: tuple[Runs, Reloader], model: ScriptedModel
+    served: tuple[Runs, Reloader], fake: ScriptedModel
 ) -> None:
     runs, reloader = served
     reloader.start()
@@ -187,9 +182,9 @@ async def test_the_watcher_reloads_on_a_change_of_the_apps_files_and_ignores_oth
     assert reloader.checked_at == checked  # nothing of the app changed: nothing was read
     edit(runs, 2)
     await until(lambda: runs.app.version != first)
-    model.enqueue(Reply(text="new"))
+    fake.enqueue(Reply(text="new"))
     _, run = await start(runs, "hi", "c1")
-    assert end_of(await run).status == "completed" and system_prompts(model) == ["You are version 2."]
+    assert end_of(await run).status == "completed" and system_prompts(fake) == ["You are version 2."]
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:

@@ -16,11 +16,6 @@ from yao_agent.testing import Reply, ScriptedModel
 
 
 @pytest.fixture
-def fake() -> ScriptedModel:
-    return ScriptedModel()
-
-
-@pytest.fixture
 async def live(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> AsyncIterator[Live]:
     backup = f"type: openai\nmodel: spare\nbase_url: {fake.base_url}\napi_key: sk-x\ntimeout_s: 5\n"
     more = {"connectors/fake/backup.yml": backup, "app.yml": "roles:\n  default: [fake.model, fake.backup]\n"}

@@ -72,7 +72,7 @@ ERROR_STATUSES = {400, 401, 403, 404, 405, 409, 413, 429}
 class Served:
     url: str
     tokens: dict[str, str]
-    fake: FakeProvider = field(repr=False)  # thread-safe to script from the test's thread
+    provider: FakeProvider = field(repr=False)  # thread-safe to script from the test's thread
     stop: Any = field(repr=False)  # () -> None
     chat: str = ""  # a chat of alice's (see `seeded`), so chat routes are fuzzed on a real chat too
 
@@ -85,7 +85,7 @@ def seeded(served: Served) -> Served:
         first = http.post("/api/assistants/chat/runs?stream=false", json=seed)
         assert first.status_code == 200, first.text
         served.chat = first.json()["chat_id"]
-        served.fake.enqueue(Reply(status=500, error_message="down"))
+        served.provider.enqueue(Reply(status=500, error_message="down"))
         failed = http.post("/api/assistants/chat/runs?stream=false", json={**seed, "chat_id": served.chat})
         assert failed.json()["status"] == "failed"
         assert http.get(f"/api/chats/{served.chat}/resume").status_code == 200
@@ -96,13 +96,13 @@ def _run_server(raw_url: str, tmp: Path, ready: Future[Served]) -> None:
     async def main() -> None:
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
-        async with FakeProvider() as fake:
+        async with FakeProvider() as provider:
             store = SqlStore(await open_engine(store_url(raw_url, tmp)))
-            rt = make_runtime(tmp / "app", store, server_files(fake.base_url))
+            rt = make_runtime(tmp / "app", store, server_files(provider.base_url))
             try:
                 tokens = {name: await store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
                 server, task, url = await serve(Runs(rt), max_body_bytes=LIMIT)
-                ready.set_result(Served(url, tokens, fake, lambda: loop.call_soon_threadsafe(stopping.set)))
+                ready.set_result(Served(url, tokens, provider, lambda: loop.call_soon_threadsafe(stopping.set)))
                 await stopping.wait()
                 server.should_exit = True
                 await task
@@ -571,7 +571,7 @@ SURROGATE_INPUTS = {
 @pytest.mark.parametrize("chat", ["new chat", "existing chat"])
 @pytest.mark.parametrize("what", list(SURROGATE_INPUTS))
 async def test_a_lone_surrogate_is_a_400_naming_the_field(
-    live: Live, fake: FakeProvider, path: str, chat: str, what: str
+    live: Live, provider: FakeProvider, path: str, chat: str, what: str
 ) -> None:
     """Fixed: in a new chat the store's UTF-8 encode failed (500); in an existing chat the text was stored
     (its JSON column escapes it) and then every read of the chat failed to render (500)."""
@@ -592,7 +592,7 @@ async def test_a_lone_surrogate_is_a_400_naming_the_field(
             assert [m["content"] for m in history.json()["messages"]] == ["hi", "Hello world"]
         listed = await client.get("/api/chats")
     assert listed.status_code == 200 and len(listed.json()["chats"]) == (1 if chat_id else 0)
-    assert len(fake.requests) == (1 if chat_id else 0)  # the refused request never reached the model
+    assert len(provider.requests) == (1 if chat_id else 0)  # the refused request never reached the model
 
 
 @pytest.mark.parametrize(

@@ -54,8 +54,8 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight_past_the_dr
 ) -> None:
     """A run still going when the drain's time is up is cancelled and stored. Also when storing it takes a
     while (the database busy): its stream still ends with its `stream_end`, never cut short by the shutdown."""
-    async with FakeProvider() as fake:
-        app = make_app(tmp_path / "app", app_files(fake.base_url), base={})
+    async with FakeProvider() as provider:
+        app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         made = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "yao_agent.cli", "--app", str(app), "tokens", "create", "--user", "alice",
@@ -68,7 +68,7 @@ async def test_serve_shuts_down_gracefully_storing_the_run_in_flight_past_the_dr
             assert server.stdout is not None
             banner = await asyncio.wait_for(server.stdout.readline(), 60)
             assert f"on http://127.0.0.1:{port}/" in banner.decode()
-            fake.enqueue(Reply(text="w" * 400, chunk_size=1, delay_s=0.02))
+            provider.enqueue(Reply(text="w" * 400, chunk_size=1, delay_s=0.02))
             events: list[dict[str, Any]] = []
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
                 assert (await client.get("/healthz")).status_code == 200  # the banner comes once it listens

@@ -46,10 +46,10 @@ ASK: Any = [{"role": "user", "content": "Weather in Paris?"}]
 
 
 @pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
     """`chat` (no schema of its own), `city` and `names` (an `output.schema`), on the loopback fake provider."""
     files = {
-        **server_files(fake.base_url),
+        **server_files(provider.base_url),
         "assistants/city/assistant.yml": CITY,
         "assistants/names/assistant.yml": NAMES,
     }
@@ -57,30 +57,30 @@ async def live(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIter
         yield served
 
 
-async def test_the_official_clients_parse_gets_its_object(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text=FENCED))
+async def test_the_official_clients_parse_gets_its_object(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text=FENCED))
     async with openai_client(live) as client:
         completion = await client.chat.completions.parse(model="chat", messages=ASK, response_format=Weather)
     message = completion.choices[0].message
     assert message.parsed == Weather(city="Paris", celsius=21.5)
     assert json.loads(message.content or "") == PARIS  # the JSON itself, without the fence
-    sent = fake.requests[0].body["response_format"]
+    sent = provider.requests[0].body["response_format"]
     assert (sent["type"], sent["json_schema"]["name"]) == ("json_schema", "Weather")
 
 
 async def test_an_answer_that_fails_the_schema_is_corrected_before_the_client_sees_it(
-    live: Live, fake: FakeProvider
+    live: Live, provider: FakeProvider
 ) -> None:
-    fake.enqueue(Reply(text='{"city": "Paris", "celsius": "warm"}'), Reply(text=json.dumps(PARIS)))
+    provider.enqueue(Reply(text='{"city": "Paris", "celsius": "warm"}'), Reply(text=json.dumps(PARIS)))
     async with openai_client(live) as client:
         completion = await client.chat.completions.parse(model="chat", messages=ASK, response_format=Weather)
     assert completion.choices[0].message.parsed == Weather(city="Paris", celsius=21.5)
-    correction = fake.requests[1].messages[-1]
+    correction = provider.requests[1].messages[-1]
     assert correction["role"] == "user" and "at $.celsius: 'warm' is not of type 'number'" in correction["content"]
 
 
-async def test_streamed_the_answer_comes_whole_once_valid(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="Sunny, 21.5 degrees.", chunk_size=3), Reply(text=FENCED, chunk_size=3))
+async def test_streamed_the_answer_comes_whole_once_valid(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="Sunny, 21.5 degrees.", chunk_size=3), Reply(text=FENCED, chunk_size=3))
     async with (
         openai_client(live) as client,
         client.chat.completions.stream(model="chat", messages=ASK, response_format=Weather) as stream,
@@ -89,11 +89,13 @@ async def test_streamed_the_answer_comes_whole_once_valid(live: Live, fake: Fake
         final = await stream.get_final_completion()
     assert texts == [json.dumps(PARIS)]  # neither the rejected answer nor the fence
     assert final.choices[0].message.parsed == Weather(city="Paris", celsius=21.5)
-    assert len(fake.requests) == 2
+    assert len(provider.requests) == 2
 
 
-async def test_an_answer_that_never_fits_is_a_502_naming_the_validators_words(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(*[Reply(text="sunny") for _ in range(3)])
+async def test_an_answer_that_never_fits_is_a_502_naming_the_validators_words(
+    live: Live, provider: FakeProvider
+) -> None:
+    provider.enqueue(*[Reply(text="sunny") for _ in range(3)])
     async with live.client() as client:
         response = await client.post("/v1/chat/completions", json={"model": "city", "messages": ASK})
     assert response.status_code == 502
@@ -104,10 +106,10 @@ async def test_an_answer_that_never_fits_is_a_502_naming_the_validators_words(li
         "the final answer is not valid against the output schema after 2 corrections: "
         "the answer is not JSON: Expecting value at line 1 column 1 (expected one JSON value only, no other text)"
     )
-    assert len(fake.requests) == 3
+    assert len(provider.requests) == 3
 
 
-async def test_a_response_format_that_is_no_json_schema_is_a_400(live: Live, fake: FakeProvider) -> None:
+async def test_a_response_format_that_is_no_json_schema_is_a_400(live: Live, provider: FakeProvider) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "strnig"}}}
     asked: Any = {"type": "json_schema", "json_schema": {"name": "W", "schema": schema}}
     async with openai_client(live) as client:
@@ -118,20 +120,20 @@ async def test_a_response_format_that_is_no_json_schema_is_a_400(live: Live, fak
     assert error["message"].startswith(
         "response_format.json_schema.schema.properties.city.type: not a valid JSON Schema (Draft 2020-12): "
     )
-    assert fake.requests == []
+    assert provider.requests == []
 
 
-async def test_the_assistants_own_schema_answers_openai_clients_too(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text='{"name": "Paris", "population": 2100000}'))
+async def test_the_assistants_own_schema_answers_openai_clients_too(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text='{"name": "Paris", "population": 2100000}'))
     async with openai_client(live) as client:
         completion = await client.chat.completions.create(model="city", messages=ASK)
     assert json.loads(completion.choices[0].message.content or "") == {"name": "Paris", "population": 2100000}
-    assert fake.requests[0].body["response_format"]["json_schema"]["name"] == "city"
+    assert provider.requests[0].body["response_format"]["json_schema"]["name"] == "city"
 
 
-async def test_native_json_and_sse_carry_the_output(live: Live, fake: FakeProvider) -> None:
+async def test_native_json_and_sse_carry_the_output(live: Live, provider: FakeProvider) -> None:
     answer = {"name": "Paris", "population": 2100000}
-    fake.enqueue(Reply(text="Paris has about 2.1 million people."), Reply(text=json.dumps(answer)))
+    provider.enqueue(Reply(text="Paris has about 2.1 million people."), Reply(text=json.dumps(answer)))
     async with live.client() as client:
         response = await client.post("/api/assistants/city/runs?stream=false", json={"messages": ASK})
         assert response.status_code == 200
@@ -139,14 +141,14 @@ async def test_native_json_and_sse_carry_the_output(live: Live, fake: FakeProvid
         assert (body["status"], body["output"]) == ("completed", answer)
         view = (await client.get(f"/api/chats/{body['chat_id']}/runs/{body['run_id']}")).json()
         assert [s["transition"] for s in view["steps"] if s["type"] == "llm"] == ["first", "output_retry"]
-        fake.enqueue(Reply(text=json.dumps(answer)))
+        provider.enqueue(Reply(text=json.dumps(answer)))
         async with client.stream("POST", "/api/assistants/city/runs", json={"messages": ASK}) as streamed:
             events = await sse(streamed)
     assert events[-1]["type"] == "stream_end" and events[-1]["output"] == answer
 
 
-async def test_a_run_without_a_schema_has_no_output(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="plain"))
+async def test_a_run_without_a_schema_has_no_output(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="plain"))
     async with live.client() as client:
         body = (await client.post("/api/assistants/chat/runs?stream=false", json={"messages": ASK})).json()
     assert body["status"] == "completed" and "output" not in body
@@ -192,7 +194,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("schema", "said"), REFUSED)
 async def test_a_schema_this_server_will_not_apply_is_a_400_before_any_model_call(
-    live: Live, fake: FakeProvider, schema: dict[str, Any] | Nested, said: str
+    live: Live, provider: FakeProvider, schema: dict[str, Any] | Nested, said: str
 ) -> None:
     asked: Any = {"type": "json_schema", "json_schema": {"name": "W", "schema": "SCHEMA"}}
     body = json.dumps({"model": "chat", "messages": ASK, "response_format": asked})
@@ -202,10 +204,10 @@ async def test_a_schema_this_server_will_not_apply_is_a_400_before_any_model_cal
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert (error.get("param"), error["message"]) == ("response_format", f"response_format.json_schema.{said}")
-    assert fake.requests == []  # refused before a paid call
+    assert provider.requests == []  # refused before a paid call
 
 
-async def test_a_body_too_deep_to_read_is_a_400(live: Live, fake: FakeProvider) -> None:
+async def test_a_body_too_deep_to_read_is_a_400(live: Live, provider: FakeProvider) -> None:
     """Deeper than Python's JSON reader goes: the body is refused as unreadable, never a 500."""
     body = '{"model": "chat", "messages": [{"role": "user", "content": "hi"}], "metadata": {"x": ' + Nested(5000).text
     async with live.client() as client:
@@ -213,16 +215,16 @@ async def test_a_body_too_deep_to_read_is_a_400(live: Live, fake: FakeProvider) 
             "/v1/chat/completions", content=body + "}}", headers={"Content-Type": "application/json"}
         )
     assert response.status_code == 400
-    assert fake.requests == []
+    assert provider.requests == []
 
 
 async def test_a_catastrophic_pattern_over_a_long_answer_leaves_the_server_answering(
-    live: Live, fake: FakeProvider
+    live: Live, provider: FakeProvider
 ) -> None:
     """The answer is checked off the event loop, and its patterns on RE2: `/healthz` answers while a long
     answer is checked, and a pattern that would backtrack for hours in Python's `re` is refused at once."""
     names = ["a" * 6] * 50_000 + ["a" * 40 + "!"]
-    fake.enqueue(Reply(text=json.dumps(names), chunk_size=1 << 16), Reply(text='["aaa"]'))
+    provider.enqueue(Reply(text=json.dumps(names), chunk_size=1 << 16), Reply(text='["aaa"]'))
     seen: list[str] = []
     event: dict[str, Any] = {}
     async with (
@@ -239,6 +241,6 @@ async def test_a_catastrophic_pattern_over_a_long_answer_leaves_the_server_answe
                 # The first answer is complete, and is being checked: the server answers meanwhile.
                 assert (await probe.get("/healthz")).status_code == 200
                 seen.append("healthz")
-                assert len(fake.requests) == 1  # the check (and the correction after it) still to come
+                assert len(provider.requests) == 1  # the check (and the correction after it) still to come
     assert seen[-1] == "stream_end" and event["status"] == "completed" and event["output"] == ["aaa"]
-    assert "does not match '^(a+)+$'" in fake.requests[1].messages[-1]["content"]
+    assert "does not match '^(a+)+$'" in provider.requests[1].messages[-1]["content"]

@@ -86,9 +86,11 @@ def run_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
 # --- another tenant's chat ---------------------------------------------------------------------------
 
 
-async def test_another_tenants_chat_is_a_404_on_every_route_and_stays_untouched(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="native answer"), Reply(status=500, error_message="upstream down"))
-    fake.enqueue(Reply(text="openai answer"))
+async def test_another_tenants_chat_is_a_404_on_every_route_and_stays_untouched(
+    live: Live, provider: FakeProvider
+) -> None:
+    provider.enqueue(Reply(text="native answer"), Reply(status=500, error_message="upstream down"))
+    provider.enqueue(Reply(text="openai answer"))
     async with live.client("alice") as alice, live.client("bob") as bob:
         first = await native_run(alice, "hello natively")
         native_chat = first["chat_id"]
@@ -99,7 +101,7 @@ async def test_another_tenants_chat_is_a_404_on_every_route_and_stays_untouched(
         assert (await alice.get(f"/api/chats/{native_chat}/resume")).status_code == 200
 
         before = {c: await snapshot(live, ALICE, alice, c) for c in (native_chat, openai_chat)}
-        model_calls = len(fake.requests)
+        model_calls = len(provider.requests)
         for chat_id in (native_chat, openai_chat):
             for method, path, kwargs in chat_requests(chat_id):
                 response = await bob.request(method, path, **kwargs)
@@ -113,15 +115,15 @@ async def test_another_tenants_chat_is_a_404_on_every_route_and_stays_untouched(
                 assert_error(await bob.request(method, path, **kwargs), 404, "not_found")
 
         assert await chat_ids(bob) == []  # bob's attempts created nothing, and alice's chats are not listed
-        assert len(fake.requests) == model_calls  # none of bob's requests reached the model
+        assert len(provider.requests) == model_calls  # none of bob's requests reached the model
         after = {c: await snapshot(live, ALICE, alice, c) for c in (native_chat, openai_chat)}
         assert after == before
         assert sorted(await chat_ids(alice)) == sorted([native_chat, openai_chat])
 
 
-async def test_a_chat_id_the_caller_makes_up_is_a_404_like_another_tenants(live: Live, fake: FakeProvider) -> None:
+async def test_a_chat_id_the_caller_makes_up_is_a_404_like_another_tenants(live: Live, provider: FakeProvider) -> None:
     """New chats get their id from the server; an id a client chooses confirms nothing about anybody's chats."""
-    fake.enqueue(Reply(text="bob's answer"))
+    provider.enqueue(Reply(text="bob's answer"))
     async with live.client("alice") as alice, live.client("bob") as bob:
         bobs = (await native_run(bob, "bob's chat"))["chat_id"]
         for method, path, kwargs in run_requests(bobs):
@@ -129,8 +131,8 @@ async def test_a_chat_id_the_caller_makes_up_is_a_404_like_another_tenants(live:
             free = json.loads(json.dumps(kwargs).replace(bobs, "free-id"))
             made_up = assert_error(await alice.request(method, path, **free), 404, "not_found")
             assert taken["message"].replace(bobs, "ID") == made_up["message"].replace("free-id", "ID"), path
-        assert await chat_ids(alice) == [] and len(fake.requests) == 1  # nothing was created, nothing ran
-        fake.enqueue(Reply(text="a new chat"), Reply(text="the same chat"))
+        assert await chat_ids(alice) == [] and len(provider.requests) == 1  # nothing was created, nothing ran
+        provider.enqueue(Reply(text="a new chat"), Reply(text="the same chat"))
         first = await alice.post("/v1/chat/completions", json={"model": "chat", "messages": says("new")})
         chat_id = first.headers["x-chat-id"]  # the server's id for the new chat, which continues under it
         again = await alice.post("/v1/chat/completions", json={"model": "chat", "messages": says("more")},
@@ -139,8 +141,8 @@ async def test_a_chat_id_the_caller_makes_up_is_a_404_like_another_tenants(live:
         assert await chat_ids(alice) == [chat_id]
 
 
-async def test_another_tenant_cannot_cancel_or_append_to_a_running_chat(live: Live, fake: FakeProvider) -> None:
-    fake.enqueue(Reply(text="w" * 90, chunk_size=3, delay_s=0.02))
+async def test_another_tenant_cannot_cancel_or_append_to_a_running_chat(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="w" * 90, chunk_size=3, delay_s=0.02))
     body = {"messages": says("a long answer please")}
     events: list[dict[str, Any]] = []
     async with live.client("alice") as alice, live.client("bob") as bob:
@@ -159,7 +161,7 @@ async def test_another_tenant_cannot_cancel_or_append_to_a_running_chat(live: Li
         stored = (await alice.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
     assert (events[-1]["status"], events[-1]["reason"]) == ("completed", "completed")  # not cancelled by bob
     assert [(m["role"], m["content"]) for m in stored] == [("user", "a long answer please"), ("assistant", "w" * 90)]
-    assert all("injected" not in json.dumps(r.messages) for r in fake.requests)
+    assert all("injected" not in json.dumps(r.messages) for r in provider.requests)
 
 
 @pytest.mark.parametrize(
@@ -167,10 +169,10 @@ async def test_another_tenant_cannot_cancel_or_append_to_a_running_chat(live: Li
     [Identity("carol", "acme"), Identity("bob"), Identity("bob", "beta")],
     ids=["same-team-other-user", "same-user-no-team", "same-user-other-team"],
 )
-async def test_a_chat_belongs_to_one_user_and_team_pair(live: Live, fake: FakeProvider, intruder: Identity) -> None:
+async def test_a_chat_belongs_to_one_user_and_team_pair(live: Live, provider: FakeProvider, intruder: Identity) -> None:
     """The current rule (store/chats.py): a chat is owned by (user_id, team_id); a team does not share chats."""
     token = await live.rt.store.create_token(OPERATOR, intruder)
-    fake.enqueue(Reply(text="for bob only"))
+    provider.enqueue(Reply(text="for bob only"))
     async with live.client("bob") as bob, client_for(live, token) as other:
         chat_id = (await native_run(bob, "bob's secret"))["chat_id"]
         for method, path, kwargs in chat_requests(chat_id) + run_requests(chat_id):
@@ -178,13 +180,13 @@ async def test_a_chat_belongs_to_one_user_and_team_pair(live: Live, fake: FakePr
         assert chat_id not in await chat_ids(other)
         messages = (await bob.get(f"/api/chats/{chat_id}/messages")).json()["messages"]
     assert [m["content"] for m in messages] == ["bob's secret", "for bob only"]  # the owner still reads it, intact
-    assert len(fake.requests) == 1
+    assert len(provider.requests) == 1
 
 
 # --- assistants with access rules ---------------------------------------------------------------------
 
 
-async def test_a_team_assistant_is_invisible_and_refused_outside_the_team(live: Live, fake: FakeProvider) -> None:
+async def test_a_team_assistant_is_invisible_and_refused_outside_the_team(live: Live, provider: FakeProvider) -> None:
     async with live.client("alice") as alice, live.client("bob") as bob:
         assert [a["id"] for a in (await alice.get("/api/assistants")).json()["assistants"]] == ["chat"]
         assert [m["id"] for m in (await alice.get("/v1/models")).json()["data"]] == ["chat"]
@@ -201,11 +203,11 @@ async def test_a_team_assistant_is_invisible_and_refused_outside_the_team(live: 
         for model in ("nobody", "privat"):  # a typo or a guess must not reveal it either
             guessed = await alice.post("/v1/chat/completions", json={"model": model, "messages": says("x")})
             assert "private" not in assert_error(guessed, 404, "not_found")["message"]
-        assert await chat_ids(alice) == [] and fake.requests == []  # refused before anything existed
+        assert await chat_ids(alice) == [] and provider.requests == []  # refused before anything existed
 
         assert sorted(a["id"] for a in (await bob.get("/api/assistants")).json()["assistants"]) == ["chat", "private"]
         assert sorted(m["id"] for m in (await bob.get("/v1/models")).json()["data"]) == ["chat", "private"]
-        fake.enqueue(Reply(text="private native"), Reply(text="private openai"))
+        provider.enqueue(Reply(text="private native"), Reply(text="private openai"))
         ran = await bob.post("/api/assistants/private/runs?stream=false", json={"messages": says("hi")})
         assert ran.status_code == 200 and ran.json()["messages"][-1]["content"] == "private native"
         done = await bob.post("/v1/chat/completions", json={"model": "private", "messages": says("hi")})
@@ -223,7 +225,7 @@ async def roles_stored(live: Live) -> dict[str, tuple[str, ...]]:
     return {f"{s.scope_kind}:{s.scope_id}/{s.role}": s.connectors for s in await live.rt.store.list_roles(OPERATOR)}
 
 
-async def test_role_settings_land_on_the_callers_team_or_user_scope(live: Live, fake: FakeProvider) -> None:
+async def test_role_settings_land_on_the_callers_team_or_user_scope(live: Live, provider: FakeProvider) -> None:
     """`chat` uses role `default` (app.yml: fake.model, which says "Hello world"); demo.echo echoes."""
     async with live.client("alice") as alice, live.client("bob_admin") as bob, live.client("carol") as carol:
         set_by_bob = await bob.put("/api/roles/default", json={"connector": "demo.echo"})
@@ -381,7 +383,7 @@ def on_chat(chat_id: str, path: str, body: Any) -> tuple[str, Any]:
 
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
 async def test_every_route_needs_a_valid_token(
-    live: Live, fake: FakeProvider, method: str, path: str, body: Any
+    live: Live, provider: FakeProvider, method: str, path: str, body: Any
 ) -> None:
     async with live.client("alice") as alice:
         chat_id = (await native_run(alice, "alice's first words"))["chat_id"]
@@ -391,7 +393,7 @@ async def test_every_route_needs_a_valid_token(
         assert probe.status_code == 200  # it worked until it was revoked
         assert await live.rt.store.revoke_token(OPERATOR, revoked) == 1
         before = await snapshot(live, ALICE, alice, chat_id)
-    calls = len(fake.requests)
+    calls = len(provider.requests)
     async with httpx.AsyncClient(base_url=live.url, timeout=30) as anonymous:
         for name, header in bad_authorizations(live.tokens["alice"], revoked).items():
             headers = {} if header is None else {"Authorization": header}
@@ -403,7 +405,7 @@ async def test_every_route_needs_a_valid_token(
     async with live.client("alice") as alice:
         assert await snapshot(live, ALICE, alice, chat_id) == before
         assert await chat_ids(alice) == [chat_id]
-    assert len(fake.requests) == calls and await roles_stored(live) == {}
+    assert len(provider.requests) == calls and await roles_stored(live) == {}
     assert await live.rt.store.list_budgets(OPERATOR) == []  # no budget was set either
 
 
@@ -463,7 +465,7 @@ POSING = {"user_id": "bob", "team_id": "acme"}
 POSING_HEADERS = {"X-User-Id": "bob", "X-Team-Id": "acme"}
 
 
-async def test_native_bodies_naming_an_identity_are_refused(live: Live, fake: FakeProvider) -> None:
+async def test_native_bodies_naming_an_identity_are_refused(live: Live, provider: FakeProvider) -> None:
     async with client_for(live, live.tokens["alice"], **POSING_HEADERS) as alice:
         attempts = [
             await alice.post("/api/assistants/private/runs?stream=false", json={"messages": says("x"), **POSING}),
@@ -485,10 +487,10 @@ async def test_native_bodies_naming_an_identity_are_refused(live: Live, fake: Fa
     async with live.client("bob") as bob:
         assert await chat_ids(bob) == []
         assert_error(await bob.get(f"/api/chats/{chat_id}/messages"), 404, "not_found")
-    assert len(fake.requests) == 1
+    assert len(provider.requests) == 1
 
 
-async def test_openai_bodies_naming_an_identity_change_nothing(live: Live, fake: FakeProvider) -> None:
+async def test_openai_bodies_naming_an_identity_change_nothing(live: Live, provider: FakeProvider) -> None:
     """`user_id` and `team_id` are no fields of OpenAI's: refused, as any unknown field. OpenAI's `user` is the
     run's metadata only, as `metadata` is: neither changes whose run it is."""
     async with client_for(live, live.tokens["alice"], **POSING_HEADERS) as alice:
@@ -499,7 +501,7 @@ async def test_openai_bodies_naming_an_identity_change_nothing(live: Live, fake:
         posing = {"user": "bob", "metadata": POSING}
         denied = await alice.post("/v1/chat/completions", json={"model": "private", "messages": says("x"), **posing})
         assert_error(denied, 404, "not_found")
-        fake.enqueue(Reply(text="for alice"))
+        provider.enqueue(Reply(text="for alice"))
         chat_id, reply = await completion(alice, "who am i", **posing)
         assert reply == "for alice"
         assert await chat_ids(alice) == [chat_id]
@@ -513,4 +515,4 @@ async def test_openai_bodies_naming_an_identity_change_nothing(live: Live, fake:
             headers={"X-Chat-Id": chat_id},
         )
         assert_error(continued, 404, "not_found")
-    assert len(fake.requests) == 1
+    assert len(provider.requests) == 1

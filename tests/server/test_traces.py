@@ -132,21 +132,21 @@ def of_trace(spans: list[Span], trace_id: str) -> list[Span]:
 async def test_a_tool_run_is_one_trace_of_model_and_tool_spans(tmp_path: Path) -> None:
     usage = {"prompt_tokens": 30, "completion_tokens": 4, "total_tokens": 34}
     with receiver() as (endpoint, spans):
-        async with FakeProvider() as fake:
-            app = tooled_app(tmp_path / "app", fake.base_url)
+        async with FakeProvider() as provider:
+            app = tooled_app(tmp_path / "app", provider.base_url)
             env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
             headers = await bearer(app)
             async with (
                 serving(app, tmp_path / "stderr.log", env) as url,
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
             ):
-                fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),), usage=usage),
+                provider.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),), usage=usage),
                                  Reply(text="It is 5.", usage=usage))  # fmt: skip
                 plain = await run(client)
-                fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 1, "b": 1}, "c2"),)), Reply(text="2"))
+                provider.enqueue(Reply(tool_calls=(call("testing__add", {"a": 1, "b": 1}, "c2"),)), Reply(text="2"))
                 traceparent = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
                 joined = await run(client, {"traceparent": traceparent})
-                fake.enqueue(Reply(text="fine"))
+                provider.enqueue(Reply(text="fine"))
                 body = {"messages": [{"role": "user", "content": "hi"}]}
                 bad = await client.post("/api/assistants/tooled/runs?stream=false", json=body,
                                             headers={"traceparent": "00-not-a-trace-01"})  # fmt: skip
@@ -182,15 +182,15 @@ def _other(spans: list[Span]) -> set[str]:
 
 async def test_a_failed_model_call_is_an_error_span(tmp_path: Path) -> None:
     with receiver() as (endpoint, spans):
-        async with FakeProvider() as fake:
-            app = tooled_app(tmp_path / "app", fake.base_url)
+        async with FakeProvider() as provider:
+            app = tooled_app(tmp_path / "app", provider.base_url)
             env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{endpoint}/v1/traces"}
             headers = await bearer(app)
             async with (
                 serving(app, tmp_path / "stderr.log", env) as url,
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
             ):
-                fake.enqueue(Reply(status=400, error_message="bad request"))
+                provider.enqueue(Reply(status=400, error_message="bad request"))
                 body = {"messages": [{"role": "user", "content": "hi"}]}
                 failed = await client.post("/api/assistants/tooled/runs?stream=false", json=body)
     assert failed.json()["status"] == "failed"
@@ -204,15 +204,15 @@ async def test_a_try_that_failed_and_was_retried_is_a_span_of_its_own(tmp_path: 
     """The provider's 503 is retried (after a back-off): the failed try and the one that answered are two
     model-call spans, the first an error saying how it failed, so the trace shows where the time went."""
     with receiver() as (endpoint, spans):
-        async with FakeProvider() as fake:
-            app = tooled_app(tmp_path / "app", fake.base_url)
+        async with FakeProvider() as provider:
+            app = tooled_app(tmp_path / "app", provider.base_url)
             env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
             headers = await bearer(app)
             async with (
                 serving(app, tmp_path / "stderr.log", env) as url,
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
             ):
-                fake.enqueue(Reply(status=503, error_message="overloaded"), Reply(text="fine"))
+                provider.enqueue(Reply(status=503, error_message="overloaded"), Reply(text="fine"))
                 done = await run(client)  # completed
     tree = of_trace(spans, done["trace_id"])
     assert [s.name for s in tree] == ["run", "chat text", "chat text", "flush"]
@@ -227,8 +227,8 @@ async def test_a_try_that_failed_and_was_retried_is_a_span_of_its_own(tmp_path: 
 async def test_a_call_that_waits_for_a_person_is_traced_as_waiting(tmp_path: Path) -> None:
     """A call answered by a stand-in (it waits for a person) did not run: its span says so."""
     with receiver() as (endpoint, spans):
-        async with FakeProvider() as fake:
-            app = tooled_app(tmp_path / "app", fake.base_url)
+        async with FakeProvider() as provider:
+            app = tooled_app(tmp_path / "app", provider.base_url)
             approving = "name: Tooled\nmcp:\n  servers: [{server: testing, approve: [add]}]\n"
             (app / "assistants/tooled/assistant.yml").write_text(approving)
             env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
@@ -237,7 +237,7 @@ async def test_a_call_that_waits_for_a_person_is_traced_as_waiting(tmp_path: Pat
                 serving(app, tmp_path / "stderr.log", env) as url,
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
             ):
-                fake.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),)))
+                provider.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),)))
                 body = {"messages": [{"role": "user", "content": "add"}]}
                 waited = await client.post("/api/assistants/tooled/runs?stream=false", json=body)
     assert waited.json()["status"] == "waiting"
@@ -284,11 +284,11 @@ NOT_JOINED = [
 
 
 async def test_a_valid_traceparent_joins_the_callers_trace_and_an_invalid_one_starts_a_new(
-    live: Live, fake: FakeProvider
+    live: Live, provider: FakeProvider
 ) -> None:
     async with live.client() as alice:
         for traceparent in [*JOINED, *NOT_JOINED]:
-            fake.enqueue(Reply(text="hi"))
+            provider.enqueue(Reply(text="hi"))
             async with alice.stream("POST", "/api/assistants/chat/runs", headers={"traceparent": traceparent},
                                     json={"messages": [{"role": "user", "content": "hi"}]}) as response:  # fmt: skip
                 frames = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]

@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.clock import Clock
 from tests.support.servers import Live, assert_error, client_for, says
-from tests.support.usage import APRIL_1, APRIL_2, MARCH_31, Clock, run_as
+from tests.support.usage import APRIL_1, APRIL_2, MARCH_31, run_as
 from yao_agent.identity import OPERATOR
 from yao_agent.metering.pricing import published
 from yao_agent.testing import FakeProvider
@@ -29,20 +30,20 @@ BOB_MINI = 100_000 * MINI.input + 10_000 * MINI.output
 
 
 @pytest.fixture
-async def spread(usage_live: Live, fake: FakeProvider, clock: Clock) -> Live:
+async def spread(usage_live: Live, provider: FakeProvider, clock: Clock) -> Live:
     """The server after everybody's runs over three days, the first in March; now is April 2nd, 15:00 UTC."""
     clock.at(MARCH_31)
-    await run_as(usage_live, fake, "bob", "priced", (1000, 250))
-    await run_as(usage_live, fake, "carol", "chat", (10, 5))
-    await run_as(usage_live, fake, "dave", "priced", (2000, 500))
+    await run_as(usage_live, provider, "bob", "priced", (1000, 250))
+    await run_as(usage_live, provider, "carol", "chat", (10, 5))
+    await run_as(usage_live, provider, "dave", "priced", (2000, 500))
     clock.at(APRIL_1)
-    await run_as(usage_live, fake, "bob", "mini", (100_000, 10_000))
-    await run_as(usage_live, fake, "carol", "priced", (500, 100))
-    await run_as(usage_live, fake, "alice", "priced", (100, 100))
-    await run_as(usage_live, fake, "erin", "chat", (7, 3))
+    await run_as(usage_live, provider, "bob", "mini", (100_000, 10_000))
+    await run_as(usage_live, provider, "carol", "priced", (500, 100))
+    await run_as(usage_live, provider, "alice", "priced", (100, 100))
+    await run_as(usage_live, provider, "erin", "chat", (7, 3))
     clock.at(APRIL_2, hour=15)
-    await run_as(usage_live, fake, "bob", "chat", (20, 10))
-    await run_as(usage_live, fake, "bob_admin", "chat", (1, 1))  # bob's admin token runs as bob
+    await run_as(usage_live, provider, "bob", "chat", (20, 10))
+    await run_as(usage_live, provider, "bob_admin", "chat", (1, 1))  # bob's admin token runs as bob
     return usage_live
 
 
@@ -320,7 +321,7 @@ async def test_a_member_changes_no_budget_and_no_team_role(usage_live: Live) -> 
 
 
 async def test_a_caller_without_a_team_changes_no_budget_and_stays_held_to_app_ymls(
-    usage_live: Live, fake: FakeProvider
+    usage_live: Live, provider: FakeProvider
 ) -> None:
     async with usage_live.client("alice") as alice:
         for query, body in (("", {"per_day": None}), ("", {"per_day": 0.25}), ("", {"per_month": 1000}),
@@ -331,13 +332,13 @@ async def test_a_caller_without_a_team_changes_no_budget_and_stays_held_to_app_y
         view = await budgets_of(alice)  # she still sees the budgets that hold her
     assert await usage_live.rt.store.list_budgets(OPERATOR) == []
     assert windows(view)[("user", "alice", "per_day")] == (0.5, "app.yml", 0.0)
-    await run_as(usage_live, fake, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
+    await run_as(usage_live, provider, "alice", "priced", (50_000, 50_000))  # $0.50 of her $0.50 a day
     async with usage_live.client("alice") as alice:
         refused = await alice.post("/api/assistants/chat/runs?stream=false", json={"messages": says("more")})
     assert assert_error(refused, 429, "budget_exceeded")["message"].startswith("user alice spent $0.50 of its $0.50")
 
 
-async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live, fake: FakeProvider) -> None:
+async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live, provider: FakeProvider) -> None:
     usage_live = spread
     async with usage_live.client("bob_admin") as acme, usage_live.client("erin") as beta:
         before = await budgets_of(acme, user="bob")
@@ -351,7 +352,7 @@ async def test_another_teams_admin_never_sees_or_sets_acmes_budgets(spread: Live
     assert assert_error(refused, 429, "budget_exceeded")["message"].startswith("team beta spent $0.00 of its $0.00")
     settings = {(b.scope_kind, b.scope_id) for b in await usage_live.rt.store.list_budgets(OPERATOR)}
     assert settings == {("team", "beta"), ("user", "beta/bob")}
-    await run_as(spread, fake, "bob", "chat", (1, 1))  # acme's bob still runs
+    await run_as(spread, provider, "bob", "chat", (1, 1))  # acme's bob still runs
 
 
 @pytest.mark.parametrize(

@@ -39,9 +39,9 @@ HOOK = """\
 
 
 @pytest.fixture
-async def rich(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+async def rich(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
     """A live server with an assistant that has a tool (in-process MCP server) and one with a JS hook."""
-    files = server_files(fake.base_url)
+    files = server_files(provider.base_url)
     files["mcps/testing.yml"] = "command: python\nargs: [-m, tests.support.mcp_server]\n"
     files["assistants/tooled/assistant.yml"] = "name: Tooled\nmcp:\n  servers: [testing]\n"
     files["hooks/h.js"] = textwrap.dedent(HOOK)
@@ -57,7 +57,7 @@ async def rich(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIter
         yield served
 
 
-async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvider, page: Page) -> None:
+async def test_chat_streams_stops_and_lists_the_chat(live: Live, provider: FakeProvider, page: Page) -> None:
     await sign_in(page, live, live.tokens["alice"])
     await expect(page.locator("#sign-out")).to_be_visible()
     await expect(page.locator("#assistant")).to_be_enabled()
@@ -65,7 +65,7 @@ async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvi
 
     # A reply streamed in several chunks shows up whole, with the run's end.
     answer = "Hello Alice! <b>Markup</b> stays text; this answer arrives in several small pieces."
-    fake.enqueue(Reply(text=answer, chunk_size=5, delay_s=0.01))
+    provider.enqueue(Reply(text=answer, chunk_size=5, delay_s=0.01))
     await page.fill("#message", "Who are you?")
     await page.click("#send")
     first = page.locator("#transcript .turn").nth(0)
@@ -80,7 +80,7 @@ async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvi
 
     # A slow reply: stop it while it streams; the run ends cancelled, part of the text shown.
     slow = "tick " * 400
-    fake.enqueue(Reply(text=slow, chunk_size=1, delay_s=0.03))
+    provider.enqueue(Reply(text=slow, chunk_size=1, delay_s=0.03))
     await page.fill("#message", "Count for a long time")
     await page.click("#send")
     second = page.locator("#transcript .turn").nth(1)
@@ -120,7 +120,7 @@ async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvi
     await expect(page.locator("#transcript .kind-text .bubble").first).to_have_text(answer)
 
     # Resume continues the cancelled run in the same chat.
-    fake.enqueue(Reply(text="Picking up where I stopped.", chunk_size=4))
+    provider.enqueue(Reply(text="Picking up where I stopped.", chunk_size=4))
     await page.click("#resume")
     resumed = page.locator("#transcript .turn").last
     await expect(resumed.locator(".kind-text .bubble")).to_have_text("Picking up where I stopped.")
@@ -129,11 +129,11 @@ async def test_chat_streams_stops_and_lists_the_chat(live: Live, fake: FakeProvi
     await expect(chat.locator(".badge")).to_have_text("completed")
 
 
-async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, fake: FakeProvider, page: Page) -> None:
+async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, provider: FakeProvider, page: Page) -> None:
     await sign_in(page, rich, rich.tokens["alice"])
     await page.select_option("#assistant", "tooled")
     add = ToolCall("testing__add", json.dumps({"a": 2, "b": 3}), id="c1")
-    fake.enqueue(Reply(reasoning="I should add them.", tool_calls=(add,)), Reply(text="It is 5."))
+    provider.enqueue(Reply(reasoning="I should add them.", tool_calls=(add,)), Reply(text="It is 5."))
     turn = await send(page, "what is 2+3?")
     await expect(turn.locator(".kind-text .bubble")).to_have_text("It is 5.")
     reasoning = turn.locator("details.reasoning")
@@ -161,7 +161,7 @@ async def test_reasoning_tool_cards_hook_errors_and_next_data(rich: Live, fake: 
 
     # A Next hook's data is shown under the run.
     await page.click("#new-chat")
-    fake.enqueue(Reply(text="hello there"))
+    provider.enqueue(Reply(text="hello there"))
     done = await send(page, "hi")
     await expect(done.locator(".run-end")).to_have_attribute("data-status", "completed")
     await expect(done.locator(".run-next pre")).to_contain_text('"saw": "hello there"')
@@ -195,9 +195,9 @@ def pack(items):
 """
 
 
-async def test_replies_are_rendered_as_markdown_as_they_stream(live: Live, fake: FakeProvider, page: Page) -> None:
+async def test_replies_are_rendered_as_markdown_as_they_stream(live: Live, provider: FakeProvider, page: Page) -> None:
     await sign_in(page, live, live.tokens["alice"])
-    fake.enqueue(Reply(text=MARKDOWN, chunk_size=3, delay_s=0.05))
+    provider.enqueue(Reply(text=MARKDOWN, chunk_size=3, delay_s=0.05))
     await page.fill("#message", "Help me pack")
     await page.click("#send")
     reply = page.locator("#transcript .turn").last.locator(".kind-text .bubble")
@@ -236,7 +236,7 @@ The page said: {ATTACK}
 """
 
 
-async def test_markup_from_a_model_or_a_tool_never_runs(rich: Live, fake: FakeProvider, page: Page) -> None:
+async def test_markup_from_a_model_or_a_tool_never_runs(rich: Live, provider: FakeProvider, page: Page) -> None:
     fetched: list[str] = []
     page.on("request", lambda request: fetched.append(request.url))
     dialogs: list[str] = []
@@ -244,7 +244,7 @@ async def test_markup_from_a_model_or_a_tool_never_runs(rich: Live, fake: FakePr
     await sign_in(page, rich, rich.tokens["alice"])
     await page.select_option("#assistant", "tooled")
     call = ToolCall("testing__echo", json.dumps({"text": ATTACK}), id="c1")
-    fake.enqueue(Reply(tool_calls=(call,)), Reply(text=REPLY_ATTACK, chunk_size=7, delay_s=0.01))
+    provider.enqueue(Reply(tool_calls=(call,)), Reply(text=REPLY_ATTACK, chunk_size=7, delay_s=0.01))
     turn = await send(page, "what does the page say?")
     await expect(turn.locator(".run-end")).to_have_attribute("data-status", "completed")
     reply = turn.locator(".kind-text .bubble")
@@ -299,9 +299,9 @@ async def test_a_failed_run_says_why_in_plain_words(rich: Live, page: Page) -> N
     )
 
 
-async def test_a_fallback_is_a_quiet_note_under_the_reply(rich: Live, fake: FakeProvider, page: Page) -> None:
+async def test_a_fallback_is_a_quiet_note_under_the_reply(rich: Live, provider: FakeProvider, page: Page) -> None:
     await sign_in(page, rich, rich.tokens["alice"])
-    fake.enqueue(Reply(text="Here I am."))
+    provider.enqueue(Reply(text="Here I am."))
     turn = await send(page, "hello?", "chained")
     await expect(turn.locator(".kind-text .bubble")).to_have_text("Here I am.")
     await expect(turn.locator(".run-end .run-fallback")).to_have_text(
@@ -314,8 +314,8 @@ async def accept(dialog: Dialog) -> None:
     await dialog.accept()
 
 
-async def test_chats_are_searched_renamed_and_deleted(live: Live, fake: FakeProvider, page: Page) -> None:
-    fake.enqueue(Reply(text="Lisbon in May is lovely."), Reply(text="Use a sourdough starter."), Reply(text="Hi."))
+async def test_chats_are_searched_renamed_and_deleted(live: Live, provider: FakeProvider, page: Page) -> None:
+    provider.enqueue(Reply(text="Lisbon in May is lovely."), Reply(text="Use a sourdough starter."), Reply(text="Hi."))
     async with live.client("alice") as alice, live.client("bob") as bob:
         for text in ("Plan a trip to Lisbon", "How do I bake bread?"):
             await alice.post(
@@ -374,16 +374,16 @@ async def test_chats_are_searched_renamed_and_deleted(live: Live, fake: FakeProv
 
 
 async def test_a_compaction_is_a_quiet_notice_and_its_summary_a_marker(
-    tmp_path: Path, store: SqlStore, fake: FakeProvider, page: Page
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, page: Page
 ) -> None:
     """Earlier turns summarised to fit a small window: a notice in the turn that did it; the stored summary
     a folded marker among the messages it covers, which are all still shown."""
-    files = server_files(fake.base_url)
+    files = server_files(provider.base_url)
     files["assistants/brief/assistant.yml"] = (
         "name: Brief\ncontext: {max_input_tokens: 400, reserve_output_tokens: 100, keep_recent_turns: 1}\n"
     )
     filler = " word" * 80  # about 80 tokens: the third turn takes the request past compact_at of 300
-    fake.enqueue(Reply(text="one"), Reply(text="two"), Reply(text="They asked twice."), Reply(text="three"))
+    provider.enqueue(Reply(text="one"), Reply(text="two"), Reply(text="They asked twice."), Reply(text="three"))
     async with running(make_runtime(tmp_path / "app", store, files)) as live:
         await sign_in(page, live, live.tokens["alice"])
         turns: list[Locator] = []

@@ -28,9 +28,9 @@ pytestmark = [
 
 
 @pytest.fixture
-async def approving(tmp_path: Path, store: SqlStore, fake: FakeProvider) -> AsyncIterator[Live]:
+async def approving(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
     """A live server with an assistant whose `tally` calls wait for approval (the in-process MCP server)."""
-    async with running(payer_runtime(tmp_path / "app", store, fake)) as served:
+    async with running(payer_runtime(tmp_path / "app", store, provider)) as served:
         yield served
 
 
@@ -45,16 +45,16 @@ def decisions_posted(page: Page) -> list[Request]:
     return posted
 
 
-def tool_messages(fake: FakeProvider) -> dict[str, Any]:
+def tool_messages(provider: FakeProvider) -> dict[str, Any]:
     """What the model's latest request said each tool call returned, by call id."""
-    return {m["tool_call_id"]: m["content"] for m in fake.requests[-1].messages if m["role"] == "tool"}
+    return {m["tool_call_id"]: m["content"] for m in provider.requests[-1].messages if m["role"] == "tool"}
 
 
 async def test_approving_a_call_runs_it_once_and_the_answer_streams(
-    approving: Live, fake: FakeProvider, page: Page, ledger: Path
+    approving: Live, provider: FakeProvider, page: Page, ledger: Path
 ) -> None:
     await sign_in(page, approving, approving.tokens["alice"])
-    fake.enqueue(Reply(tool_calls=(tally(ledger, "rent", "t1"),)), Reply(text="Paid the rent.", chunk_size=3))
+    provider.enqueue(Reply(tool_calls=(tally(ledger, "rent", "t1"),)), Reply(text="Paid the rent.", chunk_size=3))
     await send(page, "pay the rent", "payer")
     turn = page.locator("#transcript .turn").first  # `send`'s turn is the last one: the continuation, later
 
@@ -108,11 +108,11 @@ async def test_approving_a_call_runs_it_once_and_the_answer_streams(
 
 
 async def test_a_denial_with_a_reason_reaches_the_model_and_stays_in_the_history(
-    approving: Live, fake: FakeProvider, page: Page, ledger: Path
+    approving: Live, provider: FakeProvider, page: Page, ledger: Path
 ) -> None:
     await sign_in(page, approving, approving.tokens["alice"])
     calls = (tally(ledger, "rent", "t1"), tally(ledger, "rent-again", "t2"))
-    fake.enqueue(Reply(tool_calls=calls), Reply(text="I paid the rent once."))
+    provider.enqueue(Reply(tool_calls=calls), Reply(text="I paid the rent once."))
     await send(page, "pay the rent twice", "payer")
     turn = page.locator("#transcript .turn").first
     cards = turn.locator(".approvals .approval-card")
@@ -126,7 +126,7 @@ async def test_a_denial_with_a_reason_reaches_the_model_and_stays_in_the_history
     await expect(turn.locator(".approvals-progress")).to_have_text(
         "1 of 2 decided. The run goes on once every call is decided."
     )
-    asked = len(fake.requests)
+    asked = len(provider.requests)
     assert posted == [] and counted(ledger) == []
 
     # The other denied with a reason (typed, then Enter): both decisions go out together.
@@ -135,8 +135,8 @@ async def test_a_denial_with_a_reason_reaches_the_model_and_stays_in_the_history
     continued = page.locator("#transcript .turn").last
     await expect(continued.locator(".kind-text .bubble")).to_have_text("I paid the rent once.")
     await expect(cards.nth(1).locator(".approval-note")).to_have_text("Denied: paid already")
-    assert len(fake.requests) == asked + 1
-    assert tool_messages(fake) == {"t1": "counted rent", "t2": "denied: paid already"}
+    assert len(provider.requests) == asked + 1
+    assert tool_messages(provider) == {"t1": "counted rent", "t2": "denied: paid already"}
     assert counted(ledger) == ["rent"]
     assert len(posted) == 1
 
@@ -158,10 +158,10 @@ async def test_a_denial_with_a_reason_reaches_the_model_and_stays_in_the_history
 
 
 async def test_a_chat_opened_while_calls_wait_shows_them_and_says_when_they_were_decided_elsewhere(
-    approving: Live, fake: FakeProvider, page: Page, ledger: Path
+    approving: Live, provider: FakeProvider, page: Page, ledger: Path
 ) -> None:
     label = "rent <b>now</b>"  # arguments come from the model: markup in them is shown, never parsed
-    fake.enqueue(Reply(tool_calls=(tally(ledger, label, "t1"),)))
+    provider.enqueue(Reply(tool_calls=(tally(ledger, label, "t1"),)))
     async with approving.client("alice") as alice:
         started = await alice.post(
             "/api/assistants/payer/runs?stream=false",
@@ -184,7 +184,7 @@ async def test_a_chat_opened_while_calls_wait_shows_them_and_says_when_they_were
     await expect(page.locator("#resume-bar")).to_be_hidden()  # nothing failed: it waits for a person
 
     # Someone decides first (another tab, the CLI): the page's decision is refused, in the server's words.
-    fake.enqueue(Reply(text="Paid."))
+    provider.enqueue(Reply(text="Paid."))
     async with approving.client("alice") as alice:
         decided = await alice.post(
             f"/api/chats/{chat_id}/approvals?stream=false",
@@ -208,10 +208,10 @@ async def test_a_chat_opened_while_calls_wait_shows_them_and_says_when_they_were
 
 
 async def test_a_new_message_while_calls_wait_denies_them(
-    approving: Live, fake: FakeProvider, page: Page, ledger: Path
+    approving: Live, provider: FakeProvider, page: Page, ledger: Path
 ) -> None:
     await sign_in(page, approving, approving.tokens["alice"])
-    fake.enqueue(Reply(tool_calls=(tally(ledger, "rent", "t1"),)), Reply(text="All right, I will not pay."))
+    provider.enqueue(Reply(tool_calls=(tally(ledger, "rent", "t1"),)), Reply(text="All right, I will not pay."))
     await send(page, "pay the rent", "payer")
     card = page.locator("#transcript .turn").first.locator(".approvals .approval-card")
     await expect(card.get_by_role("button", name="Approve")).to_be_enabled()
@@ -219,19 +219,19 @@ async def test_a_new_message_while_calls_wait_denies_them(
     await expect(card.locator(".approval-note")).to_have_text("Denied: you sent a new message")
     await expect(card.get_by_role("button", name="Approve")).to_be_hidden()
     await expect(later.locator(".kind-text .bubble")).to_have_text("All right, I will not pay.")
-    assert tool_messages(fake) == {"t1": "denied: the user sent a new message"}
+    assert tool_messages(provider) == {"t1": "denied: the user sent a new message"}
     assert counted(ledger) == []
 
 
 async def test_arguments_that_are_no_plain_json_are_shown_as_the_model_wrote_them(
-    approving: Live, fake: FakeProvider, page: Page, ledger: Path
+    approving: Live, provider: FakeProvider, page: Page, ledger: Path
 ) -> None:
     """A key given twice: parsed on the page, only one value would show; the card shows the very text."""
     from yao_agent.testing import ToolCall
 
     written = f'{{"path": {json.dumps(str(ledger))}, "label": "cheap", "label": "dear"}}'
     await sign_in(page, approving, approving.tokens["alice"])
-    fake.enqueue(Reply(tool_calls=(ToolCall("testing__tally", written, id="t1"),)))
+    provider.enqueue(Reply(tool_calls=(ToolCall("testing__tally", written, id="t1"),)))
     await send(page, "pay", "payer")
     card = page.locator("#transcript .turn").first.locator(".approvals .approval-card")
     await expect(card.locator(".approval-args")).to_have_text(written, use_inner_text=False)

@@ -4,15 +4,14 @@ them — the chart by day, the table and its totals, the groupings each may pick
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 from playwright.async_api import Locator, Page, expect
 
 from tests.support.browser import sign_in
+from tests.support.clock import Clock
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, artifact, running, server_files
 from yao_agent.identity import OPERATOR, Identity
@@ -33,37 +32,21 @@ PRICED = "pricing: {input_per_mtok: 2.0, output_per_mtok: 8.0}\n"
 PAGE_NOW = "2026-03-20T09:00:00Z"
 
 
-class Clock:
-    """The server's clock, moved to a day before each run so that the ledger has several days. It goes on
-    ticking from there: a run's steps still take the time they take."""
-
-    def __init__(self) -> None:
-        self.at = time.time()
-        self.since = time.monotonic()
-
-    def set(self, day: str) -> None:
-        self.at = datetime.fromisoformat(f"{day}T10:00:00+00:00").timestamp()
-        self.since = time.monotonic()
-
-    def __call__(self) -> float:
-        return self.at + (time.monotonic() - self.since)
+@pytest.fixture
+def ticking_clock() -> Clock:
+    return Clock(ticking=True)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def priced(tmp_path: Path, store: SqlStore, fake: FakeProvider, clock: Clock) -> AsyncIterator[Live]:
+async def priced(tmp_path: Path, store: SqlStore, provider: FakeProvider, ticking_clock: Clock) -> AsyncIterator[Live]:
     """A live server whose default connector has a price, with an assistant on one that has none (`model:
     text` is in no price map), and a token for dave, the admin of team acme (bob and carol: its members)."""
-    files = server_files(fake.base_url)
+    files = server_files(provider.base_url)
     files["connectors/fake/model.yml"] += PRICED
-    files["connectors/fake/local.yml"] = f"type: openai\nmodel: text\nbase_url: {fake.base_url}\napi_key: sk-x\n"
+    files["connectors/fake/local.yml"] = f"type: openai\nmodel: text\nbase_url: {provider.base_url}\napi_key: sk-x\n"
     files["assistants/drafts/assistant.yml"] = "name: Drafts\nconnector: fake.local\n"
     rt = make_runtime(tmp_path / "app", store, files)
-    rt.clock = clock  # before `running` builds the runs service, which keeps the runtime's clock
+    rt.clock = ticking_clock  # before `running` builds the runs service, which keeps the runtime's clock
     async with running(rt) as served:
         served.tokens["dave"] = await rt.store.create_token(OPERATOR, Identity("dave", "acme", admin=True))
         yield served
@@ -80,12 +63,12 @@ RUNS = [
 ]
 
 
-async def make_usage(live: Live, fake: FakeProvider, clock: Clock) -> None:
+async def make_usage(live: Live, provider: FakeProvider, ticking_clock: Clock) -> None:
     """The runs of RUNS, each through the API on its day, the provider reporting its tokens."""
     for who, day, assistant, given, taken in RUNS:
-        clock.set(day)
+        ticking_clock.at(day, hour=10)
         usage = {"prompt_tokens": given, "completion_tokens": taken, "total_tokens": given + taken}
-        fake.enqueue(Reply(text=f"Noted, {who}.", usage=usage))
+        provider.enqueue(Reply(text=f"Noted, {who}.", usage=usage))
         async with live.client(who) as client:
             answer = await client.post(
                 f"/api/assistants/{assistant}/runs?stream=false",
@@ -150,9 +133,9 @@ BY_DAY = [
 
 
 async def test_a_team_admin_sees_the_teams_usage_by_day_and_by_user(
-    priced: Live, fake: FakeProvider, clock: Clock, page: Page
+    priced: Live, provider: FakeProvider, ticking_clock: Clock, page: Page
 ) -> None:
-    await make_usage(priced, fake, clock)
+    await make_usage(priced, provider, ticking_clock)
     await open_usage(page, priced, "dave")
 
     # This month so far, the whole team's, by day: the chart and the table.
@@ -215,8 +198,10 @@ async def test_a_team_admin_sees_the_teams_usage_by_day_and_by_user(
     await expect(page.locator("#usage-toggle")).to_have_attribute("aria-expanded", "false")
 
 
-async def test_a_member_sees_only_their_own_usage(priced: Live, fake: FakeProvider, clock: Clock, page: Page) -> None:
-    await make_usage(priced, fake, clock)
+async def test_a_member_sees_only_their_own_usage(
+    priced: Live, provider: FakeProvider, ticking_clock: Clock, page: Page
+) -> None:
+    await make_usage(priced, provider, ticking_clock)
     async with priced.client("bob") as bob:
         refused = await bob.get("/api/usage", params={"from": "2026-03-01", "to": "2026-03-20", "by": "user"})
     assert (refused.status_code, refused.json()["error"]["type"]) == (403, "forbidden")

@@ -11,6 +11,8 @@ the fixtures, built from these.
 - `servers`, `browser`, `nginx`: a live server (uvicorn in this process, or `yao-agent serve` as an OS
   process), a headless Chromium on its page, nginx in front of it.
 - `cli`: `yao-agent` in this process or on a pseudo-terminal.
+- `clock`: the one clock double.
+- `docs`: the documentation's pages and their code blocks.
 - `stores`, `postgres`, `pairing`, `waits`: run records, the PostgreSQL server, what makes a chat valid
   to send, waiting for a state no event announces.
 """

@@ -32,9 +32,9 @@ def payer_files(base_url: str) -> dict[str, str]:
     return files
 
 
-def payer_runtime(root: Path, store: SqlStore, fake: FakeProvider) -> Runtime:
+def payer_runtime(root: Path, store: SqlStore, provider: FakeProvider) -> Runtime:
     """The app on `store`, its MCP server in this process (fast; the same tools as the stdio one)."""
-    rt = make_runtime(root, store, payer_files(fake.base_url))
+    rt = make_runtime(root, store, payer_files(provider.base_url))
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
     return rt
 

@@ -21,14 +21,10 @@ from yao_agent.tools import ToolManager
 
 WINDOW, RESERVE = 2000, 200
 BUDGET = WINDOW - RESERVE
-
-
 CONTEXT = (
     f"{{max_input_tokens: {WINDOW}, reserve_output_tokens: {RESERVE}, tool_result_max_tokens: 300, "
     "keep_recent_turns: 2}"
 )
-
-
 AGENT = f"""\
 name: Agent
 prompts:
@@ -37,8 +33,6 @@ mcp:
   servers: [{{server: testing, tools: [echo]}}]
 context: {CONTEXT}
 """
-
-
 O200K = counter_for(["gpt-4o"])
 assert O200K.exact
 

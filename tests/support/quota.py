@@ -3,10 +3,10 @@ one clock the test moves, and who runs in it. Every connector is priced at $0.01
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.support.apps import make_app
+from tests.support.clock import Clock
 from tests.support.runtimes import app_files, no_sleep
 from yao_agent.connectors import RetryPolicy
 from yao_agent.dsl import load_app
@@ -18,28 +18,8 @@ from yao_agent.testing import ModelDouble, ScriptedModel
 
 BOB, CAROL = Identity("bob", "acme"), Identity("carol", "acme")
 DAVE = Identity("dave", "beta")  # another team
-
-
 PRICE = "pricing: {input_per_mtok: 10000, output_per_mtok: 10000}\n"  # $0.01 a token
 LIMITS = "{max_turns: 10, timeout_s: 30%s}"  # app_files' limits, with a test's own
-
-
-class Clock:
-    """The time of the runtime and of the store alike (runs stamp their ledger rows, the store its rate
-    events): a test sets it, and it stays where it was set."""
-
-    def __init__(self, at: str) -> None:
-        self.now = 0.0
-        self.set(at)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def set(self, at: str) -> None:
-        self.now = datetime.fromisoformat(at).replace(tzinfo=UTC).timestamp()
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Quota:

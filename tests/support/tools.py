@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from tests.support import REPO
-from tests.support.mcp_server import server as testing_server
 from tests.support.runtimes import app_files, make_runtime
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
@@ -34,6 +33,12 @@ def tooled(
 
 
 def in_process(runtime: Runtime) -> Runtime:
+    """`runtime` with its `testing` server in this process."""
+    # Imported here, not at the top: the pipeline's conftest imports this module, and creating the MCP server
+    # before pytest has set up its log capture makes the SDK put a handler on the root logger, which would
+    # print every library's INFO lines on the stderr of the tests that read it.
+    from tests.support.mcp_server import server as testing_server
+
     runtime.tools = ToolManager(runtime.app.mcps, root=runtime.app.root, in_process={"testing": testing_server})
     return runtime
 

@@ -1,8 +1,8 @@
-"""Usage and budgets over a live server: two teams across a month's end, priced connectors, a clock the test moves."""
+"""Usage and budgets over a live server: a second team (beta), priced connectors, runs spread over the days
+across a month's end."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from tests.support.servers import Live, says, server_files
@@ -11,22 +11,7 @@ from yao_agent.testing import FakeProvider, Reply
 
 BETA = {"dave": Identity("dave", "beta"), "erin": Identity("erin", "beta", admin=True)}
 BUDGETS = "budgets:\n  team: {per_month: 1.0}\n  user: {per_day: 0.5}\n"
-
-
 MARCH_31, APRIL_1, APRIL_2 = "2026-03-31", "2026-04-01", "2026-04-02"
-
-
-class Clock:
-    """The runtime's clock: the time the test says."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def at(self, day: str, hour: int = 12) -> None:
-        self.now = datetime.fromisoformat(f"{day}T{hour:02d}:00:00+00:00").timestamp()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def files(base_url: str) -> dict[str, str]:
@@ -46,9 +31,11 @@ def used(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-async def run_as(live: Live, fake: FakeProvider, who: str, assistant: str, tokens: tuple[int, int]) -> dict[str, Any]:
+async def run_as(
+    live: Live, provider: FakeProvider, who: str, assistant: str, tokens: tuple[int, int]
+) -> dict[str, Any]:
     """One run of `assistant` as `who`, its model call reporting `tokens` (in, out)."""
-    fake.enqueue(Reply(text=f"{who} asked {assistant}", usage=used(*tokens)))
+    provider.enqueue(Reply(text=f"{who} asked {assistant}", usage=used(*tokens)))
     async with live.client(who) as client:
         response = await client.post(f"/api/assistants/{assistant}/runs?stream=false",
                                      json={"messages": says(f"{who} here")})  # fmt: skip

@@ -157,21 +157,15 @@ class LiteLLMApi(Api):
 
 
 @pytest.fixture
-async def fp() -> AsyncIterator[FakeProvider]:
-    async with FakeProvider() as provider:
-        yield provider
-
-
-@pytest.fixture
-async def oai(fp: FakeProvider) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(base_url=fp.base_url, api_key="x", max_retries=0)
+async def oai(provider: FakeProvider) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = openai.AsyncOpenAI(base_url=provider.base_url, api_key="x", max_retries=0)
     yield client
     await client.close()
 
 
 @pytest.fixture(params=["openai", "litellm"])
-def api(request: pytest.FixtureRequest, fp: FakeProvider, oai: openai.AsyncOpenAI) -> Api:
-    return OpenAIApi(oai) if request.param == "openai" else LiteLLMApi(fp.base_url)
+def api(request: pytest.FixtureRequest, provider: FakeProvider, oai: openai.AsyncOpenAI) -> Api:
+    return OpenAIApi(oai) if request.param == "openai" else LiteLLMApi(provider.base_url)
 
 
 INCLUDE_USAGE: dict[str, Any] = {"stream_options": {"include_usage": True}}
@@ -254,12 +248,12 @@ async def test_non_streaming_reasoning_is_on_the_message(api: Api) -> None:
 
 @pytest.mark.parametrize("scenario", ["e401", "e429", "e500"])
 async def test_http_errors_raise_the_clients_error_after_exactly_one_hit(
-    api: Api, fp: FakeProvider, scenario: str
+    api: Api, provider: FakeProvider, scenario: str
 ) -> None:
     with pytest.raises(api.errors[scenario]):
         await api.stream(scenario)
 
-    assert len(fp.requests) == 1
+    assert len(provider.requests) == 1
 
 
 async def test_context_overflow_is_a_bad_request_with_its_code(api: Api) -> None:
@@ -270,27 +264,27 @@ async def test_context_overflow_is_a_bad_request_with_its_code(api: Api) -> None
     assert api.error_code(caught.value) == "context_length_exceeded"
 
 
-async def test_dropped_connection_fails_the_stream_after_partial_output(api: Api, fp: FakeProvider) -> None:
+async def test_dropped_connection_fails_the_stream_after_partial_output(api: Api, provider: FakeProvider) -> None:
     seen: list[str] = []
 
     with pytest.raises(api.errors["drop"]):
         await api.stream("drop", on_chunk=lambda got: seen.append(got.text))
 
     assert seen[-1] == "Hel"
-    assert fp.disconnects == []  # the provider hung up, not the client
+    assert provider.disconnects == []  # the provider hung up, not the client
 
 
-async def test_stalled_stream_hits_the_clients_read_timeout(api: Api, fp: FakeProvider) -> None:
+async def test_stalled_stream_hits_the_clients_read_timeout(api: Api, provider: FakeProvider) -> None:
     seen: list[str] = []
 
     with pytest.raises(api.errors["timeout"]):  # the stall is 30 s: only the read timeout ends it
         await api.stream("stall", timeout=0.5, on_chunk=lambda got: seen.append(got.text))
 
     assert seen[-1] == "Hel"
-    assert [r.model for r in await fp.wait_for_disconnects()] == ["stall"]
+    assert [r.model for r in await provider.wait_for_disconnects()] == ["stall"]
 
 
-async def test_cancelled_consumer_is_recorded_as_a_disconnect(api: Api, fp: FakeProvider) -> None:
+async def test_cancelled_consumer_is_recorded_as_a_disconnect(api: Api, provider: FakeProvider) -> None:
     first_text = asyncio.Event()
     consumer = asyncio.create_task(api.stream("slowstream", on_chunk=lambda got: got.text and first_text.set()))
     await asyncio.wait_for(first_text.wait(), 5)
@@ -299,14 +293,14 @@ async def test_cancelled_consumer_is_recorded_as_a_disconnect(api: Api, fp: Fake
     with pytest.raises(asyncio.CancelledError):
         await consumer
 
-    disconnects = await fp.wait_for_disconnects(1, timeout=3)
+    disconnects = await provider.wait_for_disconnects(1, timeout=3)
     assert [r.model for r in disconnects] == ["slowstream"]
 
 
 # -- choosing replies and recording requests -------------------------------------------------------------------
 
 
-async def test_requests_are_recorded_exactly_as_sent(fp: FakeProvider, oai: openai.AsyncOpenAI) -> None:
+async def test_requests_are_recorded_exactly_as_sent(provider: FakeProvider, oai: openai.AsyncOpenAI) -> None:
     messages: list[Any] = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
@@ -322,7 +316,7 @@ async def test_requests_are_recorded_exactly_as_sent(fp: FakeProvider, oai: open
     ]
     await oai.chat.completions.create(model="openai/echo", messages=messages, tools=tools, extra_headers={"X-Run": "7"})
 
-    [record] = fp.requests
+    [record] = provider.requests
     assert (record.path, record.model, record.stream) == ("/v1/chat/completions", "openai/echo", False)
     assert record.messages == messages
     assert record.tools == tools
@@ -350,9 +344,11 @@ async def test_models_that_are_no_scenario_say_hello(oai: openai.AsyncOpenAI) ->
     assert result.choices[0].message.content == "Hello world"
 
 
-async def test_model_queue_beats_global_queue_and_both_are_fifo(fp: FakeProvider, oai: openai.AsyncOpenAI) -> None:
-    fp.enqueue(Reply(text="global 1"), Reply(text="global 2"))
-    fp.enqueue(Reply(text="for b"), model="openai/b")
+async def test_model_queue_beats_global_queue_and_both_are_fifo(
+    provider: FakeProvider, oai: openai.AsyncOpenAI
+) -> None:
+    provider.enqueue(Reply(text="global 1"), Reply(text="global 2"))
+    provider.enqueue(Reply(text="for b"), model="openai/b")
 
     async def ask(model: str) -> str | None:
         return (await oai.chat.completions.create(model=model, messages=MESSAGES)).choices[0].message.content
@@ -366,9 +362,9 @@ async def test_model_queue_beats_global_queue_and_both_are_fifo(fp: FakeProvider
 
 
 async def test_queued_scenario_names_resolve_when_the_request_arrives(
-    fp: FakeProvider, oai: openai.AsyncOpenAI
+    provider: FakeProvider, oai: openai.AsyncOpenAI
 ) -> None:
-    fp.enqueue("echo", "e429")
+    provider.enqueue("echo", "e429")
 
     first = await oai.chat.completions.create(model="text", messages=[{"role": "user", "content": "ping"}])
     with pytest.raises(openai.RateLimitError) as caught:
@@ -378,8 +374,10 @@ async def test_queued_scenario_names_resolve_when_the_request_arrives(
     assert caught.value.response.headers["retry-after"] == "1"
 
 
-async def test_header_picks_the_scenario_and_leaves_the_queue_alone(fp: FakeProvider, oai: openai.AsyncOpenAI) -> None:
-    fp.enqueue(Reply(text="queued"))
+async def test_header_picks_the_scenario_and_leaves_the_queue_alone(
+    provider: FakeProvider, oai: openai.AsyncOpenAI
+) -> None:
+    provider.enqueue(Reply(text="queued"))
 
     overridden = await oai.chat.completions.create(
         model="text", messages=MESSAGES, extra_headers={"X-Fake-Scenario": "echo"}
@@ -390,11 +388,11 @@ async def test_header_picks_the_scenario_and_leaves_the_queue_alone(fp: FakeProv
     assert then.choices[0].message.content == "queued"
 
 
-async def test_unknown_scenarios_are_refused_not_guessed(fp: FakeProvider, oai: openai.AsyncOpenAI) -> None:
+async def test_unknown_scenarios_are_refused_not_guessed(provider: FakeProvider, oai: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         await oai.chat.completions.create(model="text", messages=MESSAGES, extra_headers={"X-Fake-Scenario": "e492"})
     with pytest.raises(UnknownScenario):
-        fp.enqueue("chunks:many")
+        provider.enqueue("chunks:many")
 
     assert caught.value.code == "unknown_scenario"
 
@@ -403,9 +401,9 @@ async def test_default_function_computes_replies_from_the_request() -> None:
     def count_messages(request: RecordedRequest) -> Reply:
         return Reply(text=f"{len(request.messages)} messages to {request.model}")
 
-    async with FakeProvider(default=count_messages) as fp:
-        fp.enqueue(Reply(text="queued first"))
-        async with openai.AsyncOpenAI(base_url=fp.base_url, api_key="x", max_retries=0) as client:
+    async with FakeProvider(default=count_messages) as provider:
+        provider.enqueue(Reply(text="queued first"))
+        async with openai.AsyncOpenAI(base_url=provider.base_url, api_key="x", max_retries=0) as client:
             queued = await client.chat.completions.create(model="m", messages=MESSAGES)
             computed = await client.chat.completions.create(model="m", messages=MESSAGES * 3)
 
@@ -418,8 +416,8 @@ async def test_a_failing_default_function_is_reported_to_the_client() -> None:
         raise KeyError("oops")
 
     async with (
-        FakeProvider(default=broken) as fp,
-        openai.AsyncOpenAI(base_url=fp.base_url, api_key="x", max_retries=0) as client,
+        FakeProvider(default=broken) as provider,
+        openai.AsyncOpenAI(base_url=provider.base_url, api_key="x", max_retries=0) as client,
     ):
         with pytest.raises(openai.InternalServerError, match="KeyError"):
             await client.chat.completions.create(model="m", messages=MESSAGES)
@@ -428,15 +426,15 @@ async def test_a_failing_default_function_is_reported_to_the_client() -> None:
 # -- the other misbehaviours ----------------------------------------------------------------------------------
 
 
-async def test_slow_first_byte_times_out_and_is_recorded(fp: FakeProvider, oai: openai.AsyncOpenAI) -> None:
+async def test_slow_first_byte_times_out_and_is_recorded(provider: FakeProvider, oai: openai.AsyncOpenAI) -> None:
     with pytest.raises(openai.APITimeoutError):
         await oai.chat.completions.create(model="slow", messages=MESSAGES, timeout=0.3)
 
-    assert [r.model for r in await fp.wait_for_disconnects()] == ["slow"]
+    assert [r.model for r in await provider.wait_for_disconnects()] == ["slow"]
 
 
-async def test_stall_ends_and_the_stream_completes(fp: FakeProvider, oai: openai.AsyncOpenAI) -> None:
-    fp.enqueue(Reply(text="Hello world", stall_after=2, stall_s=0.3))
+async def test_stall_ends_and_the_stream_completes(provider: FakeProvider, oai: openai.AsyncOpenAI) -> None:
+    provider.enqueue(Reply(text="Hello world", stall_after=2, stall_s=0.3))
     started = time.monotonic()
 
     got = await OpenAIApi(oai).stream("text")
@@ -445,8 +443,8 @@ async def test_stall_ends_and_the_stream_completes(fp: FakeProvider, oai: openai
     assert time.monotonic() - started >= 0.3
 
 
-async def test_delay_paces_every_chunk(fp: FakeProvider, oai: openai.AsyncOpenAI) -> None:
-    fp.enqueue(Reply(text="abcd", chunk_size=1, delay_s=0.05))
+async def test_delay_paces_every_chunk(provider: FakeProvider, oai: openai.AsyncOpenAI) -> None:
+    provider.enqueue(Reply(text="abcd", chunk_size=1, delay_s=0.05))
     arrivals: list[float] = []
 
     got = await OpenAIApi(oai).stream("text", on_chunk=lambda _: arrivals.append(time.monotonic()))
@@ -455,8 +453,8 @@ async def test_delay_paces_every_chunk(fp: FakeProvider, oai: openai.AsyncOpenAI
     assert arrivals[-1] - arrivals[0] >= 0.2  # role chunk, then 4 text chunks 0.05 s apart
 
 
-async def test_non_streaming_drop_is_a_connection_error(fp: FakeProvider, oai: openai.AsyncOpenAI) -> None:
-    fp.enqueue(Reply(text="never sent", drop_after=0))
+async def test_non_streaming_drop_is_a_connection_error(provider: FakeProvider, oai: openai.AsyncOpenAI) -> None:
+    provider.enqueue(Reply(text="never sent", drop_after=0))
 
     with pytest.raises(openai.APIConnectionError):
         await oai.chat.completions.create(model="text", messages=MESSAGES)
@@ -502,10 +500,10 @@ async def test_closing_with_a_response_in_flight_is_prompt_and_no_disconnect() -
 # -- the raw wire format ----------------------------------------------------------------------------------------
 
 
-async def _raw_events(fp: FakeProvider, body: dict[str, Any]) -> list[Any]:
+async def _raw_events(provider: FakeProvider, body: dict[str, Any]) -> list[Any]:
     async with (
         httpx.AsyncClient() as client,
-        client.stream("POST", f"{fp.base_url}/chat/completions", json=body) as response,
+        client.stream("POST", f"{provider.base_url}/chat/completions", json=body) as response,
     ):
         assert response.headers["content-type"].startswith("text/event-stream")
         raw = (await response.aread()).decode()
@@ -515,9 +513,9 @@ async def _raw_events(fp: FakeProvider, body: dict[str, Any]) -> list[Any]:
     return [frame.removeprefix("data: ") for frame in frames]
 
 
-async def test_stream_wire_format_follows_openai(fp: FakeProvider) -> None:
+async def test_stream_wire_format_follows_openai(provider: FakeProvider) -> None:
     body = {"model": "tool", "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}}
-    *chunks, done = await _raw_events(fp, body)
+    *chunks, done = await _raw_events(provider, body)
     events = [json.loads(chunk) for chunk in chunks]
 
     assert done == "[DONE]"
@@ -541,15 +539,15 @@ async def test_stream_wire_format_follows_openai(fp: FakeProvider) -> None:
     assert all(e["usage"] is None for e in events[:-1])
 
 
-async def test_stream_without_include_usage_sends_no_usage(fp: FakeProvider) -> None:
-    *chunks, done = await _raw_events(fp, {"model": "text", "messages": MESSAGES, "stream": True})
+async def test_stream_without_include_usage_sends_no_usage(provider: FakeProvider) -> None:
+    *chunks, done = await _raw_events(provider, {"model": "text", "messages": MESSAGES, "stream": True})
 
     assert done == "[DONE]"
     assert all("usage" not in json.loads(chunk) and json.loads(chunk)["choices"] for chunk in chunks)
 
 
-async def test_models_list_and_unknown_paths(fp: FakeProvider) -> None:
-    async with httpx.AsyncClient(base_url=fp.base_url) as client:
+async def test_models_list_and_unknown_paths(provider: FakeProvider) -> None:
+    async with httpx.AsyncClient(base_url=provider.base_url) as client:
         models = (await client.get("/models")).json()
         missing = await client.post("/embeddings", json={})
         not_json = await client.post("/chat/completions", content=b"{oops")
@@ -559,14 +557,14 @@ async def test_models_list_and_unknown_paths(fp: FakeProvider) -> None:
     assert missing.json()["error"]["message"] == "Invalid URL (POST /v1/embeddings)"
     assert not_json.status_code == 400
     assert set(not_json.json()["error"]) == {"message", "type", "param", "code"}
-    assert len(fp.requests) == 1  # only the chat-completions call is recorded
+    assert len(provider.requests) == 1  # only the chat-completions call is recorded
 
 
 # -- out-of-process control -------------------------------------------------------------------------------------
 
 
-async def test_control_routes_script_and_inspect_the_fake(fp: FakeProvider) -> None:
-    root = fp.base_url.removesuffix("/v1")
+async def test_control_routes_script_and_inspect_the_fake(provider: FakeProvider) -> None:
+    root = provider.base_url.removesuffix("/v1")
     reply = {
         "tool_calls": [{"name": "lookup", "arguments": {"q": "x"}, "id": "call_mine"}],
         "usage": {"total_tokens": 3},
@@ -611,14 +609,14 @@ def test_replies_are_validated_when_written() -> None:
 
 def test_thread_mode_serves_sync_code() -> None:
     provider = FakeProvider()
-    with provider.running_in_thread() as fp:
-        fp.enqueue(Reply(text="from the main thread"))
-        with httpx.Client(base_url=fp.base_url) as client:
+    with provider.running_in_thread() as served:
+        served.enqueue(Reply(text="from the main thread"))
+        with httpx.Client(base_url=served.base_url) as client:
             whole = client.post("/chat/completions", json={"model": "x", "messages": MESSAGES}).json()
             body = {"model": "tool", "messages": MESSAGES, "stream": True}
             with client.stream("POST", "/chat/completions", json=body) as response:
                 lines = [line for line in response.iter_lines() if line]
-        assert [r.model for r in fp.requests] == ["x", "tool"]
+        assert [r.model for r in served.requests] == ["x", "tool"]
 
     assert whole["choices"][0]["message"]["content"] == "from the main thread"
     assert lines[-1] == "data: [DONE]"
