@@ -19,7 +19,7 @@ typed by the narrowest face it needs, so what it may reach is written down:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
@@ -39,9 +39,6 @@ from yao_agent.store.records import (
     StepRecord,
 )
 from yao_agent.store.tokens import TokenRecord
-
-if TYPE_CHECKING:
-    from yao_agent.shapes import UsageRowOut, UsageTotalOut
 
 
 class RunStore(Protocol):
