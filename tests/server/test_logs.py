@@ -15,8 +15,6 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ import pytest
 from tests.support import REPO
 from tests.support.apps import make_app
 from tests.support.cli import cli
-from tests.support.servers import said, stopped
+from tests.support.servers import said, serve_process, stopped
 from tests.support.waits import free_port
 from yao_agent.ids import bind_run
 from yao_agent.observe import logs
@@ -53,27 +51,6 @@ def files(base_url: str) -> dict[str, str]:
     }
 
 
-@asynccontextmanager
-async def serving(app: Path, err: Path, *flags: str) -> AsyncGenerator[str]:
-    """`yao-agent serve` of `app` with its stderr in `err`, stopped (SIGTERM) at the end; its base URL."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_KEY": SECRET}
-    with err.open("w") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port), *flags,
-            stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env, cwd=REPO,
-        )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        banner = await asyncio.wait_for(process.stdout.readline(), 60)
-        assert f"127.0.0.1:{port}" in banner.decode(), said(err)
-        yield f"http://127.0.0.1:{port}"
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 30) == 0, said(err)
-    finally:
-        await stopped(process)
-
-
 async def run(client: httpx.AsyncClient, assistant: str) -> dict[str, Any]:
     """Stream one run to its end; its `stream_start` event (the run's ids)."""
     body = {"messages": [{"role": "user", "content": "hi"}]}
@@ -96,7 +73,7 @@ async def test_json_log_lines_carry_ids_access_hooks_and_no_secret(tmp_path: Pat
         assert code == 0
         token = token.strip()
         err = tmp_path / "stderr.log"
-        async with serving(app, err, "--log-format", "json") as url:
+        async with serve_process(app, err, "--log-format", "json", env={"FAKE_KEY": SECRET}) as url:
             headers = {"Authorization": f"Bearer {token}"}
             async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
                 assert (await client.get("/healthz")).status_code == 200
@@ -147,7 +124,10 @@ async def test_json_log_lines_carry_ids_access_hooks_and_no_secret(tmp_path: Pat
 async def test_text_log_is_plain_lines_with_one_access_line_a_request(tmp_path: Path) -> None:
     app = make_app(tmp_path / "app", files("http://127.0.0.1:9/v1"), base={})
     err = tmp_path / "stderr.log"
-    async with serving(app, err) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with (
+        serve_process(app, err, env={"FAKE_KEY": SECRET}) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/api/chats?token=" + QUERY_SECRET)).status_code == 401
     lines = said(err).splitlines()

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncGenerator, Generator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Generator, Mapping
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,8 @@ from tests.support import REPO
 from tests.support.apps import make_app
 from tests.support.cli import cli
 from tests.support.runtimes import app_files
-from tests.support.servers import Live, said, stopped
+from tests.support.servers import Live, serve_process
 from tests.support.tools import ASSISTANT, call
-from tests.support.waits import free_port
 from yao_agent.testing import FakeProvider, Reply
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -68,27 +66,6 @@ def receiver() -> Generator[tuple[str, list[Span]]]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-@asynccontextmanager
-async def serving(app: Path, err: Path, env: Mapping[str, str]) -> AsyncGenerator[str]:
-    """`yao-agent serve` of `app` with `env` over this one's (OTEL_* removed), stopped with SIGTERM."""
-    port = free_port()
-    clean = {k: v for k, v in os.environ.items() if k not in OTEL_ENV}
-    with err.open("w") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port),
-            stdout=asyncio.subprocess.PIPE, stderr=stderr, env={**clean, "PYTHONPATH": str(REPO), **env}, cwd=REPO,
-        )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        banner = await asyncio.wait_for(process.stdout.readline(), 60)
-        assert f"127.0.0.1:{port}" in banner.decode(), said(err)
-        yield f"http://127.0.0.1:{port}"
-        process.send_signal(signal.SIGTERM)  # at exit the SDK sends what it still holds
-        assert await asyncio.wait_for(process.wait(), 30) == 0, said(err)
-    finally:
-        await stopped(process)
 
 
 def tooled_app(root: Path, base_url: str) -> Path:
@@ -137,7 +114,7 @@ async def test_a_tool_run_is_one_trace_of_model_and_tool_spans(tmp_path: Path) -
             env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
             headers = await bearer(app)
             async with (
-                serving(app, tmp_path / "stderr.log", env) as url,
+                serve_process(app, tmp_path / "stderr.log", env=env, unset=OTEL_ENV) as url,
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
             ):
                 provider.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),), usage=usage),
@@ -187,7 +164,7 @@ async def test_a_failed_model_call_is_an_error_span(tmp_path: Path) -> None:
             env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{endpoint}/v1/traces"}
             headers = await bearer(app)
             async with (
-                serving(app, tmp_path / "stderr.log", env) as url,
+                serve_process(app, tmp_path / "stderr.log", env=env, unset=OTEL_ENV) as url,
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
             ):
                 provider.enqueue(Reply(status=400, error_message="bad request"))
@@ -209,7 +186,7 @@ async def test_a_try_that_failed_and_was_retried_is_a_span_of_its_own(tmp_path: 
             env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
             headers = await bearer(app)
             async with (
-                serving(app, tmp_path / "stderr.log", env) as url,
+                serve_process(app, tmp_path / "stderr.log", env=env, unset=OTEL_ENV) as url,
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
             ):
                 provider.enqueue(Reply(status=503, error_message="overloaded"), Reply(text="fine"))
@@ -234,7 +211,7 @@ async def test_a_call_that_waits_for_a_person_is_traced_as_waiting(tmp_path: Pat
             env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
             headers = await bearer(app)
             async with (
-                serving(app, tmp_path / "stderr.log", env) as url,
+                serve_process(app, tmp_path / "stderr.log", env=env, unset=OTEL_ENV) as url,
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client,
             ):
                 provider.enqueue(Reply(tool_calls=(call("testing__add", {"a": 2, "b": 3}, "c1"),)))

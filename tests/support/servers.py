@@ -8,8 +8,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Collection, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -117,14 +117,19 @@ def said(err: Path) -> str:
 
 
 @asynccontextmanager
-async def serving(app: Path, db: str, err: Path) -> AsyncGenerator[str]:
-    """`yao-agent serve` of the app in an OS process of its own on the database `db`; its base URL."""
+async def serve_process(
+    app: Path, err: Path, *flags: str, env: Mapping[str, str] | None = None, unset: Collection[str] = ()
+) -> AsyncGenerator[str]:
+    """`yao-agent serve` of `app` in an OS process of its own, with `flags` after `serve`, `env` over this
+    process's environment (less the names in `unset`) and its stderr in `err`; its base URL. Stopped with
+    SIGTERM at the end, which it must answer by exiting 0."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    inherited = {k: v for k, v in os.environ.items() if k not in unset}
     with err.open("w") as errors:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "--db", db, "serve", "--port", str(port),
-            stdout=asyncio.subprocess.PIPE, stderr=errors, env=env, cwd=REPO,
+            sys.executable, "-m", "yao_agent.cli", "--app", str(app), "serve", "--port", str(port), *flags,
+            stdout=asyncio.subprocess.PIPE, stderr=errors, env={**inherited, "PYTHONPATH": str(REPO), **(env or {})},
+            cwd=REPO,
         )  # fmt: skip
     try:
         assert process.stdout is not None
@@ -135,6 +140,11 @@ async def serving(app: Path, db: str, err: Path) -> AsyncGenerator[str]:
         assert await asyncio.wait_for(process.wait(), 30) == 0, said(err)
     finally:
         await stopped(process)
+
+
+def serving(app: Path, db: str, err: Path) -> AbstractAsyncContextManager[str]:
+    """`yao-agent serve` of the app in an OS process of its own on the database `db`; its base URL."""
+    return serve_process(app, err, "--db", db)
 
 
 async def sse(response: httpx.Response) -> list[dict[str, Any]]:
