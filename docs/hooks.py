@@ -294,10 +294,11 @@ def python_type(annotation: object) -> str:
 
 def events() -> str:
     from yao_agent import events as module
+    from yao_agent import shapes
 
     out: list[str] = []
     for cls in typing.get_args(module.Event):
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, localns=vars(shapes))  # (events import the shapes for typing only)
         fields = [f for f in dataclasses.fields(cls) if f.name != "type"]
         sample = module.to_dict(cls(**{f.name: "x" for f in fields}))  # every field set: the wire names
         wire = dict(zip([f.name for f in fields], [k for k in sample if k != "type"], strict=True))

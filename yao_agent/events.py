@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from functools import cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from yao_agent.shapes import ApprovalOut, UsageOut
 from yao_agent.vocabulary import EndStatus, MessageStatus, TerminalReason
+
+if TYPE_CHECKING:  # (not at run time: every command imports this module, and shapes costs ~10 ms to load)
+    from yao_agent.shapes import ApprovalOut, UsageOut
 
 Kind = str  # text | reasoning | tool_call | error | a hook's own kind
 
