@@ -22,7 +22,9 @@ DEFAULT_PORT = "8765"  # `serve`'s (app.yml server.port)
 
 
 def documents() -> list[Path]:
-    return [REPO / "README.md", *(p for p in (REPO / "docs").rglob("*") if p.is_file())]
+    # Bytecode is written next to docs/hooks.py when the site is built; it is not a text users read.
+    written = (p for p in (REPO / "docs").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return [REPO / "README.md", *written]
 
 
 def cited(text: str) -> list[str]:

@@ -289,7 +289,7 @@ async def test_an_append_reaches_the_run_in_another_process(
     tmp_path: Path, pg_url: str, provider: FakeProvider
 ) -> None:
     app = make_app(tmp_path / "app", app_files(provider.base_url), base={})
-    provider.enqueue(Reply(text="z" * 100, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
+    provider.enqueue(Reply(text="z" * 300, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
     process = await other_process(app, pg_url, "tell me")
     runs = await our_runs(app, pg_url)
     try:

@@ -230,7 +230,7 @@ async def test_a_cancel_through_nginx_reaches_the_run_on_the_other_server(
 
 
 async def test_an_append_through_nginx_reaches_the_run_on_the_other_server(cluster: Cluster, nginx: Nginx) -> None:
-    cluster.provider.enqueue(Reply(text="a" * 100, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
+    cluster.provider.enqueue(Reply(text="a" * 300, chunk_size=1, delay_s=0.02), Reply(text="About that, too."))
     said: list[httpx.Response] = []
     async with client(nginx, cluster) as alice:
 
