@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from yao_agent.vocabulary import EndStatus, MessageStatus, TerminalReason
 
 if TYPE_CHECKING:  # (not at run time: every command imports this module, and shapes costs ~10 ms to load)
-    from yao_agent.shapes import ApprovalOut, UsageOut
+    from yao_agent.shapes import ApprovalOut, ReferenceOut, UsageOut
 
 Kind = str  # text | reasoning | tool_call | error | a hook's own kind
 
@@ -117,6 +117,16 @@ class ApprovalRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class References:
+    """What the search step found (CONTRACT §9.1), sent before the first text: the numbered references the
+    model is given and cites as `[n]`."""
+
+    run_id: str
+    references: list[ReferenceOut]
+    type: Literal["references"] = "references"
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     """Always the last event of a root run, exactly once, after everything is stored."""
 
@@ -141,6 +151,7 @@ Event = (
     | FallbackEvent
     | Compaction
     | ApprovalRequest
+    | References
     | StreamEnd
 )
 

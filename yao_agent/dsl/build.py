@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .envvars import EnvValue
+from .knowledge import build_search
 from .source import Document, format_path
 from .source import Path as YamlPath
 from .specs import (
@@ -119,7 +120,7 @@ def build_connector(connector_id: str, doc: Document) -> ConnectorSpec:
         rules=tuple(_rule(doc.line(("rules", i)), r) for i, r in enumerate(data.get("rules", []))),
         chunk_size=data.get("chunk_size", 4),
         delay_ms=float(data.get("delay_ms", 0)),
-        access=_access(cast(Data | None, data.get("access"))),
+        access=build_access(cast(Data | None, data.get("access"))),
         pricing=Pricing(**cast(Data, data["pricing"])) if data.get("pricing") else None,
     )
 
@@ -158,10 +159,11 @@ def build_assistant(assistant_id: str, doc: Document, root: Path) -> AssistantSp
         hook_path=(root / hook) if hook else None,
         hook_policy=HookPolicy(**cast(Data, data.get("hook_policy", {}))),
         mcp=_mcp_settings(cast(Data, data.get("mcp", {}))),
-        access=_access(cast(Data | None, data.get("access"))),
+        access=build_access(cast(Data | None, data.get("access"))),
         on_busy=data.get("on_busy", "queue"),
         context=_context(cast(Data, data.get("context", {}))),
         output=_output(cast(Data | None, data.get("output"))),
+        search=build_search(cast(Data | None, data.get("search"))),
     )
 
 
@@ -198,7 +200,7 @@ def _mcp_settings(data: Data) -> McpSettings:
     )
 
 
-def _access(data: Data | None) -> Access:
+def build_access(data: Data | None) -> Access:
     """No `access`: public. Given, it admits whom it lists and nobody else unless `public: true` (a list
     left empty never opens it to everyone; `checks` refuses an `access` that admits nobody)."""
     if data is None:

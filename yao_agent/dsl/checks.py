@@ -40,6 +40,8 @@ def check_file(kind: str, doc: Document) -> None:
     elif kind == "connector":
         _check_connector(doc, data)
         _check_access(doc, data)
+    elif kind == "knowledge":
+        _check_access(doc, data)
     elif kind == "mcp":
         transport = data.get("transport", "stdio")
         misplaced = ("command", "args", "env", "cwd") if transport == "http" else ("url", "headers")

@@ -16,7 +16,7 @@ YAML_SUFFIXES = (".yml", ".yaml")
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    kind: str  # app | assistant | connector | mcp
+    kind: str  # app | assistant | connector | mcp | knowledge
     id: str
     path: Path
     rel: str  # as shown to the author: relative to the app root, with '/'
@@ -36,6 +36,7 @@ def discover(root: Path) -> Discovery:
     _connectors(root, out)
     _assistants(root, out)
     _mcps(root, out)
+    _knowledge(root, out)
     return out
 
 
@@ -171,3 +172,19 @@ def _mcps(root: Path, out: Discovery) -> None:
         server_id = _check_id(root, path, parts, out)
         if server_id is not None:
             _add(out, ids, Found("mcp", server_id, path, _rel(root, path)))
+
+
+def _knowledge(root: Path, out: Discovery) -> None:
+    """`knowledge/<path>.yml`, id `<path>` with '/' → '.'. Other files there (a collection's sources,
+    often kept beside it) are not app files."""
+    top = root / "knowledge"
+    ids: dict[str, Found] = {}
+    for folder, files in _walk(root, top, out):
+        for name in files:
+            path = folder / name
+            if path.suffix not in YAML_SUFFIXES:
+                continue
+            parts = [*path.relative_to(top).parent.parts, path.stem]
+            collection_id = _check_id(root, path, parts, out)
+            if collection_id is not None:
+                _add(out, ids, Found("knowledge", collection_id, path, _rel(root, path)))

@@ -14,7 +14,7 @@ from pathlib import Path
 from yao_agent.base.files import NotRegular, TooLarge, read_regular
 from yao_agent.errors import Problem, SpecError, UsageError
 
-from . import build, checks, refs
+from . import build, checks, knowledge, refs
 from .discover import Found, discover
 from .schema import coerce_integers, load_schema, validate
 from .source import Document, decode, parse
@@ -154,6 +154,7 @@ def _known(docs: dict[Found, Document]) -> refs.Known:
         connectors=frozenset(f.id for f in docs if f.kind == "connector"),
         mcps=frozenset(f.id for f in docs if f.kind == "mcp"),
         roles=frozenset(roles),
+        knowledge=frozenset(f.id for f in docs if f.kind == "knowledge"),
     )
 
 
@@ -164,6 +165,9 @@ def _cross_references(root: Path, docs: dict[Found, Document], hooks: dict[Path,
     for item, doc in docs.items():
         if item.kind == "assistant":
             problems += refs.check_assistant(doc, root, known, hooks)
+            problems += knowledge.check_search(doc, known)
+        elif item.kind == "knowledge":
+            problems += knowledge.check_collection(doc, root, known)
     problems += refs.check_mcp_prefixes({f.id: f.rel for f in docs if f.kind == "mcp"})
     return problems
 
@@ -171,7 +175,7 @@ def _cross_references(root: Path, docs: dict[Found, Document], hooks: dict[Path,
 def _build(root: Path, docs: dict[Found, Document], warnings: list[Problem]) -> App:
     """Typed specs of an app whose every file is valid."""
     app_doc = next((d for f, d in docs.items() if f.kind == "app"), None)
-    by_kind: dict[str, dict[str, Document]] = {"connector": {}, "assistant": {}, "mcp": {}}
+    by_kind: dict[str, dict[str, Document]] = {"connector": {}, "assistant": {}, "mcp": {}, "knowledge": {}}
     for item, doc in docs.items():
         if item.kind in by_kind:
             by_kind[item.kind][item.id] = doc
@@ -181,5 +185,9 @@ def _build(root: Path, docs: dict[Found, Document], warnings: list[Problem]) -> 
         assistants={k: build.build_assistant(k, d, root) for k, d in sorted(by_kind["assistant"].items())},
         connectors={k: build.build_connector(k, d) for k, d in sorted(by_kind["connector"].items())},
         mcps={k: build.build_mcp(k, d, root) for k, d in sorted(by_kind["mcp"].items())},
+        knowledge={
+            k: knowledge.build_collection(k, d, build.build_access(d.value.get("access")))
+            for k, d in sorted(by_kind["knowledge"].items())
+        },
         warnings=tuple(warnings),
     )

@@ -62,6 +62,7 @@ class Known:
     connectors: frozenset[str]
     mcps: frozenset[str]
     roles: frozenset[str]
+    knowledge: frozenset[str] = frozenset()
 
 
 def check_roles(doc: Document | None, known: Known) -> list[Problem]:
@@ -81,10 +82,10 @@ def check_roles(doc: Document | None, known: Known) -> list[Problem]:
 def check_assistant(doc: Document, root: Path, known: Known, read: dict[Path, str] | None = None) -> list[Problem]:
     """Its references to other files; the text of its hook file goes into `read` (path → text)."""
     data = mapping(doc.value)
-    problems = _connector_ref(doc, data.get("connector", ROLE_PREFIX + DEFAULT_ROLE), known)
+    problems = connector_ref(doc, data.get("connector", ROLE_PREFIX + DEFAULT_ROLE), known)
     summarizer = mapping(data.get("context")).get("summarize_with")
     if summarizer is not None:
-        problems += _connector_ref(doc, summarizer, known, ("context", "summarize_with"))
+        problems += connector_ref(doc, summarizer, known, ("context", "summarize_with"))
     problems += _hook_ref(doc, data, root, known, {} if read is None else read)
     seen: set[str] = set()
     for index, entry in items(mapping(data.get("mcp")).get("servers")):
@@ -115,7 +116,7 @@ def _approved_offered(doc: Document, path: YamlPath, entry: Mapping[str, Any]) -
     ]
 
 
-def _connector_ref(doc: Document, value: object, known: Known, path: YamlPath = ("connector",)) -> list[Problem]:
+def connector_ref(doc: Document, value: object, known: Known, path: YamlPath = ("connector",)) -> list[Problem]:
     if not isinstance(value, str) or ENV_PATTERN.search(value):
         return []  # wrong type: the schema said so; `$ENV`: resolved when used
     if value.startswith(ROLE_PREFIX):

@@ -267,6 +267,50 @@ class ContextSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ChunkSettings:
+    max_tokens: int = 400  # words, the approximation of tokens chunking uses
+    overlap_tokens: int = 40
+
+
+TEAM_COLLECTIONS = "team"  # in `search.knowledge`: every collection of the caller's team
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionSpec:
+    """An operator's collection, `knowledge/<path>.yml` (CONTRACT §9.1)."""
+
+    id: str
+    file: str
+    name: str
+    sources: tuple[str, ...] = ()  # relative to the app root, as written
+    embedding: str | None = None  # a connector id or use::<role>; None: full text only
+    chunk: ChunkSettings = ChunkSettings()
+    access: Access = Access()
+
+
+@dataclass(frozen=True, slots=True)
+class WebSearch:
+    server: str
+    tool: str = "search"
+
+
+SearchMode = Literal["always", "auto", "tool", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    """An assistant's `search`: which collections its runs search, and when."""
+
+    knowledge: tuple[str, ...] = ()
+    mode: SearchMode = "always"
+    intent_with: str | None = None
+    top_k: int = 6
+    min_score: float = 0.0
+    web: WebSearch | None = None
+    cite: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class AssistantSpec:
     id: str
     name: str
@@ -286,6 +330,7 @@ class AssistantSpec:
     on_busy: OnBusy = "queue"
     context: ContextSettings = ContextSettings()
     output: OutputSpec | None = None
+    search: SearchSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +361,7 @@ class App:
     assistants: Mapping[str, AssistantSpec]
     connectors: Mapping[str, ConnectorSpec]
     mcps: Mapping[str, McpServerSpec]
+    knowledge: Mapping[str, CollectionSpec] = field(default_factory=dict[str, CollectionSpec])
     warnings: tuple[Problem, ...] = ()
     version: str = ""  # a short hash of the files it was loaded from (YAML and hooks): what a run ran with
 

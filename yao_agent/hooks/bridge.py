@@ -94,6 +94,9 @@ RUNTIME_JS = (
     call(assistantId, messages) {
       return request("call", [StringCtor(assistantId), messages === undefined ? null : messages]);
     },
+    search(query, options) {
+      return request("search", [StringCtor(query), options === undefined ? null : options]);
+    },
   });
 
   function deepFreeze(value) {

@@ -30,17 +30,24 @@ from yao_agent.hooks.errors import host_failure
 
 log = logging.getLogger("yao_agent.hook")
 MAX_CALLS = 1000  # ctx calls in one hook call
-MAX_EFFECTS = 100  # ctx.send and ctx.call in one hook call
+MAX_EFFECTS = 100  # ctx.send, ctx.call and ctx.search in one hook call
 MAX_SEND_BYTES = 256 * 1024  # one ctx.send message, as JSON
 MAX_SENT_PER_RUN = 2 * 1024 * 1024  # every ctx.send of one run, its children's hooks included
 MAX_CALLS_PER_RUN = 50  # ctx.call of one run, its children's hooks included
 MAX_MEMORY_VALUE_BYTES = 64 * 1024  # one ctx.memory value, as JSON (keys: see the store's MEMORY_KEY_MAX)
 MAX_LOG_CHARS = 2000  # one ctx.log line in the server log; the rest is cut
 MAX_DEPTH = 64  # how deeply arrays and objects may nest in what a hook returns or passes to ctx
-_EFFECTS = frozenset({"send", "call"})
+_EFFECTS = frozenset({"send", "call", "search"})  # what costs: a message, a run, a search
 # C0 and C1 controls, line and paragraph separators, bidirectional overrides, lone surrogates.
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_NAMES = {"log": "ctx.log", "send": "ctx.send", "mget": "ctx.memory.get", "mset": "ctx.memory.set", "call": "ctx.call"}
+_NAMES = {
+    "log": "ctx.log",
+    "send": "ctx.send",
+    "mget": "ctx.memory.get",
+    "mset": "ctx.memory.set",
+    "call": "ctx.call",
+    "search": "ctx.search",
+}
 
 # Strict: a NaN would reach V8's JSON.parse and fail the whole batch instead of the one call.
 _to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -66,6 +73,16 @@ class HookContext:
     call: Callable[[str, Any], Awaitable[Any]]  # ctx.call(assistant_id, messages) -> the child's reply
     hook: str = ""  # the hook file as the app names it, for the log
     spend: RunSpend = field(default_factory=RunSpend)  # the run's, shared by all its hook calls
+    search: Callable[[str, Any], Awaitable[Any]] = field(default=None)  # pyright: ignore[reportAssignmentType]
+    # ctx.search(query, {knowledge, top_k, filter}) -> references; None: the host offers no search
+
+    def __post_init__(self) -> None:
+        if self.search is None:  # pyright: ignore[reportUnnecessaryComparison]
+            self.search = _no_search
+
+
+async def _no_search(query: str, options: Any) -> Any:
+    raise UsageError("ctx.search: no knowledge here (the hook runs outside an app's run)")
 
 
 def printable(text: str, limit: int = MAX_LOG_CHARS) -> str:
@@ -99,6 +116,7 @@ def _method(ctx: HookContext, op: str) -> Callable[..., Awaitable[Any]]:
         "mget": ctx.memory_get,
         "mset": ctx.memory_set,
         "call": ctx.call,
+        "search": ctx.search,
     }
     return methods[op]
 
@@ -192,7 +210,7 @@ class HostCalls:
             raise TooManyCalls(f"the hooks of this run made more than {MAX_CALLS_PER_RUN} ctx.call calls "
                                f"(the limit per run is {MAX_CALLS_PER_RUN})")  # fmt: skip
         if self._effects > MAX_EFFECTS:
-            raise TooManyCalls(f"the hook made more than {MAX_EFFECTS} ctx.send/ctx.call calls in one call "
+            raise TooManyCalls(f"the hook made more than {MAX_EFFECTS} ctx.send/ctx.call/ctx.search calls in one call "
                                f"(the limit is {MAX_EFFECTS})")  # fmt: skip
         if self._made > MAX_CALLS:
             raise TooManyCalls(f"the hook made more than {MAX_CALLS} ctx calls in one call (the limit is {MAX_CALLS})")

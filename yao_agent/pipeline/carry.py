@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.pipeline.guards import LOOP_WINDOW
 from yao_agent.pipeline.options import RunOptions
 from yao_agent.pipeline.state import RunState
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import ReferenceOut
 
 VERSION = 1
 MAX_CREATE_MESSAGES_CHARS = 256 * 1024  # a Create hook's rewritten messages kept for a resume, at most
@@ -42,6 +45,8 @@ class Carry:
     metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
     locale: str = "en"
     create_messages: list[dict[str, Any]] | None = None  # the conversation Create rewrote, if it did
+    searched: bool = False  # the search step ran: a resume gives the model the same references
+    references: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
 
 
 def snapshot(state: RunState) -> dict[str, Any]:
@@ -56,6 +61,7 @@ def snapshot(state: RunState) -> dict[str, Any]:
         hook_calls=root.spend.calls, hook_sent_bytes=root.spend.sent_bytes, created=root.created,
         options=root.options, metadata=dict(root.metadata), locale=root.locale,
         create_messages=None if replied else root.create_messages,
+        searched=root.searched, references=[dict(r) for r in root.references],
     )  # fmt: skip
     fields_of = {f.name: getattr(carry, f.name) for f in fields(carry)}
     return {"version": VERSION} | fields_of | {"options": carry.options.to_json()}
@@ -75,6 +81,8 @@ def read(stored: Any) -> Carry | None:
         created=data.get("created") is True, options=RunOptions.from_json(as_mapping(data.get("options"))),
         metadata=dict(as_mapping(data.get("metadata"))), locale=str(data.get("locale") or "en"),
         create_messages=[dict(as_mapping(m)) for m in as_list(messages)] or None,
+        searched=data.get("searched") is True,
+        references=[dict(as_mapping(r)) for r in as_list(data.get("references"))],
     )  # fmt: skip
 
 
@@ -90,6 +98,7 @@ def restore(state: RunState) -> Carry | None:
     state.output_retries, state.signatures = carry.output_retries, list(carry.signatures)
     state.spend.calls, state.spend.sent_bytes = carry.hook_calls, carry.hook_sent_bytes
     state.created, state.create_messages = carry.created, carry.create_messages
+    state.searched, state.references = carry.searched, cast(list[ReferenceOut], list(carry.references))
     state.options = carry.options.over(state.options)  # what this request says itself wins
     state.metadata = dict(carry.metadata) | state.metadata
     if state.request.locale == "en":  # the request's default: the run's own locale holds

@@ -16,24 +16,17 @@ streamed: the client is told of the compaction by a `compaction` event (sent by 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
-from yao_agent.connectors import CallOptions, FailedTry, Fallback, ModelRequest, resolve_connectors, stream_call
-from yao_agent.connectors.assemble import Assembled
-from yao_agent.dsl.specs import ConnectorSpec
-from yao_agent.errors import ModelError
-from yao_agent.events import FallbackEvent
+from yao_agent.connectors import CallOptions, ModelRequest, resolve_connectors
 from yao_agent.messages import SUMMARY_HEADING, ChatMessage, canonical, text_of
-from yao_agent.metering.usage import call_usage
-from yao_agent.pipeline import quota, trail
+from yao_agent.pipeline import aside
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.pipeline.window import Window, cut_results, window_of
-from yao_agent.store.step_inputs import ModelCall
 
 SUMMARY_PROMPT = """\
 You write the hand-over notes of a conversation between a user and an AI assistant (with the tools it \
@@ -140,7 +133,7 @@ async def _summarise(
     room = None if own.budget is None else own.budget - own.counter.message(prompt) - reply
     lines = transcript(older, own, room)
     request = ModelRequest(messages=[prompt, {"role": "user", "content": lines}], options=CallOptions(max_tokens=reply))
-    return await _call(rt, state, chain, request, summary_id)
+    return await aside.call(rt, state, chain, request, {"summary_message_id": summary_id})
 
 
 def transcript(older: Sequence[dict[str, Any]], window: Window, room: int | None) -> str:
@@ -183,46 +176,3 @@ def _within(entries: list[str], window: Window, room: int) -> list[str]:
         tail += 1
     left_out = LEFT_OUT.format(count=len(entries) - head - tail)
     return [*entries[:head], left_out, *entries[len(entries) - tail :]]
-
-
-async def _call(
-    rt: Runtime, state: RunState, chain: Sequence[ConnectorSpec], request: ModelRequest, summary_id: str
-) -> tuple[str, str]:
-    """One model call for the summary, recorded as an `llm` step; nothing of it is streamed."""
-    given = ModelCall(request.messages, request.options.to_json(), tuple(c.id for c in chain))
-    step = state.buffer.begin("llm", given, state.thread_id)
-    held = await quota.before_call(rt, state, step, request, chain)  # a budget reached: the run ends so
-    got, hops = Assembled(), list[dict[str, str]]()  # hops: the links passed (metrics count them)
-    answering = chain[0] if chain else None
-    try:
-        async for event in stream_call(chain, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
-                                       environ=rt.environ, cooldowns=rt.cooldowns):  # fmt: skip
-            if isinstance(event, FailedTry):  # kept as a step of its own: where the time went
-                step = trail.failed_try(state.buffer, step, event, chain)
-            elif isinstance(event, Fallback):
-                answering = next((c for c in chain if c.id == event.to_connector), answering)
-                hops.append({"from": event.from_connector, "to": event.to_connector, "reason": event.reason})
-                await state.emit(FallbackEvent(state.run_id, event.from_connector, event.to_connector, event.reason))
-            else:
-                got.add(event)
-    except BaseException as exc:
-        cancelled = isinstance(exc, asyncio.CancelledError)
-        error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
-        used = call_usage(got.usage, answering) or trail.cut_usage(got, request, answering)
-        spent = {"connector": answering.id, "model": answering.model, "assistant": state.assistant.id,
-                 "usage": used} if used is not None and answering is not None else {}  # fmt: skip
-        spent |= {"fallbacks": hops} if hops else {}
-        state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent or None)
-        state.root.usage.add(used)
-        await quota.after_call(rt, state, held, step)
-        raise
-    made: dict[str, Any] = {"summary_message_id": summary_id, "finish": got.finish}
-    made |= {"fallbacks": hops} if hops else {}
-    used = call_usage(got.usage, answering)
-    if answering is not None:
-        made |= {"connector": answering.id, "model": answering.model, "assistant": state.assistant.id}
-        made |= {"usage": used} if used is not None else {}
-    state.root.usage.add(used)  # a summary's tokens are the run's
-    state.buffer.end(step, "completed", output=made)
-    await quota.after_call(rt, state, held, step)
-    return got.content, answering.id if answering is not None else ""

@@ -22,16 +22,17 @@ from yao_agent.messages import parse_input
 from yao_agent.pipeline import carry, connector
 from yao_agent.pipeline.answers import CreateChanges, Delegation
 from yao_agent.pipeline.hooking import call_hook
-from yao_agent.pipeline.options import OWN, RunOptions
+from yao_agent.pipeline.options import OWN, RunOptions, SearchChoice
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
 ALLOWED = ("messages", "connector", "prompt_preset", "temperature", "max_tokens", "max_completion_tokens",
            "top_p", "metadata", "locale", "mcp_servers", "disable_global_prompts", "delegate",
-           "require_approval")  # fmt: skip
+           "require_approval", "search")  # fmt: skip
 # The run's options Create sets as it gives them (the rest of ALLOWED changes the run in other ways, or
 # is checked and typed first: `mcp_servers`, `require_approval`).
-OPTIONS = tuple(k for k in ALLOWED if k in (*OWN, *RUN_CALL_OPTIONS) and k not in ("mcp_servers", "require_approval"))
+CHECKED = ("mcp_servers", "require_approval", "search")
+OPTIONS = tuple(k for k in ALLOWED if k in (*OWN, *RUN_CALL_OPTIONS) and k not in CHECKED)
 
 
 def run_options(state: RunState) -> dict[str, Any]:
@@ -104,7 +105,12 @@ def _options(app: App, state: RunState, raw: Mapping[str, Any]) -> RunOptions:
     names = _names(state, raw.get("require_approval"))
     if names:
         own["require_approval"] = names
-    return RunOptions(**own, call=call, given=(*given, *(k for k in ("mcp_servers", "require_approval") if k in own)))
+    if raw.get("search") is not None:
+        try:
+            own["search"] = SearchChoice.of(raw["search"])
+        except ValueError as exc:
+            raise _bad(state, f"Create returned {exc}") from None
+    return RunOptions(**own, call=call, given=(*given, *(k for k in CHECKED if k in own)))
 
 
 def _names(state: RunState, given: Any) -> tuple[str, ...]:

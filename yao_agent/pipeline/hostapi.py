@@ -1,4 +1,5 @@
-"""What a hook's `ctx` reaches: logging, sending messages, per-chat memory, calling another assistant.
+"""What a hook's `ctx` reaches: logging, sending messages, per-chat memory, calling another assistant,
+searching the knowledge the caller may see.
 
 Each method acts on the run the hook belongs to, with the run's identity: a hook can never read or
 write another chat's memory or send into another run. What a hook logs is escaped and cut to one
@@ -10,12 +11,17 @@ children's included: they share the root run's `spend`. `ctx.call` runs its chil
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from yao_agent.base.jsonvalue import as_mapping
+from yao_agent.dsl.specs import SearchSettings
+from yao_agent.errors import UsageError
 from yao_agent.events import MessageDelta, MessageEnd, MessageStart
 from yao_agent.hooks import HookContext
 from yao_agent.hooks.host import printable
+from yao_agent.knowledge.references import numbered
+from yao_agent.knowledge.search import Ask
 from yao_agent.messages import ChatMessage, text_of
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -56,7 +62,31 @@ def hook_context(rt: Runtime, state: RunState) -> HookContext:
     async def call(assistant_id: str, messages: Any) -> Any:
         return await state.children.call(state, str(assistant_id), messages)
 
-    return HookContext(snapshot(state), log, send, memory_get, memory_set, call, hook, state.root.spend)
+    async def search(query: str, options: Any) -> Any:
+        return await search_for_hook(rt, state, query, options)
+
+    return HookContext(snapshot(state), log, send, memory_get, memory_set, call, hook, state.root.spend, search)
+
+
+async def search_for_hook(rt: Runtime, state: RunState, query: str, options: Any) -> list[Any]:
+    """`ctx.search(query, {knowledge?, top_k?, filter?})`: the references the search step would give,
+    numbered from 1, from the collections the caller may see (the assistant's own by default)."""
+    given = as_mapping(options)
+    if options is not None and not isinstance(options, Mapping):
+        raise UsageError("ctx.search: options must be an object {knowledge?, top_k?, filter?}")
+    settings = state.assistant.search or SearchSettings()
+    names, top_k = given.get("knowledge", list(settings.knowledge)), given.get("top_k", settings.top_k)
+    where = given.get("filter") or {}
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in cast(list[Any], names)):
+        raise UsageError("ctx.search: knowledge must be a list of collection ids")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 50:
+        raise UsageError("ctx.search: top_k must be a whole number from 1 to 50")
+    if not isinstance(where, Mapping) or not all(isinstance(v, str) for v in cast(Mapping[str, Any], where).values()):
+        raise UsageError("ctx.search: filter must map metadata keys to text values")
+    chosen = {str(k): str(v) for k, v in cast(Mapping[str, Any], where).items()}
+    ask = Ask(str(query), top_k, settings.min_score, chosen)
+    found = await rt.knowledge.search(state.identity, [str(n) for n in cast(list[Any], names)], ask)
+    return list(numbered(found))
 
 
 async def send_message(rt: Runtime, state: RunState, message: Any) -> str:

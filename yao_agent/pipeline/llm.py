@@ -32,9 +32,9 @@ from yao_agent.connectors.request import NO_OPTIONS
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError, OverBudget
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
-from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id
+from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id, text_of
 from yao_agent.metering.usage import call_usage
-from yao_agent.pipeline import journal, quota, trail
+from yao_agent.pipeline import journal, quota, search, trail
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -165,6 +165,7 @@ async def call(
     message.hidden = state.hidden
     answered = as_mapping(made[-1].output)  # who answered its last piece: the message's author
     message.connector, message.model = answered.get("connector"), answered.get("model")
+    message.cited = search.cite(state, text_of(message.content)) if message.content else None
     state.buffer.add(message)
     # The step journal: never requested again (the tries it went past go with it).
     await journal.commit(rt, state, [message], [*trail.pending_tries(state.buffer), *made])

@@ -20,6 +20,42 @@ from yao_agent.errors import UsageError
 
 
 @dataclass(frozen=True, slots=True)
+class SearchChoice:
+    """A Create hook's `search` (CONTRACT §9.1): `false` switches the search step off for the run; an object
+    rewrites its query, its collections or how many references it gives."""
+
+    off: bool = False
+    query: str | None = None
+    knowledge: tuple[str, ...] | None = None
+    top_k: int | None = None
+
+    @classmethod
+    def of(cls, given: Any) -> SearchChoice:
+        """The JSON form read; a ValueError says what is wrong with it."""
+        if given is False:
+            return cls(off=True)
+        data = as_mapping(given)
+        if not isinstance(given, Mapping) or set(data) - {"query", "knowledge", "top_k"}:
+            raise ValueError("search must be false or {query?, knowledge?, top_k?}")
+        query, names, top_k = data.get("query"), data.get("knowledge"), data.get("top_k")
+        if query is not None and (not isinstance(query, str) or not query.strip()):
+            raise ValueError("search.query must be non-empty text")
+        if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) and n for n in names)):
+            raise ValueError("search.knowledge must be a list of collection ids")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 50):
+            raise ValueError("search.top_k must be a whole number from 1 to 50")
+        known = tuple(str(n) for n in cast(list[Any], names)) if names is not None else None
+        return cls(query=query, knowledge=known, top_k=top_k)
+
+    def to_json(self) -> Any:
+        if self.off:
+            return False
+        given = {"query": self.query, "knowledge": list(self.knowledge) if self.knowledge is not None else None,
+                 "top_k": self.top_k}  # fmt: skip
+        return {k: v for k, v in given.items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
 class RunOptions:
     """None (or the empty `call`): not set, the assistant's own holds."""
 
@@ -28,6 +64,7 @@ class RunOptions:
     disable_global_prompts: bool | None = None
     mcp_servers: tuple[McpUse, ...] | None = None  # the servers whose tools are offered, instead of the assistant's
     require_approval: tuple[str, ...] | None = None  # tools whose calls wait for a person (approvals.py)
+    search: SearchChoice | None = None  # what Create chose of the search step (pipeline/search.py)
     call: CallOptions = NO_OPTIONS  # over the assistant's `options`, for each model call (RUN_CALL_OPTIONS)
     # The names set, in the order they were: the JSON form lists them so, as it did when this was a dict.
     # Options built by name list them all; built by field, they are found (own fields first).
@@ -59,6 +96,11 @@ class RunOptions:
             own["mcp_servers"] = tuple(_use(as_mapping(u)) for u in as_list(own["mcp_servers"]))
         if "require_approval" in own:
             own["require_approval"] = tuple(str(n) for n in as_list(own["require_approval"]))
+        if "search" in own:
+            try:
+                own["search"] = SearchChoice.of(own["search"])
+            except ValueError:
+                del own["search"]  # not a form this version wrote: the assistant's own search holds
         call = CallOptions.of({n: v for n, v in stored.items() if n in RUN_CALL_OPTIONS})
         order = tuple(n for n in stored if n in own or n in call.given)
         return cls(**own, call=call, given=order)
@@ -70,6 +112,8 @@ class RunOptions:
             value = self._value(name)
             if name == "mcp_servers" and self.mcp_servers is not None:
                 value = [_use_json(u) for u in self.mcp_servers]
+            elif name == "search" and self.search is not None:
+                value = self.search.to_json()
             elif isinstance(value, tuple):
                 value = list(cast(tuple[Any, ...], value))
             out[name] = value

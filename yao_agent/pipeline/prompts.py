@@ -9,7 +9,7 @@ from yao_agent.connectors import CallOptions
 from yao_agent.dsl.specs import PromptSpec
 from yao_agent.dsl.templates import render
 from yao_agent.errors import PromptError, RenderError
-from yao_agent.pipeline import output
+from yao_agent.pipeline import output, search
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 
@@ -35,7 +35,7 @@ def system_messages(rt: Runtime, state: RunState) -> list[dict[str, Any]]:
     own: tuple[PromptSpec, ...] = spec.prompt_presets.get(str(preset), spec.prompts) if preset else spec.prompts
     chosen = (() if disable else rt.app.config.prompts) + own
     if not chosen:
-        return []
+        return search.system_message(state)
     values = variables(rt, state)
     out: list[dict[str, Any]] = []
     for prompt in chosen:
@@ -43,7 +43,7 @@ def system_messages(rt: Runtime, state: RunState) -> list[dict[str, Any]]:
         if prompt.name:
             message["name"] = prompt.name
         out.append(message)
-    return out
+    return [*out, *search.system_message(state)]  # the references come after the assistant's own prompts
 
 
 def _rendered(prompt: PromptSpec, values: dict[str, Any]) -> str:

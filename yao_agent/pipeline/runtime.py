@@ -25,6 +25,7 @@ from yao_agent.errors import ModelError
 from yao_agent.hooks import HookRunner
 from yao_agent.identity import Identity
 from yao_agent.ids import IdSource, RandomIds
+from yao_agent.knowledge.library import Library
 from yao_agent.store import SqlStore, Store, open_engine, store_url
 from yao_agent.tools import ToolManager
 
@@ -86,12 +87,17 @@ class Runtime:
     # Connectors that failed lately, skipped by fallback chains (on the `monotonic` clock by default).
     cooldowns: Cooldowns = field(default=None)  # pyright: ignore[reportAssignmentType]
     owner: str = field(default_factory=process_owner)  # this process, as the runs it stores name it
+    # The knowledge service: collections, documents and searches (built in __post_init__ on the store).
+    knowledge: Library = field(default=None)  # pyright: ignore[reportAssignmentType]
 
     def __post_init__(self) -> None:
         if self.cooldowns is None:  # pyright: ignore[reportUnnecessaryComparison]
             self.cooldowns = Cooldowns(self.monotonic)
         if self.tools is None:  # pyright: ignore[reportUnnecessaryComparison]
             self.tools = ToolManager(self.app.mcps, root=self.app.root, environ=self.environ)
+        if self.knowledge is None:  # pyright: ignore[reportUnnecessaryComparison]
+            self.knowledge = Library(self.app, self.store, self.engines, self.store, ids=self.ids, clock=self.clock,
+                                     environ=self.environ)  # fmt: skip
 
     @classmethod
     async def open(cls, app_dir: str | Path, *, db: str | None = None) -> Runtime:

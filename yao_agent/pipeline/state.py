@@ -19,6 +19,7 @@ from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.pipeline.options import RunOptions
 from yao_agent.pipeline.outcomes import Wait
+from yao_agent.shapes import ReferenceOut
 from yao_agent.store.records import Approval, ResumePoint, RunRecord, StepRecord
 from yao_agent.tools import Offer
 from yao_agent.vocabulary import OnBusy
@@ -118,6 +119,8 @@ class RunState:
     waiting: list[Approval] = field(default_factory=list[Approval])  # the root's: calls it stopped for (approvals)
     created: bool = False  # the root's: its Create hook ran (a resume does not ask it again: pipeline/carry.py)
     create_messages: list[dict[str, Any]] | None = None  # the root's: the conversation its Create hook wrote
+    searched: bool = False  # the search step has run (or had nothing to do): a resume does not search again
+    references: list[ReferenceOut] = field(default_factory=list[ReferenceOut])  # what searches gave the model
     budgeted: bool = False  # the root's: a budget held it at its start, so each model call is checked (quota.py)
 
     # The context's fields, read where a stage reads them.

@@ -20,7 +20,7 @@ from typing import Any, cast
 from yao_agent.errors import ToolError
 from yao_agent.events import ToolResult
 from yao_agent.messages import ChatMessage, ToolCall
-from yao_agent.pipeline import approvals, guards, journal
+from yao_agent.pipeline import approvals, guards, journal, search
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -65,6 +65,8 @@ async def offered(rt: Runtime, state: RunState) -> Offer:
         chosen = state.options.mcp_servers
         uses = chosen if chosen is not None else state.assistant.mcp.servers
         state.tools = await rt.tools.offer(uses) if uses else Offer([])
+        if search.offers_tool(state):
+            state.tools = Offer([*state.tools.tools, search.TOOL], state.tools.unavailable)
         for message in state.tools.unavailable.values():
             log.warning("run %s: the tools of a server are not offered: %s", state.run_id, message)
     return state.tools
@@ -210,6 +212,8 @@ async def _one(rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[Too
         outcome = failure(_not_offered(rt, state, call.name, tools), retryable=False)
     elif call.invalid is not None:
         outcome = failure(invalid_arguments(call.invalid), retryable=True)
+    elif spec == search.TOOL:
+        outcome = await search.tool_call(rt, state, call.arguments)
     else:
         outcome = await rt.tools.call(spec, call.arguments)
     server, tool = (spec.server, spec.tool) if spec is not None else ("", call.name)

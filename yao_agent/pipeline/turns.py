@@ -30,6 +30,7 @@ from yao_agent.pipeline import (
     next_hook,
     output,
     prompts,
+    search,
     tool_round,
 )
 from yao_agent.pipeline.answers import NextDecision
@@ -91,9 +92,13 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
         # there is none: the failed call is made again as it was asked for (a last word still without tools)
         if state.create_messages is not None:
             state.conversation = list(state.create_messages)
+        await search.run(rt, state)  # the search step, unless the run it resumes made it (pipeline/carry.py)
         return _again(step)
     handed_to = await hook_create.run(rt, state)
-    return HandOver(handed_to) if handed_to is not None else Continue("first")
+    if handed_to is not None:
+        return HandOver(handed_to)
+    await search.run(rt, state)
+    return Continue("first")
 
 
 async def _after_journal(rt: Runtime, state: RunState, step: StepRecord) -> Outcome | None:

@@ -9,7 +9,7 @@ last good version keeps serving, and every problem is logged as `file:line …` 
 workers sends each of them, so that they converge on one version).
 
 What is watched is what the app is made of — `app.yml` beside the folder, `assistants/`, `connectors/`,
-`mcps/` and the folders of its hooks — never the whole folder: an app folder may also hold a virtual
+`mcps/`, `knowledge/` and the folders of its hooks — never the whole folder: an app folder may also hold a virtual
 environment or the SQLite store, whose churn is no change of the app. Only YAML and script files count.
 """
 
@@ -31,7 +31,7 @@ from yao_agent.shapes import AppProblemOut, AppStateOut
 
 log = logging.getLogger("yao_agent.reload")
 SUFFIXES = (".yml", ".yaml", ".js", ".mjs", ".cjs", ".ts", ".json")
-FOLDERS = ("assistants", "connectors", "mcps")
+FOLDERS = ("assistants", "connectors", "mcps", "knowledge")
 DEBOUNCE_MS = 200  # an editor's save is often several writes: load once they settle
 
 

@@ -139,7 +139,8 @@ class Process:
         if app.mcps != old.app.mcps:
             tools = ToolManager(app.mcps, root=app.root, environ=old.environ)
             self._retire(old.tools, [h.task for h in self.active.values()])
-        self.rt = replace(old, app=app, tools=tools)
+        # The knowledge service is made again for the new app: its collections may have changed.
+        self.rt = replace(old, app=app, tools=tools, knowledge=None)
         self.loaded_at = time.time()
 
     def _retire(self, tools: ToolManager, users: list[asyncio.Task[None]]) -> None:
