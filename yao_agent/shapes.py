@@ -429,3 +429,76 @@ class CompletionOut(TypedDict):
     model: str
     choices: list[ChoiceOut]
     usage: CompletionUsageOut
+
+
+# -- knowledge (CONTRACT §9.1) -----------------------------------------------------------------------
+
+
+class CollectionOut(TypedDict):
+    id: str
+    name: str
+    team_id: str | None
+    """the owning team's id; null for the app's collections"""
+    origin: Literal["app", "team"]
+    embedding: str | None
+    """the connector id or use::<role> that embeds it; null: full text only"""
+    documents: int
+    chunks: int
+
+
+class CollectionsOut(TypedDict):
+    data: list[CollectionOut]
+
+
+class DocumentOut(TypedDict):
+    id: str
+    collection: str
+    title: str
+    source: str
+    """a synced file's path, upload:<name> for an uploaded file, empty for text given as JSON"""
+    content_hash: str
+    metadata: dict[str, str]
+    chunks: int
+    created_at: str
+    updated_at: str
+
+
+class DocumentsOut(TypedDict):
+    data: list[DocumentOut]
+
+
+class AddedOut(TypedDict):
+    document: DocumentOut
+    unchanged: bool
+    """the same content (and metadata) was there already: nothing was done"""
+    embedded: int
+    """chunks embedded now"""
+    reused: int
+    """chunks whose stored vectors were kept"""
+
+
+class DocumentDeletedOut(TypedDict):
+    id: str
+    deleted: Literal[True]
+
+
+class ReferencesOut(TypedDict):
+    references: list[ReferenceOut]
+
+
+class EmbeddingOut(TypedDict):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float]
+
+
+class EmbeddingUsageOut(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsOut(TypedDict):
+    object: Literal["list"]
+    data: list[EmbeddingOut]
+    model: str
+    usage: EmbeddingUsageOut

@@ -80,6 +80,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8765
     max_body_bytes: int = 1 << 20
+    max_upload_bytes: int = 20 << 20  # a document uploaded to a collection (POST .../documents)
     max_messages: int = 500  # per request: a run's input, an append
     header_timeout_s: float = 10.0  # for a whole request head, from the connection's opening or the head's first byte
     body_timeout_s: float = 30.0  # from a request's head to the end of its body

@@ -15,7 +15,7 @@ from yao_agent.connectors.deltas import Embedded
 from yao_agent.connectors.embedding import embed
 from yao_agent.connectors.resolve import Resolution, RoleSettings
 from yao_agent.dsl.specs import ROLE_PREFIX, App, ConnectorSpec
-from yao_agent.errors import ModelError
+from yao_agent.errors import UsageError
 from yao_agent.identity import Identity
 from yao_agent.store.knowledge import CollectionRecord
 
@@ -52,6 +52,6 @@ class Embedders:
 def _embedding(found: Resolution) -> tuple[ConnectorSpec, ...]:
     """A role's connectors, unless the role is unset and only `default` (a chat model) answered for it."""
     if found.level in ("scoped_default", "app_default"):
-        raise ModelError(f"role '{found.role}' is not set (expected it in app.yml's roles, or a team's role "
-                         "setting, naming a connector that serves embeddings)", kind="config")  # fmt: skip
+        raise UsageError(f"role '{found.role}' is not set (expected it in app.yml's roles, or a team's role "
+                         "setting, naming a connector that serves embeddings)")  # fmt: skip
     return found.connectors

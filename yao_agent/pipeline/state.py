@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from yao_agent.dsl.specs import AssistantSpec, ConnectorSpec
 from yao_agent.errors import DelegateError
@@ -19,10 +19,12 @@ from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.pipeline.options import RunOptions
 from yao_agent.pipeline.outcomes import Wait
-from yao_agent.shapes import ReferenceOut
 from yao_agent.store.records import Approval, ResumePoint, RunRecord, StepRecord
 from yao_agent.tools import Offer
 from yao_agent.vocabulary import OnBusy
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import ReferenceOut
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ class RunState:
     created: bool = False  # the root's: its Create hook ran (a resume does not ask it again: pipeline/carry.py)
     create_messages: list[dict[str, Any]] | None = None  # the root's: the conversation its Create hook wrote
     searched: bool = False  # the search step has run (or had nothing to do): a resume does not search again
-    references: list[ReferenceOut] = field(default_factory=list[ReferenceOut])  # what searches gave the model
+    references: list[ReferenceOut] = field(default_factory=list)  # what searches gave the model
     budgeted: bool = False  # the root's: a budget held it at its start, so each model call is checked (quota.py)
 
     # The context's fields, read where a stage reads them.

@@ -9,7 +9,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
-from yao_agent.server import errors, lifecycle, metrics_route, native, openai_compat, operating, schemas
+from yao_agent.server import errors, knowledge, lifecycle, metrics_route, native, openai_compat, operating, schemas
 from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.browser import BrowserHeaders
@@ -36,6 +36,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(operating.router)
     app.include_router(lifecycle.router)
     app.include_router(openai_compat.router)
+    app.include_router(knowledge.router)
     metrics_route.install(app)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
@@ -47,7 +48,12 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     # Each one added wraps the ones before: a request meets AccessLog (which sees every answer, refusals
     # included), then BrowserHeaders (refusals carry them too: a page elsewhere reads why), then Admission,
     # then Authenticate, then RequestBody.
-    app.add_middleware(RequestBody, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+    app.add_middleware(
+        RequestBody,
+        limit=settings.max_body_bytes,
+        timeout_s=settings.body_timeout_s,
+        upload_limit=settings.max_upload_bytes,
+    )
     app.add_middleware(Authenticate, runs=runs)
     app.add_middleware(Admission, limit=settings.max_requests)
     app.add_middleware(BrowserHeaders, origins=settings.cors_origins)

@@ -23,6 +23,7 @@ from yao_agent.errors import (
     Draining,
     EnvVarMissing,
     Forbidden,
+    ModelError,
     NoActiveRun,
     NotFound,
     PermissionDenied,
@@ -103,6 +104,7 @@ def classify(exc: BaseException) -> tuple[int, str]:
         (PermissionDenied, 403, "permission_denied"),
         (UsageError, 400, "invalid_request"),
         (EnvVarMissing, 500, "configuration_error"),
+        (ModelError, 502, "model_error"),  # a provider's failure, met outside a run (an embedding)
         (RunError, 500, "run_failed"),
     ]
     for kind, status, name in table:

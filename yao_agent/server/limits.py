@@ -67,9 +67,10 @@ class BodyTooLarge(Exception):
 class RequestBody:
     """Read the body whole, in time and within its size, refuse non-standard JSON numbers, then hand it on."""
 
-    def __init__(self, app: ASGIApp, limit: int, timeout_s: float) -> None:
+    def __init__(self, app: ASGIApp, limit: int, timeout_s: float, upload_limit: int | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.upload_limit = upload_limit if upload_limit is not None else limit
         self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -77,13 +78,14 @@ class RequestBody:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
+        limit, setting = self._limit(scope)
         try:
-            if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            if declared is not None and declared.isdigit() and int(declared) > limit:
                 raise BodyTooLarge
             async with asyncio.timeout(self.timeout_s):
-                body = await self._read(receive)
+                body = await self._read(receive, limit)
         except BodyTooLarge:
-            message = f"the request body is larger than {self.limit} bytes (server.max_body_bytes)"
+            message = f"the request body is larger than {limit} bytes ({setting})"
             await error_response(413, "request_too_large", message)(scope, receive, send)
             return
         except TimeoutError:
@@ -99,7 +101,14 @@ class RequestBody:
             return
         await self.app(scope, replay(body, receive), send)
 
-    async def _read(self, receive: Receive) -> bytes | None:
+    def _limit(self, scope: Scope) -> tuple[int, str]:
+        """A document upload may be larger than any other request (server.max_upload_bytes)."""
+        path: str = scope.get("path", "")
+        if scope.get("method") == "POST" and path.startswith("/api/knowledge/") and path.endswith("/documents"):
+            return self.upload_limit, "server.max_upload_bytes"
+        return self.limit, "server.max_body_bytes"
+
+    async def _read(self, receive: Receive, limit: int) -> bytes | None:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -108,7 +117,7 @@ class RequestBody:
                 return None
             chunk: bytes = message.get("body", b"")
             size += len(chunk)
-            if size > self.limit:
+            if size > limit:
                 raise BodyTooLarge
             chunks.append(chunk)
             if not message.get("more_body", False):
