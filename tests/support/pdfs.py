@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+from itertools import pairwise
 
 Outline = Sequence[tuple[tuple[str, ...], int]]  # (heading path, page index), in reading order
 
 
 def pdf(pages: list[str], title: str | None = None, *, outline: Outline = ()) -> bytes:
-    """A PDF with one page per string (a blank line starts a new paragraph; long lines wrap), its Info
+    """A PDF with one page per string (its lines as given, long ones wrapped), its Info
     title, and bookmarks: `outline=[(("Leave",), 0), (("Leave", "Sick leave"), 1)]` nests the second."""
-    objects: list[bytes] = [b"", b"", b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"]
+    font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"
+    objects: list[bytes] = [b"", b"", font]  # the catalog and the page tree, written once the pages are known
     page_ids: list[int] = []
     for text in pages:
         stream = _content(text)
@@ -37,7 +39,7 @@ def _content(text: str) -> bytes:
     """The page's content stream: the text top-down, one `Tj` a line, 14 points apart."""
     ops = [b"BT /F1 11 Tf 14 TL 72 750 Td"]
     for paragraph in text.split("\n\n"):
-        for line in textwrap.wrap(paragraph, 90) or [""]:
+        for line in (part for given in paragraph.split("\n") for part in textwrap.wrap(given, 90)):
             ops.append(b"(%s) Tj T*" % _escape(line.encode("cp1252")))
         ops.append(b"T*")
     ops.append(b"ET")
@@ -73,7 +75,7 @@ def _outline(objects: list[bytes], entries: Outline, page_ids: list[int]) -> byt
     for parent, kids in children.items():
         if kids:
             fields[parent] |= {"First": b"%d 0 R" % kids[0], "Last": b"%d 0 R" % kids[-1], "Count": b"%d" % len(kids)}
-        for before, after in zip(kids, kids[1:], strict=False):
+        for before, after in pairwise(kids):
             fields[before]["Next"] = b"%d 0 R" % after
             fields[after]["Prev"] = b"%d 0 R" % before
     for number, entry in fields.items():
