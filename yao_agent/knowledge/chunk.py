@@ -63,8 +63,8 @@ def content_hash(data: bytes) -> str:
 
 
 def chunks(parsed: Parsed, max_tokens: int = 300, overlap_tokens: int = 40) -> list[Chunk]:
-    """The document's chunks in order: each section's cut apart, each chunk after the first of a section
-    starting with the last `overlap_tokens` tokens of the one before it."""
+    """The document's chunks in order: each section's cut apart, and each chunk after the first of a section
+    starting with the last `overlap_tokens` tokens of the text the one before it added (all of it if less)."""
     if max_tokens < 1 or not 0 <= overlap_tokens <= max_tokens // 2:
         raise UsageError(
             f"chunk: max_tokens must be at least 1 and overlap_tokens from 0 to half of max_tokens "
@@ -81,7 +81,7 @@ def chunks(parsed: Parsed, max_tokens: int = 300, overlap_tokens: int = 40) -> l
             text = f"{overlap}{joint}{body}" if overlap else body
             digest = hashlib.sha256(f"{heading}\n{text}".encode()).hexdigest()
             found.append(Chunk(len(found), heading, text, digest))
-            previous = body
+            previous = body  # (not `text`: an overlap repeats no older chunk, so an edit reaches one chunk on)
     return found
 
 
