@@ -42,6 +42,9 @@ def claim():
 
     return "receipt"
 ```
+
+<div class="note">Keep <em>receipts</em>.</div>
+<script>track("expenses")</script>
 """
 
 
@@ -81,6 +84,7 @@ def test_markdown_keeps_the_words_of_links_lists_tables_and_code_without_their_m
     expenses = text_of(parsed, "Handbook", "Expenses")
     assert expenses.startswith("item | limit\ntaxi | 50 €\n\n")
     assert 'def claim():\n\n    return "receipt"' in expenses  # code keeps its lines and indents
+    assert expenses.endswith("\n\nKeep receipts.")  # HTML in Markdown: its text, not its tags or scripts
 
 
 def test_markdown_takes_its_title_from_front_matter_else_the_first_h1_else_the_file_name() -> None:

@@ -125,7 +125,6 @@ def read_text(name: str, data: bytes) -> Parsed:
 
 FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.S)
 FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.M)
-TAG = re.compile(r"<!--.*?-->|<[^>]*>", re.S)
 
 
 @cache
@@ -222,7 +221,11 @@ class MarkdownWalk:
         self.emit(code(token.content))
 
     def html(self, token: Token) -> None:
-        self.emit(space(TAG.sub(" ", token.content)))
+        walk = HtmlWalk()  # HTML in Markdown: its text, read as an HTML file's is
+        walk.feed(token.content)
+        walk.close()
+        for section in walk.outline.sections():
+            self.emit(section.text)
 
     def row_open(self, token: Token) -> None:
         self.row = []
@@ -369,7 +372,7 @@ def read_pdf(name: str, data: bytes) -> Parsed:
         if reader.is_encrypted and not _opens_without_password(reader):
             raise UsageError(f"{name}: the PDF is encrypted with a password; save a copy without one")
         pages = [page_text(page.extract_text()) for page in reader.pages]
-        starts = bookmarks(reader)
+        starts = bookmarks_of(reader)
         title = space(str(reader.metadata.title or "")) if reader.metadata else ""
     except UsageError:
         raise
@@ -391,6 +394,14 @@ def page_text(raw: str) -> str:
     """A page's paragraphs, with words a line end hyphenated joined again."""
     raw = HYPHENATED.sub(lambda m: m[1] + m[2] if m[2].islower() else m[0], raw.replace("\x00", ""))
     return "\n\n".join(text for paragraph in re.split(r"\n\s*\n", raw) if (text := space(paragraph)))
+
+
+def bookmarks_of(reader: PdfReader) -> list[tuple[int, tuple[str, ...]]]:
+    """The bookmarks, or none when they are damaged: the pages' text is still good, only named "Page N"."""
+    try:
+        return bookmarks(reader)
+    except Exception:
+        return []
 
 
 def bookmarks(reader: PdfReader) -> list[tuple[int, tuple[str, ...]]]:
