@@ -102,6 +102,15 @@ def test_a_long_section_is_cut_between_paragraphs_then_between_sentences() -> No
             assert part.endswith(".")
 
 
+def test_a_full_stop_before_a_lowercase_word_ends_no_sentence() -> None:
+    rng = random.Random(10)
+    example = [f"{sentence(rng)[:-1]}, e.g. the {rng.choice(VOCABULARY)} of v2.1 {sentence(rng)}" for _ in range(30)]
+    text = " ".join(example)
+    found = chunks(document(((), [text])), max_tokens=60, overlap_tokens=0)
+    assert len(found) > 10
+    assert all(chunk.text[0].isupper() and chunk.text.endswith(".") for chunk in found)
+
+
 def test_consecutive_chunks_of_a_section_overlap_by_overlap_tokens() -> None:
     found = chunks(document(((), paragraphs(5, 40))), max_tokens=200, overlap_tokens=40)
     assert len(found) > 5

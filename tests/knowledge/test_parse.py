@@ -98,6 +98,11 @@ def test_markdown_headings_that_skip_a_level_still_nest_and_a_shallower_one_clos
     assert headings(parsed) == [("A", "A3"), ("A", "B"), ("C",)]
 
 
+def test_markdown_images_give_their_alt_text_and_an_empty_heading_names_nothing() -> None:
+    parsed = parse("org.md", b"# Team\n\n![Org chart](org.png)\n\n#\n\nStill the team.\n")
+    assert parsed.sections == (Section(("Team",), "Org chart\n\nStill the team."),)
+
+
 # ---- plain text
 
 
@@ -146,6 +151,11 @@ def test_html_without_a_title_element_is_titled_by_its_first_h1_else_its_file_na
     assert parse("site/page.htm", b"<p>Just text.</p>") == Parsed("page", (Section((), "Just text."),))
 
 
+def test_html_left_unclosed_is_read_as_a_browser_shows_it() -> None:
+    page = "<h2>Office <div>hours</div></h2><ul><li>Mon<li>Tue<table><tr><td>a<td>b<tr><td>c"
+    assert parse("p.html", page.encode()).sections == (Section(("Office hours",), "- Mon\n- Tue\na | b\nc"),)
+
+
 # ---- PDF
 
 
@@ -175,6 +185,11 @@ def test_a_pdfs_bookmarks_name_the_sections_of_their_pages() -> None:
         ("Pay",),
         ("Pay",),  # the last one begun before the page
     ]
+
+
+def test_a_pdf_bookmark_without_a_title_names_nothing_and_its_children_hang_from_its_parent() -> None:
+    outline = [(("",), 0), (("", "Scope"), 1)]
+    assert headings(parse("h.pdf", pdf(["Cover.", "Scope."], outline=outline))) == [("Page 1",), ("Scope",)]
 
 
 def test_a_pdf_encrypted_only_to_set_permissions_opens_with_its_empty_password() -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from markdown_it import MarkdownIt
     from markdown_it.token import Token
     from pypdf import PdfReader
+    from pypdf.generic import Destination
 
 TITLE_CHARS = 150  # a plain text's first line longer than this is a paragraph, not its title
 
@@ -406,8 +407,6 @@ def bookmarks_of(reader: PdfReader) -> list[tuple[int, tuple[str, ...]]]:
 
 def bookmarks(reader: PdfReader) -> list[tuple[int, tuple[str, ...]]]:
     """Where each bookmark begins: (page index, its heading path), ordered by page, then reading order."""
-    from pypdf.generic import Destination
-
     starts: list[tuple[int, tuple[str, ...]]] = []
 
     def walk(items: Iterable[object], parent: tuple[str, ...]) -> None:
@@ -416,13 +415,12 @@ def bookmarks(reader: PdfReader) -> list[tuple[int, tuple[str, ...]]]:
             if isinstance(item, list):  # the children of the bookmark before it
                 walk(cast("list[object]", item), last)
                 continue
-            if not isinstance(item, Destination):
-                continue
-            title = space(str(item.title or ""))
+            bookmark = cast("Destination", item)
+            title = space(str(bookmark.title or ""))
             last = (*parent, title) if title else parent  # (an untitled one's children go to its parent)
             if not title:
                 continue
-            page = reader.get_destination_page_number(item)
+            page = reader.get_destination_page_number(bookmark)
             if page is not None and page >= 0:
                 starts.append((page, last))
 
