@@ -109,7 +109,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "events", "messages", "shapes", "vocabulary", "identity", "ids", "base"),  # the words, and helpers
     ("dsl", "settings"),  # an app's files, read and checked; configuration resolved
     ("connectors", "hooks", "tools", "store", "metering"),  # what a run uses
-    ("pipeline",),  # one run, stage by stage
+    ("pipeline", "knowledge"),  # one run, stage by stage; documents cut into chunks and searched
     ("observe",),  # told of runs by the pipeline's observer seam, never imported by it
     ("service",),  # the one way in: runs, chats, tenancy
     ("server", "cli", "testing"),  # the doors, and the doubles tests give the doors
