@@ -98,3 +98,9 @@ def test_a_bad_collection_file_names_what_is_expected(tmp_path: Path) -> None:
     assert any(p.startswith("knowledge/handbook.yml:1") and "sources" in p for p in found), found
     assert any(p.startswith("knowledge/handbook.yml:2") and "max_tokens" in p for p in found), found
     assert any(p.startswith("knowledge/handbook.yml:3") and "extra" in p for p in found), found
+
+
+def test_an_overlap_larger_than_half_a_chunk_is_refused(tmp_path: Path) -> None:
+    root = make_app(tmp_path, {"knowledge/handbook.yml": "name: H\nchunk:\n  max_tokens: 60\n  overlap_tokens: 40\n"})
+    [problem] = errors(root)
+    assert problem.startswith("knowledge/handbook.yml:4") and "expected at most 30" in problem
