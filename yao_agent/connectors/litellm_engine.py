@@ -73,8 +73,8 @@ class LiteLLMEngine:
 
 def _endpoint_params(connector: ConnectorSpec, endpoint: Endpoint) -> dict[str, Any]:
     """What every call to this connector names: the model, where it is, its key, its time; no SDK retries."""
-    params: dict[str, Any] = {"model": f"{connector.type}/{connector.model}", "api_key": endpoint.api_key,
-                              "api_base": endpoint.base_url, "timeout": connector.timeout_s, "max_retries": 0}  # fmt: skip
+    params: dict[str, Any] = {"model": f"{connector.type}/{connector.model}", "max_retries": 0}
+    params.update(api_key=endpoint.api_key, api_base=endpoint.base_url, timeout=connector.timeout_s)
     if connector.api_version:
         params["api_version"] = connector.api_version
     if endpoint.headers:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file  # pyright: ignore[reportUnknownVariableType] (its PathLike)
 from tokenizers import Tokenizer
 
 from yao_agent.connectors.capabilities import cannot_chat

@@ -87,7 +87,6 @@ class OpenAIEngine:
             response.release()  # the connection back to the pool, or closed if the body was not read to its end
             # (also on cancellation: the provider sees the connection go)
 
-
     async def embed(
         self, connector: ConnectorSpec, texts: Sequence[str], environ: Mapping[str, str] | None = None
     ) -> Embedded:
