@@ -22,6 +22,9 @@ from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 
 litellm.suppress_debug_info = True
+# We own the retry policy. An embedding call takes `max_retries=0` for "use the default" (two retries),
+# so the default itself is none: every call here passes its own count anyway.
+litellm.DEFAULT_MAX_RETRIES = 0  # pyright: ignore[reportPrivateImportUsage]
 
 
 class LiteLLMEngine:
