@@ -7,8 +7,9 @@ WordLlama's loader looks for its tokenizer in a folder the wheel does not have a
 download it, so the table and the tokenizer are opened here directly. The package itself is never
 imported: importing it configures the root logger (`logging.basicConfig`) and pulls in HTTP libraries.
 
-The table loads once per process, on first use, on a thread (0.1–0.2 s measured, 0.3 s with numpy's import); every embedding runs on a
-thread too, so the event loop never waits on it. A local connector cannot chat: `stream` refuses.
+The table loads once per process, on first use, on a thread (0.1–0.2 s measured, 0.3 s with numpy's
+import); every embedding runs on a thread too, so the event loop never waits on it (about 7,000 texts
+of 60 words a second). A local connector cannot chat: `stream` refuses.
 """
 
 from __future__ import annotations
