@@ -123,14 +123,19 @@ def nested_rows(node: Json, root: Json, path: str) -> Iterator[tuple[str, ...]]:
 
 
 def condition(root: Json) -> str:
-    """A schema's `if`/`then`/`else`, in words."""
+    """A schema's `if`/`then`/`else` (an `else` may hold another condition), in words."""
     if "if" not in root:
         return ""
     ((key, test),) = root["if"]["properties"].items()
     then, other = root["then"], root["else"]
-    return (f"When `{key}` is `{test['const']}`, `{'`, `'.join(then['required'])}` is required "
-            f"({then.get('description', '')}); otherwise `{'`, `'.join(other['required'])}` "
-            f"({other.get('description', '')}).")  # fmt: skip
+    said = f"when `{key}` is `{test['const']}`, {needs(then)}; otherwise"
+    return said + (f", {condition(other)}" if "if" in other else f" {needs(other)}.")
+
+
+def needs(branch: Json) -> str:
+    required, why = branch.get("required", []), branch.get("description", "")
+    asked = f"`{'`, `'.join(required)}` is required" if required else "nothing more is required"
+    return f"{asked} ({why})" if why else asked
 
 
 def dsl() -> str:
@@ -140,7 +145,8 @@ def dsl() -> str:
     for kind, where in FILES:
         root = load_schema(kind)
         out += [f"### {kind}", "", f"`{where}`: {root['description']} (`yao-agent schema {kind}`)", ""]
-        out += [condition(root), ""] if "if" in root else []
+        said = condition(root)
+        out += [said[:1].upper() + said[1:], ""] if said else []
         rows = list(schema_rows(root, root, "", frozenset(root.get("required", []))))
         out += table(("key", "type", "default", "what"), rows)
     return "\n".join(out)

@@ -10,7 +10,7 @@ import copy
 import io
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -139,8 +139,8 @@ def test_refs_resolve_and_conditions_only_require_keys(kind: str) -> None:
             for part in node["$ref"].removeprefix("#/").split("/"):
                 target = target[part]
             assert isinstance(target, dict), where
-        if keyword in ("then", "else"):  # our validator applies only `required` from a branch
-            assert set(node[keyword]) <= {"required", "description"}, where
+        if keyword in ("then", "else"):  # our validator applies only `required` from a branch, or its own condition
+            assert set(node[keyword]) <= {"required", "description", "if", "then", "else"}, where
 
 
 # --- (c) our validator and jsonschema agree -------------------------------------------------------------------
@@ -274,17 +274,40 @@ def _object(schema: Any, root: Any) -> st.SearchStrategy[Any]:
     value = st.builds(merged, st.fixed_dictionaries(fixed, optional=optional), more)
     if "if" not in schema:
         return value
-    # Add the keys the `then` or `else` branch requires (the shipped branches only require keys).
+
+    def completed(found: dict[str, Any], more: Completion) -> dict[str, Any]:
+        return {**more(found), **found}
+
+    return st.builds(completed, value, _completion(schema, properties, root))
+
+
+Completion = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _completion(schema: Any, properties: Any, root: Any) -> st.SearchStrategy[Completion]:
+    """What a mapping needs besides its own keys: those the `then` or `else` branch its `if` picks requires
+    (the shipped branches only require keys, or hold a condition of their own)."""
+    if "if" not in schema:
+        return st.just(lambda found: {})
     condition = YamlValidator(schema["if"])
     then, otherwise = (
-        st.fixed_dictionaries({key: conforming(properties.get(key, {}), root) for key in branch.get("required", [])})
+        st.tuples(
+            st.fixed_dictionaries(
+                {key: conforming(properties.get(key, {}), root) for key in branch.get("required", ())}
+            ),
+            _completion(branch, properties, root),
+        )
         for branch in (schema.get("then", {}), schema.get("else", {}))
     )
 
-    def completed(found: dict[str, Any], a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        return {**(a if condition.is_valid(found) else b), **found}
+    def chosen(a: tuple[dict[str, Any], Completion], b: tuple[dict[str, Any], Completion]) -> Completion:
+        def needed(found: dict[str, Any]) -> dict[str, Any]:
+            keys, more = a if condition.is_valid(found) else b
+            return {**keys, **more(found)}
 
-    return st.builds(completed, value, then, otherwise)
+        return needed
+
+    return st.builds(chosen, then, otherwise)
 
 
 def conforming(schema: Any, root: Any) -> st.SearchStrategy[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, runs_of, stored, turn
 from yao_agent.connectors import Engines
-from yao_agent.connectors.deltas import Delta, TextDelta
+from yao_agent.connectors.deltas import Delta, Embedded, TextDelta
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import NotFound, PermissionDenied, UsageError
@@ -154,6 +154,11 @@ class BrokenEngine:
         self, connector: ConnectorSpec, request: ModelRequest, environ: Mapping[str, str] | None = None
     ) -> AsyncIterator[Delta]:
         yield TextDelta("half")
+        raise Boom("a bug inside a stage")
+
+    async def embed(
+        self, connector: ConnectorSpec, texts: Sequence[str], environ: Mapping[str, str] | None = None
+    ) -> Embedded:
         raise Boom("a bug inside a stage")
 
     async def aclose(self) -> None:

@@ -549,15 +549,15 @@ async def test_stream_without_include_usage_sends_no_usage(provider: FakeProvide
 async def test_models_list_and_unknown_paths(provider: FakeProvider) -> None:
     async with httpx.AsyncClient(base_url=provider.base_url) as client:
         models = (await client.get("/models")).json()
-        missing = await client.post("/embeddings", json={})
+        missing = await client.post("/audio/speech", json={})
         not_json = await client.post("/chat/completions", content=b"{oops")
 
     assert {"text", "tool", "chunks:20"} <= {m["id"] for m in models["data"]}
     assert missing.status_code == 404
-    assert missing.json()["error"]["message"] == "Invalid URL (POST /v1/embeddings)"
+    assert missing.json()["error"]["message"] == "Invalid URL (POST /v1/audio/speech)"
     assert not_json.status_code == 400
     assert set(not_json.json()["error"]) == {"message", "type", "param", "code"}
-    assert len(provider.requests) == 1  # only the chat-completions call is recorded
+    assert len(provider.requests) == 1  # only the model's routes are recorded
 
 
 # -- out-of-process control -------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """Model connectors: role resolution, the model call (three engines — openai, litellm, scripted — one stream of
-deltas), fallback cooldowns and capabilities."""
+deltas), fallback cooldowns and capabilities; embeddings (`connectors.embedding`, those engines and `local`)."""
 
 from yao_agent.connectors.call import Engine, Engines, RetryPolicy, stream_call
 from yao_agent.connectors.cooldown import Cooldowns
 from yao_agent.connectors.deltas import (
     CallEvent,
     Delta,
+    Embedded,
     FailedTry,
     Fallback,
     Finish,
@@ -22,6 +23,7 @@ __all__ = [
     "CallOptions",
     "Cooldowns",
     "Delta",
+    "Embedded",
     "Engine",
     "Engines",
     "FailedTry",

@@ -18,7 +18,7 @@ from typing import Protocol
 from yao_agent.connectors.capabilities import refusal
 from yao_agent.connectors.classify import FALLBACK, RETRYABLE
 from yao_agent.connectors.cooldown import Cooldowns
-from yao_agent.connectors.deltas import CallEvent, Delta, FailedTry, Fallback
+from yao_agent.connectors.deltas import CallEvent, Delta, Embedded, FailedTry, Fallback
 from yao_agent.connectors.providers import engine_for, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
@@ -34,6 +34,12 @@ class Engine(Protocol):
     def stream(
         self, connector: ConnectorSpec, request: ModelRequest, environ: Mapping[str, str] | None = None
     ) -> AsyncIterator[Delta]: ...
+
+    async def embed(
+        self, connector: ConnectorSpec, texts: Sequence[str], environ: Mapping[str, str] | None = None
+    ) -> Embedded:
+        """One vector per text, in one request (the caller keeps batches small: `embedding.embed`)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -73,6 +79,10 @@ def _create(name: str) -> Engine:
         from yao_agent.connectors.scripted_engine import ScriptedEngine
 
         return ScriptedEngine()
+    if name == "local":
+        from yao_agent.connectors.local_engine import LocalEngine
+
+        return LocalEngine()
     if name == "openai":
         from yao_agent.connectors.tls import on_thread
 

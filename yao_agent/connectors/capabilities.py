@@ -7,6 +7,7 @@
 - `structured_output` — an output schema (`response_format`) goes as the provider's parameter, or,
   for a connector without it, as a system instruction the model can follow.
 - `max_output_tokens` — a larger `max_tokens` (or `max_completion_tokens`) is lowered to it.
+- `type: local` connectors only embed: a chain skips them, as a request they cannot take.
 """
 
 from __future__ import annotations
@@ -29,9 +30,15 @@ def has_images(messages: Sequence[Message]) -> bool:
 
 def refusal(connector: ConnectorSpec, request: ModelRequest) -> str | None:
     """Why `connector` cannot take `request` at all, or None."""
+    if connector.local:
+        return cannot_chat(connector)
     if not connector.capabilities.vision and has_images(request.messages):
         return f"connector {connector.id} cannot read images (its capabilities.vision is false)"
     return None
+
+
+def cannot_chat(connector: ConnectorSpec) -> str:
+    return f"connector {connector.id} only serves embeddings (type: local), it cannot answer a chat"
 
 
 def adapt(connector: ConnectorSpec, params: dict[str, Any]) -> dict[str, Any]:

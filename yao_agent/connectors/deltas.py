@@ -81,3 +81,13 @@ class FailedTry:
 
 Delta = TextDelta | ReasoningDelta | ToolCallDelta | Finish | Usage
 CallEvent = Delta | Fallback | FailedTry
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """What an embedding call returns: one vector per text, in the texts' order, all from one model."""
+
+    vectors: list[list[float]]
+    model: str
+    input_tokens: int
+    connector: str  # the id of the connector that served every vector

@@ -6,7 +6,7 @@ sets LITELLM_LOCAL_MODEL_COST_MAP / LITELLM_OFFLINE_MODE before that, so the imp
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import litellm
@@ -14,14 +14,17 @@ import openai
 from litellm import exceptions as llm_errors
 
 from yao_agent.connectors.classify import kind_for_status, model_error
-from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
-from yao_agent.connectors.openai_engine import call_params
+from yao_agent.connectors.deltas import Delta, Embedded, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.openai_engine import call_params, embeddings_answer
 from yao_agent.connectors.providers import Endpoint, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 
 litellm.suppress_debug_info = True
+# We own the retry policy. An embedding call takes `max_retries=0` for "use the default" (two retries),
+# so the default itself is none: every call here passes its own count anyway.
+litellm.DEFAULT_MAX_RETRIES = 0  # pyright: ignore[reportPrivateImportUsage]
 
 
 class LiteLLMEngine:
@@ -50,16 +53,36 @@ class LiteLLMEngine:
         finally:
             await upstream.aclose()  # also on cancellation: the provider sees the connection go
 
+    async def embed(
+        self, connector: ConnectorSpec, texts: Sequence[str], environ: Mapping[str, str] | None = None
+    ) -> Embedded:
+        endpoint = resolve_endpoint(connector, environ)
+        params = _endpoint_params(connector, endpoint)
+        try:
+            answer: Any = await litellm.aembedding(input=list(texts), **params)
+        except openai.APIError as exc:
+            raise _classify(exc, connector, endpoint, started=False) from None
+        try:
+            return embeddings_answer(connector, answer.model_dump(), len(texts))
+        except ValueError as exc:
+            raise model_error("server", connector.id, str(exc), secrets=endpoint.secrets) from None
+
     def params(self, connector: ConnectorSpec, request: ModelRequest, endpoint: Endpoint) -> dict[str, Any]:
         params = call_params(connector, request)
-        params["model"] = f"{connector.type}/{connector.model}"
-        params.update(api_key=endpoint.api_key, api_base=endpoint.base_url, timeout=connector.timeout_s)
-        if connector.api_version:
-            params["api_version"] = connector.api_version
-        if endpoint.headers:
-            params["extra_headers"] = dict(endpoint.headers)
-        params.update(stream=True, stream_options={"include_usage": True}, max_retries=0, drop_params=True)
+        params.update(_endpoint_params(connector, endpoint))
+        params.update(stream=True, stream_options={"include_usage": True}, drop_params=True)
         return params
+
+
+def _endpoint_params(connector: ConnectorSpec, endpoint: Endpoint) -> dict[str, Any]:
+    """What every call to this connector names: the model, where it is, its key, its time; no SDK retries."""
+    params: dict[str, Any] = {"model": f"{connector.type}/{connector.model}", "max_retries": 0}
+    params.update(api_key=endpoint.api_key, api_base=endpoint.base_url, timeout=connector.timeout_s)
+    if connector.api_version:
+        params["api_version"] = connector.api_version
+    if endpoint.headers:
+        params["extra_headers"] = dict(endpoint.headers)
+    return params
 
 
 def chunk_deltas(chunk: Any) -> list[Delta]:

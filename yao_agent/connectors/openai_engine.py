@@ -12,9 +12,12 @@ parsed stream builds a pydantic model per chunk (2.7 times this engine's CPU for
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
-from collections.abc import AsyncIterator, Mapping
+import sys
+from array import array
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -23,7 +26,7 @@ import aiohttp
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.connectors.capabilities import adapt
 from yao_agent.connectors.classify import model_error
-from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.deltas import Delta, Embedded, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.connectors.openai_wire import Gaps, Wire, lines
 from yao_agent.connectors.providers import Endpoint, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
@@ -83,6 +86,50 @@ class OpenAIEngine:
             gaps.stop()
             response.release()  # the connection back to the pool, or closed if the body was not read to its end
             # (also on cancellation: the provider sees the connection go)
+
+    async def embed(
+        self, connector: ConnectorSpec, texts: Sequence[str], environ: Mapping[str, str] | None = None
+    ) -> Embedded:
+        """`POST {base_url}/embeddings` through the same session, headers and timeouts as a chat."""
+        endpoint = resolve_endpoint(connector, environ)
+        body = encoded({"model": connector.model, "input": list(texts)})
+        response = await self.wire.post(connector, endpoint, body, embeddings=True)
+        try:
+            raw = await response.read()
+        except (aiohttp.ClientError, OSError) as exc:  # (a silent body past timeout_s is both)
+            raise _transport(exc, connector, endpoint, started=False) from None
+        finally:
+            response.release()
+        try:
+            return embeddings_answer(connector, json.loads(raw), len(texts))
+        except ValueError as exc:  # not JSON, or not the answer asked for
+            raise model_error("server", connector.id, str(exc), secrets=endpoint.secrets) from None
+
+
+def embeddings_answer(connector: ConnectorSpec, answer: Any, count: int) -> Embedded:
+    """OpenAI's embeddings answer read: its vectors in input order (floats, or base64 float32 as some
+    servers send), its model and prompt tokens. ValueError when it is not that answer for `count` texts."""
+    answer = as_mapping(answer)
+    items = sorted((as_mapping(item) for item in as_list(answer.get("data"))), key=lambda i: _int(i.get("index")) or 0)
+    if len(items) != count:
+        raise ValueError(f"the provider sent {len(items)} embeddings for {count} texts")
+    vectors = [_vector(item.get("embedding")) for item in items]
+    usage = as_mapping(answer.get("usage"))
+    tokens = _int(usage.get("prompt_tokens")) or _int(usage.get("total_tokens")) or 0
+    model = answer.get("model")
+    return Embedded(vectors, model if isinstance(model, str) and model else connector.model, tokens, connector.id)
+
+
+def _vector(value: Any) -> list[float]:
+    if isinstance(value, str):
+        packed = array("f", base64.b64decode(value))
+        if sys.byteorder == "big":
+            packed.byteswap()  # the wire's float32 are little-endian
+        return packed.tolist()
+    numbers = as_list(value)
+    if not numbers or not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
+        raise ValueError("the provider sent an embedding that is not a list of numbers")
+    return [float(n) for n in numbers]
 
 
 class BrokenStream(Exception):

@@ -38,11 +38,12 @@ KEEPALIVE_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where one endpoint's chat completions go, with what, and how long each phase may take."""
+    """Where one endpoint's chat completions (and embeddings) go, with what, and how long each phase may take."""
 
     url: yarl.URL
     headers: dict[str, str]
     timeout: aiohttp.ClientTimeout
+    embeddings: yarl.URL
 
 
 class Wire:
@@ -62,14 +63,18 @@ class Wire:
             found = self._targets[key] = await _target(endpoint, connector.timeout_s, self._tls.result())
         return found
 
-    async def post(self, connector: ConnectorSpec, endpoint: Endpoint, body: bytes) -> aiohttp.ClientResponse:
-        """The provider's answer, its status a success; a ModelError for any other outcome."""
+    async def post(
+        self, connector: ConnectorSpec, endpoint: Endpoint, body: bytes, *, embeddings: bool = False
+    ) -> aiohttp.ClientResponse:
+        """The provider's answer (to a chat completion, or with `embeddings` to an embeddings request),
+        its status a success; a ModelError for any other outcome."""
         target = await self.target(connector, endpoint)
+        url = target.embeddings if embeddings else target.url
         if self._session is None:
             pool = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S, ssl=self._tls.result())
             self._session = aiohttp.ClientSession(connector=pool)
         try:
-            response = await self._session.post(target.url, data=body, headers=target.headers,
+            response = await self._session.post(url, data=body, headers=target.headers,
                                                 timeout=target.timeout, allow_redirects=False)  # fmt: skip
         except (aiohttp.ClientError, OSError) as exc:  # (aiohttp's timeouts are both)
             raise _unsent(exc, connector, endpoint) from None
@@ -99,8 +104,10 @@ async def _target(endpoint: Endpoint, timeout_s: float, tls: ssl.SSLContext) -> 
             headers = {k: v for k, v in headers.items() if k.lower() != name.lower()} | {name: value}
     headers |= {"x-stainless-retry-count": "0", "x-stainless-read-timeout": str(float(timeout_s))}
     url = yarl.URL(str(base.copy_with(raw_path=base.raw_path + b"chat/completions")), encoded=True)
+    embeddings = yarl.URL(str(base.copy_with(raw_path=base.raw_path + b"embeddings")), encoded=True)
     connect = min(10.0, timeout_s)  # as the SDK had them: connecting, within 10 s; the pool and each read, timeout_s
-    return Target(url, headers, aiohttp.ClientTimeout(connect=timeout_s, sock_connect=connect, sock_read=timeout_s))
+    timeout = aiohttp.ClientTimeout(connect=timeout_s, sock_connect=connect, sock_read=timeout_s)
+    return Target(url, headers, timeout, embeddings)
 
 
 def _unsent(exc: BaseException, connector: ConnectorSpec, endpoint: Endpoint) -> ModelError:

@@ -39,10 +39,12 @@ DEFAULT_KEY_VARIABLE: Mapping[str, str] = {
 
 
 def engine_for(connector: ConnectorSpec) -> str:
-    """`scripted` for the offline scripts, `openai` for OpenAI-compatible providers (the SDK directly),
-    `litellm` for the rest."""
+    """`scripted` for the offline scripts, `local` for the embedder inside this process, `openai` for
+    OpenAI-compatible providers (the SDK directly), `litellm` for the rest."""
     if connector.scripted:
         return "scripted"  # no provider behind it: its own engine, which imports no model SDK
+    if connector.local:
+        return "local"  # no provider either: weights shipped in a package, run here
     if connector.engine != "auto":
         return connector.engine
     return "openai" if connector.type in OPENAI_COMPATIBLE else "litellm"

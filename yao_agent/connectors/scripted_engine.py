@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 
 from yao_agent.connectors.classify import kind_for_status, model_error
-from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.deltas import Delta, Embedded, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.hashed import hashed_vector, word_count
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.connectors.scripted import NoRuleMatched, ScriptedReply, pieces, plan_reply
 from yao_agent.dsl.specs import ConnectorSpec
@@ -55,6 +56,14 @@ class ScriptedEngine:
         yield Finish("tool_calls" if reply.tool_calls else "stop")
         usage = reply.usage
         yield Usage.of(usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens"))
+
+    async def embed(
+        self, connector: ConnectorSpec, texts: Sequence[str], environ: Mapping[str, str] | None = None
+    ) -> Embedded:
+        """Hashed bag-of-words vectors (`hashed.py`): deterministic, offline, for tests and demos only."""
+        await self._sleep(0)  # a turn for the loop, as a request would give
+        tokens = sum(word_count(text) for text in texts)
+        return Embedded([hashed_vector(text) for text in texts], connector.model, tokens, connector.id)
 
     def _pieces(self, reply: ScriptedReply, size: int) -> Iterator[Delta]:
         for text in pieces(reply.reasoning, size):

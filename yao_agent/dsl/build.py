@@ -18,6 +18,8 @@ from .source import Path as YamlPath
 from .specs import (
     DEFAULT_CONNECTOR,
     DEFAULT_STORE,
+    LOCAL_MODELS,
+    LOCAL_TYPE,
     Access,
     AppConfig,
     AssistantSpec,
@@ -102,12 +104,12 @@ def _budgets(data: Data) -> Budgets:
 
 def build_connector(connector_id: str, doc: Document) -> ConnectorSpec:
     data: Data = doc.value
-    scripted = data["type"] == "scripted"
+    default_model = {"scripted": "scripted", LOCAL_TYPE: LOCAL_MODELS[0]}.get(data["type"], "")
     return ConnectorSpec(
         id=connector_id,
         type=data["type"],
         file=doc.file,
-        model=data.get("model", "scripted" if scripted else ""),
+        model=data.get("model", default_model),
         api_key=_optional_env(doc, data, "api_key", secret=True),
         base_url=_optional_env(doc, data, "base_url"),
         api_version=data.get("api_version"),

@@ -17,6 +17,7 @@ from yao_agent.errors import Problem
 
 from .source import Document, format_path
 from .source import Path as YamlPath
+from .specs import LOCAL_MODELS, LOCAL_TYPE
 from .templates import PROMPT_VARIABLES, SCRIPT_VARIABLES, check_template
 
 mapping = as_mapping
@@ -106,6 +107,8 @@ def _check_context(doc: Document, data: Mapping[str, Any]) -> None:
 
 def _check_connector(doc: Document, data: Mapping[str, Any]) -> None:
     kind = data.get("type")
+    if kind == LOCAL_TYPE:
+        _check_local(doc, data)
     if kind != "scripted":
         for key in ("rules", "chunk_size", "delay_ms"):
             if key in data and isinstance(kind, str):
@@ -113,6 +116,19 @@ def _check_connector(doc: Document, data: Mapping[str, Any]) -> None:
         return
     for index, rule in items(data.get("rules")):
         _check_rule(doc, ("rules", index), mapping(rule))
+
+
+# What a `type: local` connector has no use for: no provider is called, and it never chats.
+_NOT_LOCAL = ("api_key", "base_url", "api_version", "headers", "engine", "capabilities", "options", "pricing")
+
+
+def _check_local(doc: Document, data: Mapping[str, Any]) -> None:
+    model = data.get("model")
+    if isinstance(model, str) and model and model not in LOCAL_MODELS:
+        doc.add(("model",), f"'{model}' is no local model (expected {', '.join(LOCAL_MODELS)}, or no model)")
+    for key in _NOT_LOCAL:
+        if key in data:
+            doc.add((key,), f"'{key}' does not apply to type: local (it embeds in this process, calling no provider)")
 
 
 def _check_rule(doc: Document, path: YamlPath, rule: Mapping[str, Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Any, cast
 from yao_agent.errors import Problem
 
 from .checks import items, mapping
-from .refs import Known, connector_ref, unknown
+from .refs import Known, chat_target, connector_ref, unknown
 from .source import Document
 from .specs import (
     TEAM_COLLECTIONS,
@@ -93,6 +93,7 @@ def check_search(doc: Document, known: Known) -> list[Problem]:
         problems.append(doc.problem(("search", "mode"), said))
     if "intent_with" in search:
         problems += connector_ref(doc, search["intent_with"], known, ("search", "intent_with"))
+        problems += chat_target(doc, search["intent_with"], known, ("search", "intent_with"))
     server = mapping(search.get("web")).get("server")
     if isinstance(server, str) and server not in known.mcps:
         problems.append(doc.problem(("search", "web", "server"), unknown("MCP server", server, known.mcps)))

@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import cast
 
 from yao_agent.base.files import NotRegular, TooLarge, read_regular
 from yao_agent.errors import Problem, SpecError, UsageError
@@ -18,7 +19,7 @@ from . import build, checks, knowledge, refs
 from .discover import Found, discover
 from .schema import coerce_integers, load_schema, validate
 from .source import Document, decode, parse
-from .specs import App, AppConfig, HookSource
+from .specs import LOCAL_TYPE, App, AppConfig, HookSource
 
 # A check that runs the app's code (hooks, MCP servers), given the files as read (the YAML documents, and
 # each hook file's text by its path): see yao_agent/service/probe.py.
@@ -150,12 +151,25 @@ def _validate(item: Found, doc: Document) -> None:
 def _known(docs: dict[Found, Document]) -> refs.Known:
     app_doc = next((d for f, d in docs.items() if f.kind == "app"), None)
     roles = checks.mapping(checks.mapping(app_doc.value if app_doc else None).get("roles"))
+    local = frozenset(f.id for f, d in docs.items() if f.kind == "connector" and _typed(d) == LOCAL_TYPE)
     return refs.Known(
         connectors=frozenset(f.id for f in docs if f.kind == "connector"),
         mcps=frozenset(f.id for f in docs if f.kind == "mcp"),
         roles=frozenset(roles),
         knowledge=frozenset(f.id for f in docs if f.kind == "knowledge"),
+        local=local,
+        local_in_roles={role: named for role, chain in roles.items() if (named := _local_in(chain, local))},
     )
+
+
+def _typed(doc: Document) -> object:
+    return checks.mapping(doc.value).get("type")
+
+
+def _local_in(chain: object, local: frozenset[str]) -> str | None:
+    """The first `type: local` connector a role's chain (one id, or a list of them) names."""
+    names = cast(list[object], chain) if isinstance(chain, list) else [chain]
+    return next((name for name in names if isinstance(name, str) and name in local), None)
 
 
 def _cross_references(root: Path, docs: dict[Found, Document], hooks: dict[Path, str]) -> list[Problem]:

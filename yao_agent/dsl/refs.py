@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -63,6 +63,8 @@ class Known:
     mcps: frozenset[str]
     roles: frozenset[str]
     knowledge: frozenset[str] = frozenset()
+    local: frozenset[str] = frozenset()  # the `type: local` connectors: they embed, and cannot chat
+    local_in_roles: Mapping[str, str] = field(default_factory=dict[str, str])  # role → a local connector it names
 
 
 def check_roles(doc: Document | None, known: Known) -> list[Problem]:
@@ -73,9 +75,12 @@ def check_roles(doc: Document | None, known: Known) -> list[Problem]:
     for role, chain in roles.items():
         entries: list[tuple[int | None, Any]] = [*items(chain)] if isinstance(chain, list) else [(None, chain)]  # pyright: ignore[reportUnknownArgumentType]
         for index, connector in entries:
+            path = ("roles", role) if index is None else ("roles", role, index)
             if isinstance(connector, str) and connector not in known.connectors and not ENV_PATTERN.search(connector):
-                path = ("roles", role) if index is None else ("roles", role, index)
                 problems.append(doc.problem(path, unknown("connector", connector, known.connectors)))
+            elif role == DEFAULT_ROLE and connector in known.local:
+                said = f"connector '{connector}' is type: local and only serves embeddings, while role '{role}'"
+                problems.append(doc.problem(path, f"{said} answers chats (expected a connector that can chat)"))
     return problems
 
 
@@ -83,9 +88,11 @@ def check_assistant(doc: Document, root: Path, known: Known, read: dict[Path, st
     """Its references to other files; the text of its hook file goes into `read` (path → text)."""
     data = mapping(doc.value)
     problems = connector_ref(doc, data.get("connector", ROLE_PREFIX + DEFAULT_ROLE), known)
+    problems += chat_target(doc, data.get("connector"), known, ("connector",))
     summarizer = mapping(data.get("context")).get("summarize_with")
     if summarizer is not None:
         problems += connector_ref(doc, summarizer, known, ("context", "summarize_with"))
+        problems += chat_target(doc, summarizer, known, ("context", "summarize_with"))
     problems += _hook_ref(doc, data, root, known, {} if read is None else read)
     seen: set[str] = set()
     for index, entry in items(mapping(data.get("mcp")).get("servers")):
@@ -126,6 +133,21 @@ def connector_ref(doc: Document, value: object, known: Known, path: YamlPath = (
         return _role_warning(doc, role, known, path)
     if value not in known.connectors:
         return [doc.problem(path, unknown("connector", value, known.connectors))]
+    return []
+
+
+def chat_target(doc: Document, value: object, known: Known, path: YamlPath) -> list[Problem]:
+    """A connector (or `use::role`) that is to answer a chat must be able to: a `type: local` one only embeds."""
+    if not isinstance(value, str):
+        return []
+    expected = "expected a connector that can chat"
+    if value in known.local:
+        return [doc.problem(path, f"connector '{value}' is type: local and only serves embeddings ({expected})")]
+    local = known.local_in_roles.get(value.removeprefix(ROLE_PREFIX)) if value.startswith(ROLE_PREFIX) else None
+    if local is not None:
+        role = value.removeprefix(ROLE_PREFIX)
+        said = f"role '{role}' names connector '{local}', which is type: local and only serves embeddings"
+        return [doc.problem(path, f"{said} ({expected})")]
     return []
 
 

@@ -176,7 +176,8 @@ def _check_mapping(value: dict[str, Any], schema: Schema, root: Schema, path: Pa
 
 
 def _check_condition(value: dict[str, Any], schema: Schema, root: Schema, path: Path) -> Iterator[tuple[Path, str]]:
-    """`if`/`then`/`else` whose branches only require keys (all our schemas need)."""
+    """`if`/`then`/`else` whose branches only require keys, or hold another such condition (all our
+    schemas need: a connector's type decides between three sets of keys)."""
     branch = schema.get("then" if not any(_check(value, schema["if"], root, path)) else "else")
     if not isinstance(branch, Mapping):
         return
@@ -187,6 +188,8 @@ def _check_condition(value: dict[str, Any], schema: Schema, root: Schema, path: 
         if key not in value:
             wanted = describe(properties[key], root) if key in properties else "a value"
             yield path, f"missing required key '{key}' (expected {wanted}{'; ' + why if why else ''})"
+    if "if" in rule:
+        yield from _check_condition(value, {**rule, "properties": properties}, root, path)
 
 
 def _unknown_key(key: str, known: list[str]) -> str:

@@ -172,6 +172,10 @@ class Access:
         return self.public or owner in self.teams or any(u.startswith(owner + "/") for u in self.users)
 
 
+LOCAL_TYPE = "local"
+LOCAL_MODELS = ("wordllama-256",)  # what `type: local` can run; the first is its default
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectorSpec:
     id: str
@@ -196,6 +200,11 @@ class ConnectorSpec:
     @property
     def scripted(self) -> bool:
         return self.type == "scripted"
+
+    @property
+    def local(self) -> bool:
+        """An embedder run in this process (`type: local`): it serves embeddings, never a chat."""
+        return self.type == LOCAL_TYPE
 
 
 APPROVE_ALL = "all"  # `approve: all`: every tool of the server waits for a person

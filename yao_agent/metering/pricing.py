@@ -35,10 +35,10 @@ class Price:
 
 
 def price_of(connector: ConnectorSpec) -> Price | None:
-    """The connector's price per token; None when nobody says (a scripted connector costs nothing)."""
+    """The connector's price per token; None when nobody says (a scripted or local connector costs nothing)."""
     if connector.pricing is not None:
         return _from_pricing(connector.pricing)
-    if connector.scripted:
+    if connector.scripted or connector.local:
         return Price(0.0, 0.0)
     return published(connector.type, connector.model)
 

@@ -21,6 +21,10 @@ global queue, else ``default(request)`` if given, else the scenario its model na
 HTTP routes (control routes let tests in another process script and inspect the fake)::
 
     POST /v1/chat/completions   the fake model
+    POST /v1/embeddings         hashed vectors (`yao_agent.testing.fake_embeddings`); the request is
+                                recorded and takes its reply as a chat request does: an error reply
+                                (`e401`, `e429`, `e500`... by model name, header or queue) is served
+                                as such, any other reply gets the vectors
     GET  /v1/models             the built-in scenario names
     POST /_fake/enqueue         {"model"?: str, "replies": [{<Reply fields>} | "<scenario name>", ...]}
     GET  /_fake/requests        {"requests": [<recorded request>, ...]}
@@ -48,6 +52,7 @@ from typing import Any, Final, cast
 
 from aiohttp import web
 
+from yao_agent.testing.fake_embeddings import BadEmbeddingsRequest, embeddings_body, embeddings_request
 from yao_agent.testing.fake_responses import error_response, json_response, respond
 from yao_agent.testing.fake_scenarios import (
     SCENARIO_NAMES,
@@ -107,7 +112,7 @@ class FakeProvider:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every chat-completions request so far, in arrival order (a snapshot)."""
+        """Every request to the model (chats and embeddings: see `path`) so far, in arrival order."""
         return self.script.requests
 
     @property
@@ -206,6 +211,7 @@ class FakeProvider:
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=_MAX_REQUEST_BYTES)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", _models)
         app.router.add_post("/_fake/enqueue", self._control_enqueue)
         app.router.add_get("/_fake/requests", self._control_requests)
@@ -232,6 +238,27 @@ class FakeProvider:
         except UnknownScenario as exc:
             return error_response(400, str(exc), "unknown_scenario")
         return await self._serve_watched(request, record, reply)
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        try:
+            body: object = json.loads(raw)
+        except ValueError:
+            body = None
+        headers = {key.lower(): value for key, value in request.headers.items()}
+        record = RecordedRequest.parse(request.path, headers, body, time.time())
+        self.script.record(record)
+        try:
+            texts, dims, encoding = embeddings_request(body)
+            reply = self.script.choose(record, request.headers.get("X-Fake-Scenario"))
+        except (BadEmbeddingsRequest, UnknownScenario) as exc:
+            return error_response(400, str(exc))
+        if reply.first_byte_delay_s:
+            await asyncio.sleep(reply.first_byte_delay_s)
+        if reply.is_error:
+            retry = {} if reply.retry_after is None else {"retry-after": f"{reply.retry_after:g}"}
+            return json_response(reply.error_body(), reply.status, retry)
+        return json_response(embeddings_body(record.model, texts, dims, encoding))
 
     async def _serve_watched(self, request: web.Request, record: RecordedRequest, reply: Reply) -> web.StreamResponse:
         """Serve `reply`, recording the client if it goes away before the response is complete."""

@@ -293,7 +293,8 @@ _NOT_OPTIONS: Final = frozenset({"model", "messages", "tools", "stream", "stream
 
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
-    """One chat-completions request exactly as the fake provider received it.
+    """One request to the model exactly as the fake provider received it: a chat completion, or an
+    embeddings request (`path` ends in `/embeddings`, its texts are `body["input"]`).
 
     `messages` and `tools` are the parsed JSON as sent (`tools` is None when absent), so a test can assert on
     what its assistant really put on the wire. `received_at` is wall-clock time (`time.time()`), meaningful

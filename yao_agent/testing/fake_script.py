@@ -62,7 +62,7 @@ class FakeScript:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every chat-completions request so far, in arrival order (a snapshot)."""
+        """Every request to the model (chats and embeddings: see `path`) so far, in arrival order."""
         with self._lock:
             return list(self._requests)
 

@@ -25,6 +25,8 @@ becomes the `ModelError` that engine gives for it:
     a wait (first byte, stall, delay) longer timeout (before any text) or incomplete, after `timeout_s`
     than the connector's `timeout_s`
 
+An embeddings call gets hashed vectors (`connectors/hashed.py`), or fails as its reply's error says.
+
 A request is recorded as the `RecordedRequest` of the body the `openai` engine would send, after a
 JSON round trip, so `requests[i].messages`, `.tools`, `.body` and `.model` read as they would over HTTP.
 A stream that its caller closes or cancels before the end is recorded in `disconnects`. Waits use the
@@ -39,14 +41,15 @@ import itertools
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final, NoReturn
 
 from yao_agent.connectors.call import Engine, Engines
 from yao_agent.connectors.capabilities import adapt
 from yao_agent.connectors.classify import kind_for_status, model_error
-from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.deltas import Delta, Embedded, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from yao_agent.connectors.hashed import hashed_vector, word_count
 from yao_agent.connectors.providers import resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
 from yao_agent.dsl.specs import ConnectorSpec
@@ -162,6 +165,23 @@ class ModelDouble:
         except (GeneratorExit, asyncio.CancelledError):
             self._gone(record)  # the caller closed the stream or was cancelled mid-reply
             raise
+
+    async def embed(
+        self, connector: ConnectorSpec, texts: Sequence[str], environ: Mapping[str, str] | None = None
+    ) -> Embedded:
+        """Hashed vectors (as the loopback fake's `/v1/embeddings`), after the reply the request gets:
+        an error reply fails the call as that provider error would; any other reply's content is unused."""
+        body: JsonObject = {"model": connector.model, "input": list(texts)}
+        record = replace(RecordedRequest.parse("/embeddings", {}, body, time.time()), connector=connector.id)
+        self._requests.append(record)
+        self._changed()
+        reply = await self.reply_for(record)
+        if reply.first_byte_delay_s:
+            await self._wait(connector, record, reply.first_byte_delay_s, started=None)
+        if reply.is_error:
+            raise _status_error(connector, reply, environ)
+        tokens = sum(word_count(text) for text in texts)
+        return Embedded([hashed_vector(text) for text in texts], connector.model, tokens, connector.id)
 
     def _gone(self, record: RecordedRequest) -> None:
         self._disconnects.append(record)
