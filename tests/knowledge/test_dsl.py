@@ -13,7 +13,8 @@ HANDBOOK = "name: Handbook\nsources: [docs]\n"
 
 def test_a_collection_is_found_by_its_path_and_built(tmp_path: Path) -> None:
     root = make_app(tmp_path, {
-        "knowledge/handbook.yml": "name: Handbook\nsources: [docs]\nchunk: {max_tokens: 120}\naccess: {teams: [acme]}\n",
+        "knowledge/handbook.yml": "name: Handbook\nsources: [docs]\nchunk: {max_tokens: 120}\n"
+                                  "access: {teams: [acme]}\n",
         "knowledge/legal/contracts.yml": "name: Contracts\n",
         "knowledge/handbook/notes.yml.md": "# not a collection",
         "docs/a.md": "# A\n",
