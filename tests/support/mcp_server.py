@@ -124,6 +124,14 @@ def silence() -> CallToolResult:
 
 
 @server.tool()
+def lookup(query: str) -> list[dict[str, str]]:
+    """Web search as a search step reads it: results with a title, an address and a snippet."""
+    if query == "fail":
+        raise ValueError("the search engine is down")
+    return [{"title": f"About {query}", "url": "https://example.org/a", "snippet": f"The web says {query} matters."}]
+
+
+@server.tool()
 def total(numbers: list[int]) -> int:
     """Sum a list."""
     return sum(numbers)
