@@ -15,7 +15,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Column, bindparam, select
 
 from yao_agent.identity import Identity
-from yao_agent.store import HEAD, SqlStore, Store, chats, leases, runlog, sql, tokens
+from yao_agent.store import HEAD, SqlStore, Store, chats, kbsql, leases, runlog, sql, tokens
 from yao_agent.store.protocol import RunStore
 from yao_agent.store.schema import metadata, steps
 from yao_agent.store.tx import Sql
@@ -73,7 +73,7 @@ async def test_the_migrated_schema_is_schema_py(store: SqlStore) -> None:
 
 
 def statements() -> Iterator[tuple[str, Sql]]:
-    for module in (chats, leases, runlog, sql, tokens):
+    for module in (chats, kbsql, leases, runlog, sql, tokens):
         for name, value in vars(module).items():
             if isinstance(value, Sql):
                 yield f"{module.__name__}.{name}", value

@@ -73,9 +73,7 @@ def upgrade() -> None:
     op.create_table(
         "kb_chunks",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column(
-            "document_id", sa.String(64), sa.ForeignKey("kb_documents.id", ondelete="CASCADE"), nullable=False
-        ),
+        sa.Column("document_id", sa.String(64), sa.ForeignKey("kb_documents.id", ondelete="CASCADE"), nullable=False),
         sa.Column("collection_id", sa.String(300), nullable=False),
         sa.Column("seq", sa.Integer, nullable=False),
         sa.Column("heading", sa.Text, nullable=False, server_default=""),
