@@ -103,6 +103,9 @@ async def test_collections_are_created_once_and_app_ids_are_the_apps(store: SqlS
         await store.kb_create("acme", "policies", "")
     with pytest.raises(UsageError, match="needs a team"):
         await store.kb_create("", "policies", "")
+    for name in ("", "a/b", "our policies", "-x", "x?y"):  # its id is one segment of a URL, as it is
+        with pytest.raises(UsageError, match="collection name"):
+            await store.kb_create("acme", name, "")
     with pytest.raises(UsageError, match="no ':'"):
         await store.kb_declare([("acme:policies", "Taken over", "")])
     await store.kb_declare([("handbook", "Handbook", "")])

@@ -25,6 +25,8 @@ TEAM_MAX = 128
 MAX_WORDS = 32  # a full-text query's words beyond these are dropped: a search, not a document
 # A query's words: letters and digits only, so nothing a caller types is ever read as full-text syntax.
 _WORD = re.compile(r"[^\W_]+")
+# A team collection's name: its id `<team>:<name>` is one segment of the collections' URLs as it is.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +179,13 @@ class KnowledgeStore:
         """A new collection of the team, id `<team>:<name>`; Conflict if the team has one by that name."""
         if not team_id or len(team_id) > TEAM_MAX:
             raise UsageError(f"a team collection needs a team (1-{TEAM_MAX} characters)")
+        if not _NAME.fullmatch(name):
+            raise UsageError(f"collection name {name[:40]!r}: expected letters, digits, '.', '_' and '-' "
+                             "(starting with a letter or digit)")  # fmt: skip
         cid = _checked_id(f"{team_id}:{name}", "collection")
         now = self.clock()
-        record = CollectionRecord(cid, team_id, "team", _text(name), embedding, 0, 0, 0, now, now)
-        values = {"id": cid, "team_id": team_id, "origin": "team", "name": record.name, "embedding": embedding,
+        record = CollectionRecord(cid, team_id, "team", name, embedding, 0, 0, 0, now, now)
+        values = {"id": cid, "team_id": team_id, "origin": "team", "name": name, "embedding": embedding,
                   "generation": 0, "created_at": now, "updated_at": now}  # fmt: skip
         if not await self.db.write_tx(lambda tx: tx.execute(kbsql.CREATE_COLLECTION, dict(values))):
             raise Conflict(f"the team already has a knowledge collection named '{name}'")
