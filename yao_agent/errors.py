@@ -10,6 +10,7 @@
     │   ├── ChatBusy         `on_busy: reject` found the chat busy (HTTP 409)
     │   ├── NoActiveRun      an append found no run to join (HTTP 409)
     │   ├── ApprovalConflict approvals decided already, or still to decide before a resume (HTTP 409)
+    │   ├── Conflict         what was to be created exists already (a team's knowledge collection; HTTP 409)
     │   └── RegexRefused     a pattern RE2 cannot run in linear time (backreferences, lookaround), or no pattern
     ├── Refused              a run may not start now; not the caller's mistake (HTTP 429; CLI exit 1)
     │   ├── BudgetExceeded   the team's or user's spend reached a budget in its current window
@@ -242,6 +243,10 @@ class NoActiveRun(UsageError):
 class ApprovalConflict(UsageError):
     """The chat's approvals were decided already (by someone else, or by a new message), or a resume was
     asked for while some still wait for a decision (HTTP 409)."""
+
+
+class Conflict(UsageError):
+    """What was to be created exists already, such as a team's knowledge collection of that name (HTTP 409)."""
 
 
 class RegexRefused(UsageError):

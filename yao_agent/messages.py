@@ -19,7 +19,7 @@ from yao_agent.errors import UsageError
 from yao_agent.vocabulary import MessageStatus, Role
 
 if TYPE_CHECKING:
-    from yao_agent.shapes import DecisionOut, MessageOut, ToolCallOut
+    from yao_agent.shapes import DecisionOut, MessageOut, ReferenceOut, ToolCallOut
 
 Content = str | list[dict[str, Any]] | None
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")  # what a request may send
@@ -59,6 +59,32 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
+@dataclass(frozen=True, slots=True)
+class Cited:
+    """An assistant message's references (what its run's search found, numbered) and the numbers its text
+    cites: those matching a reference (`citations`) and those matching none (`unknown`)."""
+
+    references: tuple[Mapping[str, Any], ...]
+    citations: tuple[int, ...]
+    unknown: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """As the store keeps it."""
+        return {"references": [dict(r) for r in self.references], "citations": list(self.citations),
+                "unknown": list(self.unknown)}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, stored: object) -> Cited | None:
+        """What the store kept (None: nothing, or not this shape)."""
+        if not isinstance(stored, Mapping):
+            return None
+        kept = cast(Mapping[str, Any], stored)
+        listed = as_list(kept.get("references"))
+        references = tuple(cast(Mapping[str, Any], r) for r in listed if isinstance(r, Mapping))
+        numbers = [tuple(n for n in as_list(kept.get(k)) if type(n) is int) for k in ("citations", "unknown")]
+        return cls(references, numbers[0], numbers[1])
+
+
 @dataclass(slots=True)
 class ChatMessage:
     id: str
@@ -80,6 +106,7 @@ class ChatMessage:
     approval: DecisionOut | None = None  # shown, not stored here: what a person decided about the call
     connector: str | None = None  # an assistant message's: the connector that answered (of a fallback chain)
     model: str | None = None  # ... and its model
+    cited: Cited | None = None  # an assistant message's references and citations (knowledge search)
 
     def to_api(self) -> MessageOut:
         """The stored-message shape of CONTRACT §6."""
@@ -99,6 +126,9 @@ class ChatMessage:
             out["approval"] = self.approval
         if self.connector is not None:
             out["connector"], out["model"] = self.connector, self.model
+        if self.cited is not None:
+            out["references"] = [cast("ReferenceOut", dict(r)) for r in self.cited.references]
+            out["citations"], out["unknown_citations"] = list(self.cited.citations), list(self.cited.unknown)
         return out
 
     def to_provider(self) -> dict[str, Any]:

@@ -54,6 +54,22 @@ class DecisionOut(TypedDict):
     reason: NotRequired[str]
 
 
+class ReferenceOut(TypedDict):
+    """One numbered result of a knowledge or web search, as a model was shown it and may cite it (`[n]`)."""
+
+    n: int
+    collection: str
+    """the collection it was found in ('' for a web result)"""
+    document_id: str
+    title: str
+    text: str
+    score: float
+    source: Literal["kb", "web"]
+    heading: NotRequired[str]
+    url: NotRequired[str]
+    metadata: NotRequired[dict[str, str]]
+
+
 class MessageOut(TypedDict):
     message_id: str
     run_id: str | None
@@ -72,6 +88,12 @@ class MessageOut(TypedDict):
     """an assistant message's: the connector that answered"""
     model: NotRequired[str | None]
     """an assistant message's: the model that answered"""
+    references: NotRequired[list[ReferenceOut]]
+    """an assistant message's: what the search step found for it, numbered as it may cite them"""
+    citations: NotRequired[list[int]]
+    """an assistant message's: the reference numbers its text cites"""
+    unknown_citations: NotRequired[list[int]]
+    """an assistant message's: numbers its text cites that match no reference"""
     created_at: str
     """ISO 8601, UTC"""
 

@@ -14,6 +14,8 @@ typed by the narrowest face it needs, so what it may reach is written down:
 - `TenancyStore`, who may use which connectors and what it costs: role mappings, budgets, usage, and
   whose token is whose (the tenancy service).
 - `OperatorStore`, what only the operator does (the CLI): tokens made and revoked, budget ceilings.
+- `KnowledgeFace`, the knowledge base's collections, documents and chunks (the knowledge service); every
+  call but declaring and creating collections takes the caller's `Sight`, which the SQL enforces.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.shapes import UsageRowOut, UsageTotalOut
 from yao_agent.store.engine import Database
 from yao_agent.store.holds import Hold, Scope, Taken
+from yao_agent.store.knowledge import ChunkHit, ChunkIn, CollectionRecord, DocumentRecord, Sight
 from yao_agent.store.ledger import Group, ScopeKind
 from yao_agent.store.quota import BudgetSetting, Limits, Own, RateRule, Spending
 from yao_agent.store.records import (
@@ -150,5 +153,43 @@ class OperatorStore(Protocol):
     async def list_budgets(self, operator: Operator) -> list[BudgetSetting]: ...
 
 
-class Store(RunStore, ChatQueries, TenancyStore, OperatorStore, Protocol):
+class KnowledgeFace(Protocol):
+    async def kb_declare(self, collections: Sequence[tuple[str, str, str]]) -> None: ...
+
+    async def kb_create(self, team_id: str, name: str, embedding: str) -> CollectionRecord: ...
+
+    async def kb_collections(self, sight: Sight) -> list[CollectionRecord]: ...
+
+    async def kb_collection(self, sight: Sight, collection_id: str) -> CollectionRecord | None: ...
+
+    async def kb_documents(self, sight: Sight, collection_id: str) -> list[DocumentRecord]: ...
+
+    async def kb_same_content(self, sight: Sight, collection_id: str, content_hash: str) -> DocumentRecord | None: ...
+
+    async def kb_known_vectors(self, sight: Sight, collection_id: str, digests: Sequence[str]) -> dict[str, bytes]: ...
+
+    async def kb_put(
+        self, sight: Sight, collection_id: str, document: DocumentRecord, chunks: Sequence[ChunkIn]
+    ) -> DocumentRecord: ...
+
+    async def kb_delete(self, sight: Sight, collection_id: str, document_id: str) -> bool: ...
+
+    async def kb_delete_missing(self, sight: Sight, collection_id: str, keep_sources: Sequence[str]) -> int: ...
+
+    async def kb_vectors(self, sight: Sight, collection_id: str) -> tuple[int, list[int], bytes]: ...
+
+    async def kb_unembedded(self, sight: Sight, collection_id: str, limit: int) -> list[tuple[int, str, str]]: ...
+
+    async def kb_set_vectors(
+        self, sight: Sight, collection_id: str, embedding: str, vectors: Mapping[int, bytes]
+    ) -> int: ...
+
+    async def kb_fulltext(
+        self, sight: Sight, collection_ids: Sequence[str], query: str, limit: int, filter: Mapping[str, str]
+    ) -> list[ChunkHit]: ...
+
+    async def kb_chunks(self, sight: Sight, chunk_ids: Sequence[int], filter: Mapping[str, str]) -> list[ChunkHit]: ...
+
+
+class Store(RunStore, ChatQueries, TenancyStore, OperatorStore, KnowledgeFace, Protocol):
     """Everything a store is for: what `Runtime.store` holds (`SqlStore` is one)."""

@@ -16,7 +16,7 @@ from sqlalchemy import Integer, bindparam, select, update
 
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
-from yao_agent.messages import ChatMessage, ToolCall, overlap, provider_messages
+from yao_agent.messages import ChatMessage, Cited, ToolCall, overlap, provider_messages
 from yao_agent.store import ledger, step_inputs
 from yao_agent.store.records import ChatRecord, RunRecord, StepRecord
 from yao_agent.store.schema import SUMMARY_ROLE, chats, messages, role_settings, runs, steps, tokens
@@ -34,7 +34,7 @@ _OF_CHAT = messages.c.chat_id == bindparam("chat_id")
 # What `_message` reads, in the order it unpacks them (every message of a run's history is read so).
 _READ = [messages.c[name] for name in ("id", "seq", "run_id", "role", "content", "tool_calls", "tool_call_id",
                                        "reasoning", "status", "thread_id", "created_at", "hidden",
-                                       "summarises", "connector", "model")]  # fmt: skip
+                                       "summarises", "connector", "model", "citations")]  # fmt: skip
 READ_COLUMNS = _READ
 _LAST = bindparam("limit", type_=Integer)
 SELECT_HISTORY = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq.desc()).limit(_LAST))
@@ -234,7 +234,8 @@ def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
             "status": message.status, "thread_id": message.thread_id, "created_at": message.created_at,
             "hidden": message.hidden,
             "summarises": list(message.summarises) if message.summarises else None,
-            "connector": message.connector, "model": message.model}  # fmt: skip
+            "connector": message.connector, "model": message.model,
+            "citations": message.cited.to_json() if message.cited is not None else None}  # fmt: skip
 
 
 def _call(stored: Mapping[str, Any]) -> ToolCall:
@@ -246,14 +247,14 @@ def _call(stored: Mapping[str, Any]) -> ToolCall:
 
 def _message(row: Any) -> ChatMessage:
     (message_id, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at, hidden,
-     summarises, connector, model) = row  # fmt: skip
+     summarises, connector, model, citations) = row  # fmt: skip
     # `written`: a chat stored before invalid arguments were replaced must not carry them to a provider
     tool_calls = tuple(_call(c) for c in calls or ())
     return ChatMessage(
         id=message_id, role=role, content=content, run_id=run_id, tool_calls=tool_calls, tool_call_id=tool_call_id,
         reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at, seq=seq, hidden=hidden,
         summarises=(str(summarises[0]), str(summarises[1])) if summarises else None, connector=connector,
-        model=model,
+        model=model, cited=Cited.from_json(citations) if citations is not None else None,
     )  # fmt: skip
 
 

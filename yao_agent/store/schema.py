@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -69,6 +70,7 @@ messages = Table(
     Column("summarises", JSON, nullable=True),  # a summary's [first, last] message ids
     Column("connector", String(256), nullable=True),  # an assistant message's: who answered (CONTRACT §6)
     Column("model", String(256), nullable=True),
+    Column("citations", JSON, nullable=True),  # an assistant message's references and what it cited (Cited)
     Index("ux_messages_chat_seq", "chat_id", "seq", unique=True),
 )
 # A run loads its chat from the latest summary on: this finds it without reading the chat's other
@@ -243,4 +245,54 @@ rate_events = Table(  # runs admitted per scope, for `limits.requests_per_minute
     Column("run_id", String(64), primary_key=True),
     Column("at", Float, nullable=False),
     Index("ix_rate_events_scope", "scope_kind", "scope_id", "at"),
+)
+
+
+# The knowledge base (CONTRACT §9.1). A collection is an app's (declared in knowledge/*.yml, team_id '')
+# or a team's (`<team>:<name>`). Full text is indexed beside these tables, outside schema.py, because
+# each database spells it its own way (migration 0012): on SQLite the FTS5 table `kb_fts` over
+# kb_chunks, kept by triggers; on PostgreSQL a generated `fts` tsvector column of kb_chunks, GIN-indexed.
+kb_collections = Table(
+    "kb_collections",
+    metadata,
+    Column("id", String(300), primary_key=True),
+    Column("team_id", String(128), nullable=False, server_default=""),
+    Column("origin", String(8), nullable=False),  # app | team
+    Column("name", Text, nullable=False),
+    Column("embedding", String(300), nullable=False, server_default=""),  # '': full text only
+    Column("generation", Integer, nullable=False, server_default="0"),  # bumped by every change: caches key on it
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+kb_documents = Table(
+    "kb_documents",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("collection_id", String(300), ForeignKey("kb_collections.id", ondelete="CASCADE"), nullable=False),
+    Column("title", Text, nullable=False),
+    Column("source", Text, nullable=False, server_default=""),  # '': an upload; else a synced file's relative path
+    Column("content_hash", String(64), nullable=False),
+    Column("meta", JSON, nullable=False),  # string → string: what searches filter on
+    Column("chunk_count", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_kb_documents_source", "collection_id", "source"),
+    Index("ix_kb_documents_hash", "collection_id", "content_hash"),
+)
+
+kb_chunks = Table(
+    "kb_chunks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),  # the full-text index's row id
+    Column("document_id", String(64), ForeignKey("kb_documents.id", ondelete="CASCADE"), nullable=False),
+    Column("collection_id", String(300), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("heading", Text, nullable=False, server_default=""),
+    Column("text", Text, nullable=False),
+    Column("digest", String(64), nullable=False),  # of its text: an edited document re-embeds only what changed
+    Column("vector", LargeBinary, nullable=True),  # float32 little-endian, normalised; null: not embedded (yet)
+    Index("ix_kb_chunks_collection", "collection_id"),
+    Index("ix_kb_chunks_document", "document_id"),
+    Index("ix_kb_chunks_digest", "collection_id", "digest"),
 )

@@ -19,6 +19,7 @@ from yao_agent.store import runlog
 from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import Database
 from yao_agent.store.holds import HoldStore
+from yao_agent.store.knowledge import KnowledgeStore
 from yao_agent.store.quota import QuotaStore
 from yao_agent.store.records import RoleSetting
 from yao_agent.store.schema import role_settings
@@ -54,7 +55,7 @@ def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
     return scope
 
 
-class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore):
+class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore, KnowledgeStore):
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.clock = clock

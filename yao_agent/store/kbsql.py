@@ -1,0 +1,198 @@
+"""The knowledge base's statements (store/knowledge.py runs them), each spelled for both databases.
+
+What a caller may see is decided in every statement, never after it: a collection is visible to a
+`Sight` when it is an app collection among `apps`, or a team collection of `team` (a caller without a
+team, `team` '', sees none). Lists of values (the app ids, the collections searched, chunk ids, digests,
+sources kept) are one JSON-list parameter each, read back as rows by the database (SQLite `json_each`,
+PostgreSQL `jsonb_array_elements_text`), so each statement compiles to one text (tx.py) however many
+values it is given. Documents' metadata filters are one JSON object parameter likewise: every key must
+hold its value.
+
+Full text is each database's own (migration 0012): SQLite's FTS5 table `kb_fts` ranked by bm25 (lower
+is better, so its score is negated), PostgreSQL's generated `fts` column ranked by ts_rank_cd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ColumnElement,
+    Float,
+    Integer,
+    Select,
+    String,
+    bindparam,
+    cast,
+    column,
+    delete,
+    func,
+    literal_column,
+    select,
+    table,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.sql import ClauseElement
+
+from yao_agent.store.schema import kb_chunks, kb_collections, kb_documents
+from yao_agent.store.tx import Sql
+
+_C, _D, _K = kb_collections.c, kb_documents.c, kb_chunks.c
+_DIALECTS = ("sqlite", "postgresql")
+_EMPTY = literal_column("''", String)
+_LIMIT = bindparam("limit", type_=Integer)
+
+
+def _each(dialect: str, name: str, *, numbers: bool = False) -> Select[Any]:
+    """The values of the JSON list parameter `name`, as rows of one column."""
+    if dialect == "sqlite":
+        return select(literal_column("value", String)).select_from(func.json_each(bindparam(name, type_=JSON)))
+    values = func.jsonb_array_elements_text(bindparam(name, type_=JSONB))
+    return select(cast(values, BigInteger) if numbers else values)
+
+
+def visible(dialect: str) -> ColumnElement[bool]:
+    """The collections a sight admits (parameters `apps`, a JSON list, and `team`)."""
+    team = bindparam("team", type_=String)
+    apps = (_C.origin == literal_column("'app'", String)) & _C.id.in_(_each(dialect, "apps"))
+    return apps | ((_C.origin == literal_column("'team'", String)) & (_C.team_id == team) & (team != _EMPTY))
+
+
+def _filtered(dialect: str) -> ColumnElement[bool]:
+    """Documents whose metadata holds every key of the JSON object parameter `filter` with its value."""
+    if dialect == "postgresql":
+        return cast(_D.meta, JSONB).op("@>")(bindparam("filter", type_=JSONB))
+    wanted = func.json_each(bindparam("filter", type_=JSON)).table_valued("key", "value").alias("wanted")
+    held = func.json_each(_D.meta).table_valued("key", "value").alias("held")
+    holds = select(literal_column("1", Integer)).select_from(held).where(held.c.key == wanted.c.key,
+                                                                held.c.value == wanted.c.value)  # fmt: skip
+    return ~select(literal_column("1", Integer)).select_from(wanted).where(~holds.exists()).exists()
+
+
+def _both(build: Callable[[str], ClauseElement], columns: tuple[str, ...] = ()) -> Sql:
+    return Sql({dialect: build(dialect) for dialect in _DIALECTS}, columns=columns)
+
+
+# --- collections ------------------------------------------------------------------------------------
+
+_DOCUMENTS = select(func.count()).where(_D.collection_id == _C.id).scalar_subquery()
+_CHUNKS = select(func.coalesce(func.sum(_D.chunk_count), 0)).where(_D.collection_id == _C.id).scalar_subquery()
+# In `CollectionRecord`'s order.
+_COLLECTION = (_C.id, _C.team_id, _C.origin, _C.name, _C.embedding, _C.generation, _DOCUMENTS.label("documents"),
+               _CHUNKS.label("chunks"), _C.created_at, _C.updated_at)  # fmt: skip
+LIST_COLLECTIONS = _both(lambda d: select(*_COLLECTION).where(visible(d)).order_by(_C.id))
+ONE_COLLECTION = _both(lambda d: select(*_COLLECTION).where(visible(d), _C.id == bindparam("cid")))
+# A write's first statement: the collection, if visible, locked until the write commits (PostgreSQL;
+# SQLite's write lock covers it), so two writes to one collection (say two puts of one source) queue.
+_SEEN = (_C.id, _C.generation, _C.embedding)
+LOCK_COLLECTION = _both(lambda d: select(*_SEEN).where(visible(d), _C.id == bindparam("cid")).with_for_update())
+SEEN_COLLECTION = _both(lambda d: select(*_SEEN).where(visible(d), _C.id == bindparam("cid")))
+DECLARED = Sql(select(_C.origin, _C.name, _C.embedding).where(_C.id == bindparam("cid")).with_for_update())
+INSERT_COLLECTION = Sql(kb_collections.insert())
+
+
+def _create(dialect: str) -> ClauseElement:
+    insert = (sqlite if dialect == "sqlite" else postgresql).insert(kb_collections)
+    return insert.on_conflict_do_nothing(index_elements=["id"])
+
+
+CREATE_COLLECTION = _both(_create, tuple(c.key for c in kb_collections.c))  # no row changed: it exists
+RENAME_COLLECTION = Sql(update(kb_collections).where(_C.id == bindparam("cid")), columns=("name", "updated_at"))
+_CHANGED = update(kb_collections).where(_C.id == bindparam("cid")).values(generation=_C.generation + 1)
+CHANGED = Sql(_CHANGED, columns=("updated_at",))  # a document or vector changed: caches must be rebuilt
+REEMBED = Sql(_CHANGED, columns=("name", "embedding", "updated_at"))
+CLEAR_VECTORS = Sql(update(kb_chunks).where(_K.collection_id == bindparam("cid")).values(vector=None))
+
+# --- documents --------------------------------------------------------------------------------------
+
+_VISIBLE_DOCS = select(kb_documents).join(kb_collections, _C.id == _D.collection_id)
+LIST_DOCUMENTS = _both(
+    lambda d: _VISIBLE_DOCS.where(visible(d), _D.collection_id == bindparam("cid")).order_by(_D.created_at, _D.id)
+)
+SAME_CONTENT = _both(
+    lambda d: _VISIBLE_DOCS.where(visible(d), _D.collection_id == bindparam("cid"),
+                                  _D.content_hash == bindparam("hash")).order_by(_D.created_at, _D.id).limit(1)
+)  # fmt: skip
+OF_SOURCE = Sql(select(_D.id).where(_D.collection_id == bindparam("cid"), _D.source == bindparam("source")))
+GONE_SOURCES = _both(
+    lambda d: select(_D.id).where(_D.collection_id == bindparam("cid"), _D.source != _EMPTY,
+                                  _D.source.not_in(_each(d, "keep")))
+)  # fmt: skip
+INSERT_DOCUMENT = Sql(kb_documents.insert())
+# Chunks first: deleting them fires the trigger that takes them out of SQLite's full-text index.
+DELETE_CHUNKS = Sql(delete(kb_chunks).where(_K.document_id == bindparam("doc")))
+DELETE_DOCUMENT = Sql(delete(kb_documents).where(_D.id == bindparam("doc"), _D.collection_id == bindparam("cid")))
+
+# --- chunks -----------------------------------------------------------------------------------------
+
+INSERT_CHUNK = Sql(kb_chunks.insert(), columns=tuple(c.key for c in kb_chunks.c if c.key != "id"))
+KNOWN_VECTORS = _both(
+    lambda d: (
+        select(_K.digest, _K.vector)
+        .join(kb_collections, _C.id == _K.collection_id)
+        .where(
+            visible(d), _K.collection_id == bindparam("cid"), _K.vector.is_not(None), _K.digest.in_(_each(d, "digests"))
+        )
+    )
+)
+VECTORS = Sql(
+    select(_K.id, _K.vector).where(_K.collection_id == bindparam("cid"), _K.vector.is_not(None)).order_by(_K.id)
+)
+UNEMBEDDED = _both(
+    lambda d: (
+        select(_K.id, _K.heading, _K.text)
+        .join(kb_collections, _C.id == _K.collection_id)
+        .where(visible(d), _K.collection_id == bindparam("cid"), _K.vector.is_(None))
+        .order_by(_K.id)
+        .limit(_LIMIT)
+    )
+)
+SET_VECTOR = Sql(
+    update(kb_chunks).where(_K.id == bindparam("chunk"), _K.collection_id == bindparam("cid")), columns=("vector",)
+)
+
+# What a hit is made of, in `ChunkHit`'s order less its score.
+_HIT = (_K.id, _K.collection_id, _K.document_id, _D.title, _K.heading, _K.text, _K.seq, _D.meta)
+
+
+def _with_document(chunks: Any) -> Any:
+    """Chunks (or what they are joined to) with their document and collection."""
+    return chunks.join(kb_documents, _D.id == _K.document_id).join(kb_collections, _C.id == _K.collection_id)
+
+
+_HIT_FROM = _with_document(kb_chunks)
+CHUNKS_BY_ID = _both(
+    lambda d: (
+        select(*_HIT, literal_column("0.0", Float).label("score"))
+        .select_from(_HIT_FROM)
+        .where(_K.id.in_(_each(d, "ids", numbers=True)), visible(d), _filtered(d))
+    )
+)
+_FTS = table("kb_fts", column("rowid"))  # SQLite's full-text index (migration 0012)
+
+
+def _fulltext(dialect: str) -> ClauseElement:
+    """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first."""
+    if dialect == "sqlite":
+        matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
+        score = (-func.bm25(literal_column("kb_fts"))).label("score")
+        found = _with_document(_FTS.join(kb_chunks, _K.id == _FTS.c.rowid))
+    else:
+        query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
+        fts = literal_column("kb_chunks.fts", TSVECTOR)
+        matched, score, found = fts.op("@@")(query), func.ts_rank_cd(fts, query).label("score"), _HIT_FROM
+    return (
+        select(*_HIT, score)
+        .select_from(found)
+        .where(matched, _K.collection_id.in_(_each(dialect, "ids")), visible(dialect), _filtered(dialect))
+        .order_by(score.desc(), _K.id)
+        .limit(_LIMIT)
+    )
+
+
+FULLTEXT = _both(_fulltext)
