@@ -71,7 +71,7 @@ def cmd_sync(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_add(args: argparse.Namespace, out: TextIO) -> int:
     from yao_agent.knowledge.ingest import Upload
 
-    metadata = dict(_pair(m) for m in args.meta or [])
+    metadata = _pairs(args.meta)
     uploads: list[Upload] = []
     for given in args.paths:
         path = Path(given)
@@ -116,7 +116,7 @@ def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
     from yao_agent.knowledge.references import numbered
     from yao_agent.knowledge.search import Ask
 
-    ask = Ask(args.query, args.top_k, 0.0, dict(_pair(m) for m in args.filter or []))
+    ask = Ask(args.query, args.top_k, 0.0, _pairs(args.filter))
 
     async def work(kb: Library) -> list[dict[str, object]]:
         await kb.collection(OPERATOR, args.id, _team(args, args.id))
@@ -140,6 +140,10 @@ def cmd_create(args: argparse.Namespace, out: TextIO) -> int:
     print(f"created {made.id}" + (f" (embedding: {made.embedding})" if made.embedding else " (full text only)"),
           file=out)  # fmt: skip
     return Exit.OK
+
+
+def _pairs(given: list[str] | None) -> dict[str, str]:
+    return dict(_pair(text) for text in given or [])
 
 
 def _pair(text: str) -> tuple[str, str]:

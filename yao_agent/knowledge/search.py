@@ -90,9 +90,9 @@ class Searcher:
             return None
         if vector is None:
             return None
-        array = np.asarray(vector, dtype="<f4")
+        array: Matrix = np.asarray(vector, dtype="<f4")
         norm = float(np.linalg.norm(array))
-        return array / norm if norm else None
+        return (array / np.float32(norm)).astype("<f4") if norm else None
 
 
 def fuse(lists: Sequence[Sequence[int]]) -> list[tuple[int, float]]:

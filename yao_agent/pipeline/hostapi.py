@@ -76,7 +76,7 @@ async def search_for_hook(rt: Runtime, state: RunState, query: str, options: Any
         raise UsageError("ctx.search: options must be an object {knowledge?, top_k?, filter?}")
     settings = state.assistant.search or SearchSettings()
     names, top_k = given.get("knowledge", list(settings.knowledge)), given.get("top_k", settings.top_k)
-    where = given.get("filter") or {}
+    where: Any = given.get("filter") or {}
     if not isinstance(names, list) or not all(isinstance(n, str) for n in cast(list[Any], names)):
         raise UsageError("ctx.search: knowledge must be a list of collection ids")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 50:

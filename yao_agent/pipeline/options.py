@@ -40,7 +40,9 @@ class SearchChoice:
         query, names, top_k = data.get("query"), data.get("knowledge"), data.get("top_k")
         if query is not None and (not isinstance(query, str) or not query.strip()):
             raise ValueError("search.query must be non-empty text")
-        if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) and n for n in names)):
+        if names is not None and (
+            not isinstance(names, list) or not all(isinstance(n, str) and n for n in cast(list[Any], names))
+        ):
             raise ValueError("search.knowledge must be a list of collection ids")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 50):
             raise ValueError("search.top_k must be a whole number from 1 to 50")

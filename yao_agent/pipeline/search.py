@@ -159,7 +159,8 @@ def web_references(origin: str, result: Any) -> list[Reference]:
             value = json.loads(value)
         except ValueError:
             return [Reference(origin, "", origin, value, 1.0, source="web")] if value.strip() else []
-    items = as_list(as_mapping(value).get("results")) if isinstance(value, Mapping) else as_list(value)
+    wrapped = as_mapping(value)  # {results: [...]}, or the list itself
+    items: list[Any] = as_list(wrapped.get("results") if wrapped else value)
     out: list[Reference] = []
     for rank, item in enumerate(items):
         data = as_mapping(item)

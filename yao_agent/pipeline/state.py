@@ -122,7 +122,7 @@ class RunState:
     created: bool = False  # the root's: its Create hook ran (a resume does not ask it again: pipeline/carry.py)
     create_messages: list[dict[str, Any]] | None = None  # the root's: the conversation its Create hook wrote
     searched: bool = False  # the search step has run (or had nothing to do): a resume does not search again
-    references: list[ReferenceOut] = field(default_factory=list)  # what searches gave the model
+    references: list[ReferenceOut] = field(default_factory=list["ReferenceOut"])  # what searches gave the model
     budgeted: bool = False  # the root's: a budget held it at its start, so each model call is checked (quota.py)
 
     # The context's fields, read where a stage reads them.

@@ -8,7 +8,8 @@ of another user is. These routes read the request and render.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -121,17 +122,20 @@ async def _from_form(request: Request) -> Upload:
             )
         data = await given.read()
         name, title, meta = given.filename, form.get("title"), form.get("metadata")
-    metadata: Any = {}
+    metadata: Mapping[str, Any] = {}
     if isinstance(meta, str) and meta.strip():
         try:
-            metadata = json.loads(meta)
+            parsed = json.loads(meta)
         except ValueError:
             raise InvalidParam("metadata: expected a JSON object of text values", param="metadata") from None
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):  # pyright: ignore[reportUnknownVariableType]
+        if not isinstance(parsed, dict):
+            raise InvalidParam("metadata: expected a JSON object of text values", param="metadata")
+        metadata = cast(dict[str, Any], parsed)
+    if not all(isinstance(v, str) for v in metadata.values()):
         raise InvalidParam("metadata: expected a JSON object of text values", param="metadata")
     named = name.replace("\\", "/").rsplit("/", 1)[-1]  # a browser may send a path: the name is what counts
     return Upload(named, data, title if isinstance(title, str) and title.strip() else None,
-                  {str(k): str(v) for k, v in metadata.items()}, source=f"upload:{named}")  # pyright: ignore[reportUnknownArgumentType]  # fmt: skip
+                  {k: str(v) for k, v in metadata.items()}, source=f"upload:{named}")  # fmt: skip
 
 
 async def _from_json(request: Request) -> Upload:
