@@ -117,7 +117,7 @@ async def test_auto_searches_only_when_the_intent_check_says_so(
 ) -> None:
     auto = "name: {name}\nsearch: {{knowledge: [handbook], mode: auto, intent_with: demo.{say}}}\n"
     more = {"assistants/ask/assistant.yml": auto.format(name="Ask", say="no"),
-            "assistants/yes/assistant.yml": auto.format(name="Yes", say="yes")}  # fmt: skip
+            "assistants/yes/assistant.yml": auto.format(name="Sure", say="yes")}  # fmt: skip
     rt = await stocked(make_runtime(tmp_path / "app", store, files(fake.base_url, **more), model=fake))
     fake.enqueue(Reply(text="hi"), Reply(text="25 days [1]"))
     skipped = await turn(rt, "hello there, annual leave", assistant="ask")

@@ -98,7 +98,7 @@ def restore(state: RunState) -> Carry | None:
     state.output_retries, state.signatures = carry.output_retries, list(carry.signatures)
     state.spend.calls, state.spend.sent_bytes = carry.hook_calls, carry.hook_sent_bytes
     state.created, state.create_messages = carry.created, carry.create_messages
-    state.searched, state.references = carry.searched, cast(list[ReferenceOut], list(carry.references))
+    state.searched, state.references = carry.searched, cast("list[ReferenceOut]", list(carry.references))
     state.options = carry.options.over(state.options)  # what this request says itself wins
     state.metadata = dict(carry.metadata) | state.metadata
     if state.request.locale == "en":  # the request's default: the run's own locale holds

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.connectors import CallOptions, ModelRequest, resolve_connectors
@@ -151,16 +151,13 @@ async def _web(rt: Runtime, state: RunState, plan: Plan) -> list[Reference]:
 
 
 def web_references(origin: str, result: Any) -> list[Reference]:
-    """A web tool's answer as references: a list of {title, url, text|snippet|content} (or JSON text of
-    one, or {results: [...]}), else its text as one reference."""
-    value: Any = result
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return [Reference(origin, "", origin, value, 1.0, source="web")] if value.strip() else []
-    wrapped = as_mapping(value)  # {results: [...]}, or the list itself
-    items: list[Any] = as_list(wrapped.get("results") if wrapped else value)
+    """A web tool's answer as references: results of {title, url, text|snippet|content} — a list, one such
+    object, {results: [...]}, or their JSON text (an MCP tool sends one text part per item) — else its text
+    as one reference."""
+    items = _items(result)
+    if items is None:
+        text = str(result or "").strip()
+        return [Reference(origin, "", origin, text, 1.0, source="web")] if text else []
     out: list[Reference] = []
     for rank, item in enumerate(items):
         data = as_mapping(item)
@@ -170,6 +167,40 @@ def web_references(origin: str, result: Any) -> list[Reference]:
             out.append(Reference(origin, url, str(data.get("title") or url or origin), text, 1.0 / (1 + rank),
                                  source="web", url=url))  # fmt: skip
     return out
+
+
+def _items(result: Any) -> list[Any] | None:
+    values: list[Any] = _json_values(result) if isinstance(result, str) else [result]
+    if not values:
+        return None
+    items: list[Any] = []
+    for value in values:
+        wrapped = as_mapping(value)
+        if "results" in wrapped:
+            items += as_list(wrapped["results"])
+        elif wrapped:
+            items.append(wrapped)
+        elif isinstance(value, list):
+            items += cast(list[Any], value)
+        else:
+            return None  # plain text, or a number: not results
+    return items
+
+
+def _json_values(text: str) -> list[Any]:
+    """The JSON values `text` is made of, one after another; [] when it is not JSON."""
+    decoder, values, at = json.JSONDecoder(), list[Any](), 0
+    while at < len(text):
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            break
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return []
+        values.append(value)
+    return values
 
 
 async def _give(state: RunState, found: Sequence[Reference]) -> None:
