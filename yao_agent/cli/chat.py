@@ -39,6 +39,7 @@ from yao_agent.events import (
     FallbackEvent,
     MessageDelta,
     MessageEnd,
+    References,
     StreamEnd,
     StreamStart,
     ToolResult,
@@ -46,6 +47,7 @@ from yao_agent.events import (
 )
 from yao_agent.hooks.host import printable
 from yao_agent.identity import Identity
+from yao_agent.knowledge.references import where
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle
 from yao_agent.service.runs import Runs
@@ -138,6 +140,10 @@ class Renderer:
             name = escaped(f"{event.server}__{event.tool}")
             self.console.print(f"⏸ {name} waits for approval (call {escaped(event.tool_call_id)})",
                                style="yellow", markup=False)  # fmt: skip
+        elif isinstance(event, References):
+            self._newline()
+            for reference in event.references:
+                self.console.print(visible(f"⌕ [{reference['n']}] {where(reference)}"), style="dim", markup=False)
         elif isinstance(event, Compaction):
             self._newline()
             said = f"⇣ {_plural(event.messages_summarised, 'earlier message')} summarised to fit the model's window"

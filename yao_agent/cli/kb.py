@@ -16,6 +16,7 @@ from yao_agent.identity import OPERATOR
 
 if TYPE_CHECKING:
     from yao_agent.knowledge.library import Library
+    from yao_agent.shapes import ReferenceOut
 
 T = TypeVar("T")
 
@@ -63,8 +64,9 @@ def cmd_sync(args: argparse.Namespace, out: TextIO) -> int:
     for synced in _with_library(args, lambda kb: kb.sync(args.id)):
         for source in synced.added:
             print(f"{synced.collection}: indexed {printable(source)}", file=out)
-        print(f"{synced.collection}: {len(synced.added)} indexed, {synced.unchanged} unchanged, "
-              f"{synced.removed} removed", file=out)  # fmt: skip
+        said = f"{len(synced.added)} indexed, {synced.unchanged} unchanged, {synced.removed} removed"
+        print(f"{synced.collection}: {said}" + (f", {synced.embedded} re-embedded" if synced.embedded else ""),
+              file=out)  # fmt: skip
     return Exit.OK
 
 
@@ -113,23 +115,22 @@ def cmd_rm(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_search(args: argparse.Namespace, out: TextIO) -> int:
-    from yao_agent.knowledge.references import numbered
+    from yao_agent.knowledge.references import numbered, where
     from yao_agent.knowledge.search import Ask
 
     ask = Ask(args.query, args.top_k, 0.0, _pairs(args.filter))
 
-    async def work(kb: Library) -> list[dict[str, object]]:
+    async def work(kb: Library) -> list[ReferenceOut]:
         await kb.collection(OPERATOR, args.id, _team(args, args.id))
-        return [dict(r) for r in numbered(await kb.search(OPERATOR, [args.id], ask, _team(args, args.id)))]
+        return numbered(await kb.search(OPERATOR, [args.id], ask, _team(args, args.id)))
 
     found = _with_library(args, work)
     if args.json:
         print(json.dumps({"references": found}, ensure_ascii=False), file=out)
         return Exit.OK
     for r in found:
-        where = " › ".join(str(p) for p in (r["title"], r.get("heading", "")) if p)
         text = " ".join(str(r["text"]).split())
-        print(f"[{r['n']}] {printable(where)}  (score {r['score']})\n    {printable(text[:300])}", file=out)
+        print(f"[{r['n']}] {printable(where(r))}  (score {r['score']})\n    {printable(text[:300])}", file=out)
     if not found:
         print("nothing found", file=out)
     return Exit.OK

@@ -52,7 +52,7 @@ async def add(
     parsed = await asyncio.to_thread(parse, upload.name, upload.data)  # a PDF takes a while: off the loop
     title = upload.title or parsed.title
     cut = chunks(parsed, chunking.max_tokens, chunking.overlap_tokens)
-    vectors, reused = await _vectors(store, sight, collection, title, cut, embed)
+    vectors, reused = await _vectors(store, sight, collection, cut, embed)
     rows = [ChunkIn(c.seq, c.heading, c.text, c.digest, vectors.get(c.digest)) for c in cut]
     record = DocumentRecord(id=new_id, collection_id=collection.id, title=title, source=upload.source,
                             content_hash=digest, metadata=dict(upload.metadata), chunk_count=len(rows),
@@ -63,9 +63,8 @@ async def add(
 
 
 async def _vectors(
-    store: KnowledgeFace, sight: Sight, collection: CollectionRecord, title: str, cut: Sequence[Chunk],
-    embed: Embed | None,
-) -> tuple[dict[str, bytes], int]:  # fmt: skip
+    store: KnowledgeFace, sight: Sight, collection: CollectionRecord, cut: Sequence[Chunk], embed: Embed | None
+) -> tuple[dict[str, bytes], int]:
     """Each chunk's vector by digest: those stored already, and the rest embedded now (in batches)."""
     if embed is None or not collection.embedding or not cut:
         return {}, 0
@@ -74,12 +73,11 @@ async def _vectors(
     vectors = dict(known)
     for start in range(0, len(missing), EMBED_BATCH):
         batch = missing[start : start + EMBED_BATCH]
-        found = await embed([embedding_text(title, c) for c in batch])
+        found = await embed([embedding_text(c.heading, c.text) for c in batch])
         vectors.update((c.digest, pack(v)) for c, v in zip(batch, found, strict=True))
     return vectors, len(known)
 
 
-def embedding_text(title: str, chunk: Chunk) -> str:
-    """What is embedded of a chunk: where it is (its document and heading), then its text."""
-    where = " › ".join(p for p in (title, chunk.heading) if p)
-    return f"{where}\n{chunk.text}" if where else chunk.text
+def embedding_text(heading: str, text: str) -> str:
+    """What is embedded of a chunk: where it is in its document (its heading path), then its text."""
+    return f"{heading}\n{text}" if heading else text

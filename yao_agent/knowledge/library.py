@@ -21,9 +21,10 @@ from yao_agent.errors import NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
 from yao_agent.ids import IdSource
 from yao_agent.knowledge.embedder import Embedders
-from yao_agent.knowledge.ingest import Added, Upload, add
+from yao_agent.knowledge.ingest import EMBED_BATCH, Added, Upload, add, embedding_text
 from yao_agent.knowledge.references import Reference
 from yao_agent.knowledge.search import Ask, Searcher
+from yao_agent.knowledge.vectors import pack
 from yao_agent.store.knowledge import CollectionRecord, DocumentRecord, Sight
 from yao_agent.store.protocol import KnowledgeFace
 
@@ -39,6 +40,7 @@ class Synced:
     added: list[str]  # sources (re)indexed
     unchanged: int
     removed: int
+    embedded: int = 0  # chunks given the vectors they lacked (after the collection's embedding changed)
 
 
 class Library:
@@ -153,7 +155,21 @@ class Library:
                 added.append(rel)
         keep = [rel for rel, _ in files]
         removed = await self.store.kb_delete_missing(sight, collection_id, keep)
-        return Synced(collection_id, added, unchanged, removed)
+        return Synced(collection_id, added, unchanged, removed, await self._fill(sight, collection))
+
+    async def _fill(self, sight: Sight, collection: CollectionRecord) -> int:
+        """Embed the chunks that have no vector yet: all of them after the collection's embedding changed."""
+        if not collection.embedding:
+            return 0
+        done = 0
+        while rows := await self.store.kb_unembedded(sight, collection.id, EMBED_BATCH):
+            got = await self.embedders.for_collection(collection, [embedding_text(h, t) for _, h, t in rows])
+            vectors = {chunk_id: pack(v) for (chunk_id, _, _), v in zip(rows, got.vectors, strict=True)}
+            stored = await self.store.kb_set_vectors(sight, collection.id, collection.embedding, vectors)
+            if not stored:
+                break  # its embedding changed meanwhile: the next sync embeds for the new one
+            done += stored
+        return done
 
     # --- search ---------------------------------------------------------------------------------
 

@@ -55,9 +55,17 @@ def prompt(references: Sequence[ReferenceOut], *, cite: bool) -> str:
         lines.append("Answer from them where they help, and cite each one you use as [n] right after what it "
                      "supports. Cite only the numbers below; if they do not answer the question, say so.")  # fmt: skip
     for reference in references:
-        where = " › ".join(p for p in (reference["title"], reference.get("heading", "")) if p)
-        lines.append(f"\n[{reference['n']}] {where}\n{reference['text']}")
+        lines.append(f"\n[{reference['n']}] {where(reference)}\n{reference['text']}")
     return "\n".join(lines)
+
+
+def where(reference: ReferenceOut) -> str:
+    """Where a reference is from, for people: its document's title, then its heading path (which often
+    begins with the title: it is not said twice)."""
+    title, heading = reference["title"], reference.get("heading", "")
+    if heading == title or heading.startswith(title + " › "):
+        return heading
+    return " › ".join(p for p in (title, heading) if p)
 
 
 def citations(text: str, count: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
