@@ -511,7 +511,8 @@ class ReferencesOut(TypedDict):
 class EmbeddingOut(TypedDict):
     object: Literal["embedding"]
     index: int
-    embedding: list[float]
+    embedding: list[float] | str
+    """the vector; base64 of little-endian float32 when `encoding_format` was base64"""
 
 
 class EmbeddingUsageOut(TypedDict):

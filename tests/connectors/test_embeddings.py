@@ -87,7 +87,8 @@ async def test_a_refused_key_is_an_auth_error_that_never_shows_the_key(
 ) -> None:
     key = "sk-live-secret-0123456789abcdef"
     provider.enqueue(
-        Reply(status=401, error_message=f"Incorrect API key provided: {key}", error_code="invalid_api_key")
+        Reply(status=401, error_message=f"Incorrect API key provided: {key}", error_code="invalid_api_key"),
+        model="text",
     )
     second = fake_connector(provider.base_url, engine=engine, connector_id="fake.second")
     engines = Engines()

@@ -35,7 +35,7 @@ async def test_an_error_scenario_fails_the_request_as_for_a_chat(provider: FakeP
         by_header = await client.post(
             "/embeddings", json={"model": "m", "input": ["x"]}, headers={"X-Fake-Scenario": "e500"}
         )
-        provider.enqueue(Reply(status=401, error_message="no such key"))
+        provider.enqueue(Reply(status=401, error_message="no such key"), model="m")  # its model's queue only
         queued = await client.post("/embeddings", json={"model": "m", "input": ["x"]})
         wrong = await client.post("/embeddings", json={"model": "m", "input": [1, 2]})
     assert (by_model.status_code, by_model.headers["retry-after"]) == (429, "1")
@@ -49,7 +49,7 @@ async def test_an_error_scenario_fails_the_request_as_for_a_chat(provider: FakeP
 
 async def test_the_in_process_double_embeds_as_the_fake_provider_does() -> None:
     model = ScriptedModel()
-    model.enqueue(Reply(), Reply(status=500))
+    model.enqueue(Reply(), Reply(status=500), model="small")
     engines = model.engines()
     connector = fake_connector(model.base_url, model="small")
     got = await embed(engines, [connector], ["refund policy"])

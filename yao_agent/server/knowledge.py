@@ -7,9 +7,11 @@ of another user is. These routes read the request and render.
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 from collections.abc import Mapping
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -57,7 +59,7 @@ class EmbeddingsBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     input: str | list[Annotated[str, Field(max_length=32_000)]] = Field(description="a text, or a list of texts")
     model: str | None = Field(None, description="ignored: the caller's `embedding` role decides")
-    encoding_format: str | None = Field(None, pattern="^float$")
+    encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32")
     dimensions: int | None = None
     user: str | None = None
 
@@ -173,7 +175,15 @@ async def embeddings(request: Request, who: Caller, body: EmbeddingsBody) -> sha
     if body.dimensions is not None:
         raise UsageError("dimensions: not supported (the embedding connector's model decides its size)")
     got = await library(request).embed_for_caller(who, texts)
-    data: list[shapes.EmbeddingOut] = [{"object": "embedding", "index": i, "embedding": list(v)}
+    form = body.encoding_format
+    data: list[shapes.EmbeddingOut] = [{"object": "embedding", "index": i, "embedding": _encoded(v, form)}
                                        for i, v in enumerate(got.vectors)]  # fmt: skip
     return {"object": "list", "data": data, "model": got.model,
             "usage": {"prompt_tokens": got.input_tokens, "total_tokens": got.input_tokens}}  # fmt: skip
+
+
+def _encoded(vector: list[float], encoding: str) -> list[float] | str:
+    """OpenAI's two forms: a list of floats, or base64 of little-endian float32 (its SDK asks for this)."""
+    if encoding == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    return list(vector)

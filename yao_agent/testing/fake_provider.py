@@ -16,7 +16,8 @@ chosen by the model name from the built-in scenarios listed in `yao_agent.testin
     python -m yao_agent.testing.fake_provider [--port P]  # prints "READY <base_url>", stops on SIGTERM/SIGINT
 
 Which reply a request gets: the ``X-Fake-Scenario`` header if present, else the queue of its model, else the
-global queue, else ``default(request)`` if given, else the scenario its model names (``text`` if none).
+global queue (not for embeddings: they take only their model's queue), else ``default(request)`` if given,
+else the scenario its model names (``text`` if none).
 
 HTTP routes (control routes let tests in another process script and inspect the fake)::
 

@@ -100,7 +100,7 @@ class FakeScript:
         global queue, else ``default(record)`` if given, else the scenario its model names."""
         if header_scenario:
             return builtin_reply(header_scenario, record.messages)
-        item = self._pop(record.model)
+        item = self._pop(record.model, shared=not is_embedding(record))
         if isinstance(item, str):
             return builtin_reply(item, record.messages)
         if item is not None:
@@ -119,9 +119,15 @@ class FakeScript:
             call_ids = [call.id or f"call_{next(self._call_ids)}" for call in reply.tool_calls]
         return completion_id, call_ids
 
-    def _pop(self, model: str) -> QueuedReply | None:
+    def _pop(self, model: str, *, shared: bool = True) -> QueuedReply | None:
         with self._lock:
             queue = self._model_queues.get(scenario_key(model))
             if queue:
                 return queue.popleft()
-            return self._queue.popleft() if self._queue else None
+            return self._queue.popleft() if self._queue and shared else None
+
+
+def is_embedding(record: RecordedRequest) -> bool:
+    """An embeddings request takes only replies queued for its model: the shared queue is the chats', whose
+    next reply a search's embedding (made before the model is called) must not take."""
+    return record.path.endswith("/embeddings")

@@ -63,6 +63,7 @@ from yao_agent.testing.fake_scenarios import (
     reply_for_model,
     scenario_key,
 )
+from yao_agent.testing.fake_script import is_embedding
 
 Sleep = Callable[[float], Awaitable[None]]
 QueuedReply = Reply | str
@@ -300,7 +301,8 @@ class ScriptedModel(ModelDouble):
 
     async def reply_for(self, request: RecordedRequest) -> Reply:
         queue = self._model_queues.get(scenario_key(request.model))
-        item = queue.popleft() if queue else self._queue.popleft() if self._queue else None
+        shared = self._queue if not is_embedding(request) else None  # (fake_script.is_embedding says why)
+        item = queue.popleft() if queue else shared.popleft() if shared else None
         if isinstance(item, str):
             return builtin_reply(item, request.messages)
         if item is not None:
