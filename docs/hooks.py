@@ -50,6 +50,7 @@ FILES = (
     ("assistant", "assistants/<path>/assistant.yml"),
     ("connector", "connectors/<path>.yml"),
     ("mcp", "mcps/<id>.yml"),
+    ("knowledge", "knowledge/<path>.yml"),
 )
 TYPE_NAMES = {"object": "mapping", "array": "list"}
 

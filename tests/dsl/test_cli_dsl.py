@@ -29,7 +29,7 @@ def test_validate_the_example_app_is_ok_and_never_imports_litellm() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines() == ["OK: 3 assistants, 6 connectors, 1 MCP server", "CLEAN"]
+    assert done.stdout.splitlines() == ["OK: 4 assistants, 8 connectors, 1 MCP server, 1 collection", "CLEAN"]
 
 
 def test_validate_a_broken_reference_exits_2_with_one_located_line(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from yao_agent.dsl.schema import load_schema
 from yao_agent.errors import Problem, SpecError
 
 REPO = Path(__file__).resolve().parents[2]
-APP_PARTS = ("app.yml", "assistants", "connectors", "mcps", "hooks")
+APP_PARTS = ("app.yml", "assistants", "connectors", "mcps", "hooks", "knowledge")
 HOOK = "hooks/concierge.js"
 HOOKED_ASSISTANT = "assistants/concierge/assistant.yml"
 
@@ -44,7 +44,9 @@ HOOKED_ASSISTANT = "assistants/concierge/assistant.yml"
 def _kind(rel: str) -> str:
     if rel == "app.yml":
         return "app"
-    return {"assistants": "assistant", "connectors": "connector", "mcps": "mcp"}[rel.split("/")[0]]
+    return {"assistants": "assistant", "connectors": "connector", "mcps": "mcp", "knowledge": "knowledge"}[
+        rel.split("/")[0]
+    ]
 
 
 YAML_FILES = sorted(

@@ -31,6 +31,7 @@ EXAMPLES: dict[str, list[Path]] = {
     "assistant": sorted((REPO / "assistants").rglob("assistant.yml")),
     "connector": sorted((REPO / "connectors").rglob("*.yml")),
     "mcp": sorted((REPO / "mcps").glob("*.yml")),
+    "knowledge": sorted((REPO / "knowledge").rglob("*.yml")),
 }
 
 YamlPath = tuple[str | int, ...]

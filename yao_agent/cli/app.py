@@ -26,9 +26,10 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
         print(f"{count} error{'s' if count != 1 else ''}", file=out)
         return Exit.USAGE
     app = report.app
+    collections = f", {_count(app.knowledge, 'collection')}" if app.knowledge else ""
     print(
         f"OK: {_count(app.assistants, 'assistant')}, {_count(app.connectors, 'connector')}, "
-        f"{_count(app.mcps, 'MCP server')}",
+        f"{_count(app.mcps, 'MCP server')}{collections}",
         file=out,
     )
     return Exit.OK
@@ -76,4 +77,4 @@ def add_commands(cmds: Commands) -> None:
     )
     cmds.command("assistants", cmd_assistants, "list the app's assistants")
     p = cmds.command("schema", cmd_schema, "print the JSON Schema of one kind of file")
-    p.add_argument("kind", choices=["app", "assistant", "connector", "mcp"])
+    p.add_argument("kind", choices=["app", "assistant", "connector", "mcp", "knowledge"])

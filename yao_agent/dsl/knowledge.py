@@ -67,7 +67,7 @@ def check_collection(doc: Document, root: Path, known: Known) -> list[Problem]:
         problems += connector_ref(doc, data["embedding"], known, ("embedding",))
     chunk = mapping(data.get("chunk"))
     size, overlap = chunk.get("max_tokens", 400), chunk.get("overlap_tokens", 40)
-    if isinstance(size, int) and isinstance(overlap, int) and overlap > size // 2:
+    if type(size) is int and type(overlap) is int and overlap > size // 2:  # (a bool is no count)
         said = f"overlap_tokens {overlap} is more than half of max_tokens {size} (expected at most {size // 2})"
         problems.append(doc.problem(("chunk", "overlap_tokens"), said))
     for index, source in items(data.get("sources")):

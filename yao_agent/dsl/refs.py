@@ -78,7 +78,7 @@ def check_roles(doc: Document | None, known: Known) -> list[Problem]:
             path = ("roles", role) if index is None else ("roles", role, index)
             if isinstance(connector, str) and connector not in known.connectors and not ENV_PATTERN.search(connector):
                 problems.append(doc.problem(path, unknown("connector", connector, known.connectors)))
-            elif role == DEFAULT_ROLE and connector in known.local:
+            elif role == DEFAULT_ROLE and isinstance(connector, str) and connector in known.local:
                 said = f"connector '{connector}' is type: local and only serves embeddings, while role '{role}'"
                 problems.append(doc.problem(path, f"{said} answers chats (expected a connector that can chat)"))
     return problems

@@ -129,11 +129,16 @@ def _check(value: object, schema: Schema, root: Schema, path: Path) -> Iterator[
         yield from _check_condition(cast(dict[str, Any], value), schema, root, path)
 
 
+def _same(value: object, allowed: object) -> bool:
+    """JSON Schema's equality: `false` is not 0, nor `true` 1 (Python's == says they are)."""
+    return value == allowed and isinstance(value, bool) == isinstance(allowed, bool)
+
+
 def _check_value(value: object, schema: Schema, path: Path) -> Iterator[tuple[Path, str]]:
-    if "enum" in schema and value not in schema["enum"]:
+    if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
         choices = ", ".join(str(v) for v in schema["enum"])
         yield path, f"{value!r} is not allowed (expected one of: {choices})"
-    if "const" in schema and value != schema["const"]:
+    if "const" in schema and not _same(value, schema["const"]):
         yield path, f"{value!r} is not allowed (expected {schema['const']!r})"
     if isinstance(value, float) and not math.isfinite(value):
         yield path, f"{value} is not a number (expected a finite number)"
