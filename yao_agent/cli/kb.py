@@ -155,7 +155,8 @@ def _pair(text: str) -> tuple[str, str]:
 
 
 def add_commands(cmds: Commands) -> None:
-    actions = cmds.family("kb", "knowledge: collections, documents, search", "Knowledge collections: what assistants search and cite.")
+    about = "Knowledge collections: what assistants search and cite."
+    actions = cmds.family("kb", "knowledge: collections, documents, search", about)
     actions.command("list", cmd_list, "list collections: the app's, and a team's with --team").add_argument(
         "--team", metavar="T", help="also the collections of team T"
     )
