@@ -304,3 +304,10 @@ async def test_a_store_at_0011_is_migrated_keeping_its_data_and_searches_what_co
 
 def _revision(tx: Tx) -> str:
     return str(tx.scalar(text("SELECT version_num FROM alembic_version")))
+
+
+def test_function_words_are_left_out_of_a_full_text_query_unless_they_are_all_it_has() -> None:
+    from yao_agent.store.knowledge import fulltext_words
+
+    assert fulltext_words("How many days of LEAVE do I get? Leave!") == ["many", "days", "leave", "get"]
+    assert fulltext_words("what is it") == ["what", "is", "it"]  # nothing else to look for
