@@ -55,9 +55,9 @@ APP = {
     "assistants/plain/assistant.yml": "name: Plain\n",
     "assistants/kb/assistant.yml": "name: Searching\nsearch: {knowledge: [hybrid]}\n",
 }
-# Targets (issue "Benchmarks"): documents a second added one by one; a search's median at 10k chunks.
-INGEST_MIN = {("SQLite", False): 50.0, ("SQLite", True): 40.0, ("PostgreSQL", False): 25.0,
-              ("PostgreSQL", True): 20.0}  # fmt: skip
+# Targets. Ingest: a `kb sync` of a 1,000-document handbook within 10 s on SQLite, 20 s on PostgreSQL,
+# with or without the local embedder. Search: the issue's 5 ms median at 10k chunks on SQLite.
+INGEST_MIN = {"SQLite": 100.0, "PostgreSQL": 50.0}
 SEARCH_P50_MAX = {10_000: 5.0, 100_000: 30.0}
 SEARCH_P99_MAX = {10_000: 15.0, 100_000: 60.0}
 PG_SEARCH_FACTOR = 2.0  # PostgreSQL's targets: SQLite's this many times (a round trip per statement)
@@ -99,9 +99,8 @@ async def ingest_rows(runs: Runs, database: str, docs: int) -> list[Row]:
     rows: list[Row] = []
     for collection, embedded in (("text", False), ("hybrid", True)):
         seconds, chunks = await ingest(runs, collection, docs, seed=1 if embedded else 2)
-        how = "full text + wordllama vectors" if embedded else "full text only"
-        rows.append(Row(f"ingest 1-2 KB Markdown docs, {how}, {database}", docs / seconds, "doc/s", "min",
-                        INGEST_MIN[database, embedded],
+        how = "full text + wordllama" if embedded else "full text"
+        rows.append(Row(f"ingest 1-2 KB docs, {how}, {database}", docs / seconds, "doc/s", "min", INGEST_MIN[database],
                         note=f"{docs} docs → {chunks} chunks in {seconds:.2f} s: {chunks / seconds:.0f} chunks/s, "
                              f"{1000 * seconds / docs:.1f} ms a document"))  # fmt: skip
     return rows
