@@ -1,10 +1,13 @@
 """Made-up text for the knowledge benchmarks, the same on every run: Markdown documents to ingest, chunks
 to store directly by the hundred thousand, and their random unit vectors.
 
-Words are drawn from the vocabulary of the retrieval set's documents (real English, with its common words
-as common as they are there) widened by made-up rarer words, with Zipf-like weights: so a question in
-English matches many chunks by its common words and few by its rare ones, as it would in a real
-collection, and full-text search does the work it would do there.
+Words are drawn with Zipf-like weights (the n-th word 1/n as often as the first) from the vocabulary of the
+retrieval set's documents widened by made-up rarer words. English function words keep the ranks they have
+in those documents ("the" first); every other word is dealt a rank at random. So a question in English
+matches nearly every chunk by its function words ("how", "do", "the") and a few by its other words, as
+in a real collection, where the words of one question are seldom the collection's commonest. (Left in
+the documents' order, the questions' words, taken from the same documents, would be among the
+commonest of the made-up text: `SHUFFLED = False` measures that worse case.)
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ DATA = Path(__file__).resolve().parent / "data" / "retrieval"
 SYLLABLES = ("ka", "lo", "mi", "re", "su", "ta", "ven", "dor", "pel", "quin", "bra", "sto", "nex", "fal", "gri")
 MADE_UP = 20_000  # rare words added to the documents' own (each a few syllables)
 DIMS = 256  # wordllama-256's width: the stored vectors must match its queries'
+SHUFFLED = True  # the ranks of all but the function words dealt at random (see the docstring)
+_FUNCTION = """a about after all also am an and any are as at be because been before being between both but by can
+could did do does doing down each few for from had has have having he her here him his how i if in into is it its
+just me more most my no nor not now of off on once only or other our out over own same she should so some such than
+that the their them then there these they this those through to too under up very was we were what when where which
+while who whom why will with would you your"""
+FUNCTION_WORDS = frozenset(_FUNCTION.split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +53,10 @@ def vocabulary() -> Vocabulary:
     made: list[list[int]] = np.random.default_rng(7).integers(0, len(SYLLABLES), size=(MADE_UP, 5)).tolist()
     invented = ["".join(SYLLABLES[i] for i in row[: 2 + row[4] % 4]) for row in made]
     words = list(dict.fromkeys(real + invented))
+    if SHUFFLED:
+        others = [w for w in words if w not in FUNCTION_WORDS]
+        dealt = iter([others[i] for i in np.random.default_rng(11).permutation(len(others)).tolist()])
+        words = [w if w in FUNCTION_WORDS else next(dealt) for w in words]
     ranks = np.arange(1, len(words) + 1, dtype=np.float64)
     weights = 1.0 / ranks
     cumulative = np.cumsum(weights / weights.sum())
