@@ -380,7 +380,8 @@ async def test_a_hook_cannot_flood_the_chat(
     path = write(tmp_path, f"async function Create(ctx) {{\n  for (let i = 0; i < 5000; i++) {loop};\n}}\n")
     error = await failure(runner, path, host, policy=HookPolicy(timeout_ms=10_000))
     assert (
-        error.message == f"the hook made more than {MAX_EFFECTS} ctx.send/ctx.call calls in one call (the limit is 100)"
+        error.message
+        == f"the hook made more than {MAX_EFFECTS} ctx.send/ctx.call/ctx.search calls in one call (the limit is 100)"
     )
     assert len(host.calls) == sent  # awaited one by one: the first 100 happened; all at once: none did
 

@@ -322,7 +322,7 @@ async def test_a_call_option_create_may_not_set_is_an_unknown_key(make: Make, fa
     assert end.error is not None and end.error["message"] == (
         "Create returned unknown key 'stop' (expected one of: messages, connector, prompt_preset, temperature, "
         "max_tokens, max_completion_tokens, top_p, metadata, locale, mcp_servers, disable_global_prompts, "
-        "delegate, require_approval)"
+        "delegate, require_approval, search)"
     )
     assert fake.requests == []
     [create] = [s for s in await steps_of(rt, end.run_id) if s.type == "hook_create"]
@@ -364,7 +364,7 @@ WRONG_NAMES = "of the wrong shape (expected a list of tool names)"
             "{temprature: 0.2}",
             "Create returned unknown key 'temprature' (expected one of: messages, connector, "
             "prompt_preset, temperature, max_tokens, max_completion_tokens, top_p, metadata, locale, mcp_servers, "
-            "disable_global_prompts, delegate, require_approval)",
+            "disable_global_prompts, delegate, require_approval, search)",
         ),
         ("5", "Create returned int (expected an object or null)"),
         (

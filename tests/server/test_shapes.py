@@ -37,6 +37,7 @@ FILES = {
     "mcps/testing.yml": "command: python\nargs: [-m, tests.support.mcp_server]\n",
     "assistants/payer/assistant.yml": "name: Payer\nmcp:\n  servers: [{server: testing, approve: [add]}]\n",
     "assistants/city/assistant.yml": "name: City\noutput:\n  schema: {type: object, required: [name]}\n",
+    "knowledge/handbook.yml": "name: Handbook\n",
 }
 RUNS = "/api/assistants/{assistant_id}/runs"
 CHAT = "/api/chats/{chat_id}"
@@ -100,7 +101,9 @@ class Api:
 @pytest.fixture
 async def api(tmp_path: Path, store: SqlStore) -> AsyncIterator[Api]:
     model = ScriptedModel()
-    rt = in_process(make_runtime(tmp_path / "app", store, {**app_files(model.base_url), **FILES}, model=model))
+    files = {**app_files(model.base_url), **FILES}
+    files["app.yml"] = files["app.yml"].replace("roles:\n", "roles:\n  embedding: fake.model\n")
+    rt = in_process(make_runtime(tmp_path / "app", store, files, model=model))
     runs = Runs(rt)
     tokens = {name: await store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
     transport = httpx.ASGITransport(app=create_app(runs))
@@ -216,7 +219,29 @@ async def openai(api: Api) -> None:
     await api.call("POST", "/v1/chat/completions", 404, body={**asked, "model": "nobody"})
 
 
+async def knowledge(api: Api) -> None:
+    """Collections, their documents, search, and embeddings: each as a team admin, a member and an outsider."""
+    await api.call("GET", "/api/knowledge", 200)
+    await api.call("GET", "/api/knowledge", 401, who=None)
+    made = await api.call("POST", "/api/knowledge", 200, who="bob_admin", body={"name": "policies"})
+    await api.call("POST", "/api/knowledge", 403, who="bob", body={"name": "other"})
+    docs, found = "/api/knowledge/{collection_id}/documents", "/api/knowledge/{collection_id}/search"
+    note = {"title": "Parking", "text": "Parking is on level 2.", "metadata": {"dept": "facilities"}}
+    added = await api.call("POST", docs, 200, who="bob_admin", body=note, collection_id=made["id"])
+    await api.call("POST", docs, 403, who="bob", body=note, collection_id=made["id"])
+    await api.call("GET", docs, 200, who="carol", collection_id=made["id"])
+    await api.call("GET", docs, 404, collection_id=made["id"])  # alice has no team: it is not there for her
+    await api.call("POST", found, 200, who="carol", body={"query": "parking"}, collection_id=made["id"])
+    await api.call("POST", found, 404, body={"query": "parking"}, collection_id=made["id"])
+    one = docs + "/{document_id}"
+    await api.call("DELETE", one, 200, who="bob_admin", collection_id=made["id"], document_id=added["document"]["id"])
+    await api.call("DELETE", one, 404, who="bob_admin", collection_id=made["id"], document_id=added["document"]["id"])
+    await api.call("POST", "/v1/embeddings", 200, body={"input": ["parking", "leave"]})
+    await api.call("POST", "/v1/embeddings", 400, body={"input": [""]})
+
+
 async def test_every_route_answers_as_the_document_says(api: Api) -> None:
+    await knowledge(api)
     chat = await runs_and_chats(api)
     await busy_chat(api, chat)
     await resumed(api, chat)

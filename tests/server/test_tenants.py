@@ -358,6 +358,13 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/api/budgets", None),
     ("PUT", "/api/budgets", {"per_day": 5}),
     ("GET", "/api/app", None),
+    ("GET", "/api/knowledge", None),
+    ("POST", "/api/knowledge", {"name": "mine"}),
+    ("GET", "/api/knowledge/handbook/documents", None),
+    ("POST", "/api/knowledge/handbook/documents", {"title": "planted", "text": "planted"}),
+    ("DELETE", "/api/knowledge/handbook/documents/doc_1", None),
+    ("POST", "/api/knowledge/handbook/search", {"query": "anything"}),
+    ("POST", "/v1/embeddings", {"input": "anything"}),
 ]
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/")}
 
@@ -454,6 +461,7 @@ async def test_the_route_list_above_is_every_route_of_the_api(live: Live) -> Non
     tested = {(m, p.split("?")[0].replace(CHAT, "{chat_id}")) for m, p, _ in ROUTES}
     tested = {(m, p.replace("/chat/runs", "/{assistant_id}/runs").replace("/default", "/{role}")) for m, p in tested}
     tested = {(m, p.replace("/runs/run_1", "/runs/{run_id}")) for m, p in tested}
+    tested = {(m, p.replace("/handbook/", "/{collection_id}/").replace("/doc_1", "/{document_id}")) for m, p in tested}
     assert declared - PUBLIC == tested
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

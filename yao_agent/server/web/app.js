@@ -181,7 +181,9 @@
 
   async function request(method, path, body, signal) {
     const init = { method, headers: headers({ Accept: "application/json" }), signal };
-    if (body !== undefined) {
+    if (body instanceof FormData) {
+      init.body = body; // a file upload: the browser writes the multipart Content-Type with its boundary
+    } else if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
@@ -460,6 +462,7 @@
       this.cards = new Map(); // tool_call_id → card
       this.fallbacks = { from: [], to: null }; // connectors that could not answer, and the one that did
       this.approvals = null; // the ApprovalPanel of a run that stops for approvals
+      this.sources = null; // the Sources panel: what the search step gave the model, cited ones marked
     }
 
     place(node, threadId) {
@@ -547,6 +550,7 @@
           entry.body.textContent = full;
         }
         if (entry.kind === "reasoning") entry.node.open = false;
+        if (entry.kind === "text" && this.sources) this.sources.cite(entry.text);
         if (e.status === "incomplete") entry.node.append(h("span", "badge status-incomplete", "incomplete"));
       }
       scrollDown();
@@ -586,6 +590,13 @@
 
     notice(text, kind = "notice") {
       this.place(h("div", kind === "error" ? "notice error" : "notice", text));
+    }
+
+    /** What the search step found (a `references` event, or a stored reply's): listed beside the answer. */
+    references(list) {
+      if (!list || !list.length) return;
+      if (!this.sources) this.sources = new Sources(this.node);
+      this.sources.add(list);
     }
 
     /** Earlier turns were summarised to fit the model's window (they stay stored): one quiet line. */
@@ -684,6 +695,7 @@
         this.end({ message_id: `${m.message_id}:r`, kind: "reasoning", content: m.reasoning, status: incomplete });
       }
       const text = textOf(m.content);
+      this.references(m.references);
       if (text || !(m.tool_calls && m.tool_calls.length)) {
         this.start({ message_id: m.message_id, kind: "text", thread_id: m.thread_id });
         this.end({ message_id: m.message_id, kind: "text", content: text, status: incomplete });
@@ -693,6 +705,64 @@
         this.start({ message_id: id, kind: "tool_call", thread_id: m.thread_id });
         this.end({ message_id: id, kind: "tool_call", content: call, status: incomplete });
       });
+    }
+  }
+
+  /** The sources of a reply: each reference the model was given, `[n] title › heading`, its text folded away;
+   *  those the reply cites are marked and opened, and a cited number that matches none is said plainly. */
+  class Sources {
+    constructor(turnNode) {
+      this.node = h("details", "sources");
+      this.node.open = true;
+      this.summary = h("summary", null, "Sources");
+      this.list = h("ol", "source-list");
+      this.warning = h("p", "source-unknown");
+      this.warning.hidden = true;
+      this.node.append(this.summary, this.list, this.warning);
+      this.items = new Map(); // n → li
+      this.turnNode = turnNode;
+      turnNode.append(this.node);
+    }
+
+    add(references) {
+      for (const r of references) {
+        if (this.items.has(r.n)) continue;
+        const item = h("li", "source");
+        item.value = r.n;
+        item.dataset.n = String(r.n);
+        const where = r.heading && (r.heading === r.title || r.heading.startsWith(`${r.title} › `))
+          ? r.heading : [r.title, r.heading].filter(Boolean).join(" › ");
+        const head = h("details", "source-item");
+        const label = h("summary", null, `[${r.n}] ${where}`);
+        label.append(h("span", "source-origin", r.source === "web" ? " · web" : ` · ${r.collection}`));
+        head.append(label, h("blockquote", "source-text", r.text));
+        if (r.url && /^https?:\/\//.test(r.url)) {
+          const link = h("a", "source-link", r.url);
+          link.href = r.url;
+          link.rel = "noopener noreferrer";
+          link.target = "_blank";
+          head.append(link);
+        }
+        item.append(head);
+        this.items.set(r.n, item);
+        this.list.append(item);
+      }
+      this.summary.textContent = `Sources (${this.items.size})`;
+    }
+
+    /** Mark what `text` cites as [n]; say which cited numbers match no source. */
+    cite(text) {
+      this.turnNode.append(this.node); // beside (after) the answer it supports
+      const cited = new Set([...String(text).matchAll(/\[(\d{1,3})\]/g)].map((m) => Number(m[1])));
+      const unknown = [...cited].filter((n) => !this.items.has(n));
+      for (const [n, item] of this.items) {
+        item.classList.toggle("cited", cited.has(n));
+        if (cited.has(n)) item.querySelector("details").open = true;
+      }
+      this.warning.hidden = !unknown.length;
+      this.warning.textContent = unknown.length
+        ? `The answer cites ${unknown.map((n) => `[${n}]`).join(", ")}, which ${unknown.length === 1 ? "matches" : "match"} no source.`
+        : "";
     }
   }
 
@@ -1094,6 +1164,9 @@
             break;
           case "compaction":
             turn.compaction(e);
+            break;
+          case "references":
+            turn.references(e.references);
             break;
           case "approval_request":
             turn.approvalRequest(e);
