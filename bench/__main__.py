@@ -19,6 +19,7 @@ from bench import (
     context,
     flush,
     hooks,
+    knowledge,
     load_app,
     logs,
     metrics,
@@ -70,6 +71,11 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "context": lambda: context.measure(200 // scale),
         "quota": lambda: asyncio.run(quota.measure(2000 // scale, quota.CALLS, flush.PG)),
         "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
+        "knowledge": lambda: asyncio.run(
+            knowledge.measure(
+                500 // scale, (10_000,) if quick else (10_000, 100_000), flush.PG, (10_000,), 300 // scale, 100 // scale
+            )
+        ),
     }
 
 

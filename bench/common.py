@@ -29,19 +29,20 @@ Sample = tuple[float, float]  # (CPU seconds of this process, wall seconds)
 @dataclass(frozen=True)
 class Row:
     """One line of the table. `kind` says how `ours` meets `limit`: as a ratio to the baseline, as the
-    amount added to the baseline, or as a plain maximum."""
+    amount added to the baseline, or as a plain maximum; or, for what should be high (a rate, a recall),
+    `min`: at least `limit`, as a ratio to the baseline when there is one, else as a plain minimum."""
 
     measure: str
     ours: float
     unit: str
-    kind: Literal["ratio", "added", "max"]
+    kind: Literal["ratio", "added", "max", "min"]
     limit: float
     baseline: float | None = None
     note: str = ""
 
     @property
     def figure(self) -> float:
-        if self.kind == "ratio":
+        if self.kind == "ratio" or (self.kind == "min" and self.baseline is not None):
             return self.ours / self.baseline if self.baseline else float("inf")
         if self.kind == "added":
             return self.ours - (self.baseline or 0.0)
@@ -49,12 +50,14 @@ class Row:
 
     @property
     def met(self) -> bool:
-        return self.figure <= self.limit
+        return self.figure >= self.limit if self.kind == "min" else self.figure <= self.limit
 
     @property
     def target(self) -> str:
         if self.kind == "ratio":
             return f"≤ {self.limit:.2f}×"
+        if self.kind == "min":
+            return f"≥ {self.limit:.2f}×" if self.baseline is not None else f"≥ {self.limit:g} {self.unit}"
         sign = "+" if self.kind == "added" else ""
         return f"{sign}≤ {self.limit:g} {self.unit}"
 
