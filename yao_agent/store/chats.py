@@ -168,6 +168,7 @@ class ChatStore:
             chat = _locked(tx, identity, run)
             if chat is not None and chat.last_status == "waiting" and run.resumed_from is None:
                 approvals.deny_pending(tx, run.chat_id, identity.user_id, now)  # a new message (CONTRACT §4.8)
+                approvals.close_client_calls(tx, run.chat_id, chat.last_run_id)  # (§9.2)
             try:
                 past = self.read_history(tx, run.chat_id, limit, since_summary=True) if chat is not None else []
             except Exception as exc:
