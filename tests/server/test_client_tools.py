@@ -36,6 +36,7 @@ TIME: ChatCompletionToolParam = {
     "function": {"name": "local_time", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
 }
 ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Weather in Paris?"}]
+PARIS = json.dumps({"city": "Paris"})
 TOOLED = "name: Tooled\nmcp: {servers: [testing]}\n"
 
 
@@ -109,7 +110,7 @@ async def test_streamed_tool_calls_and_their_continuation(live: Live, provider: 
         follow: list[ChatCompletionMessageParam] = [
             *ASK,
             {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+                {"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": PARIS}}
             ]},
             {"role": "tool", "tool_call_id": "call_w1", "content": "sunny"},
         ]  # fmt: skip
@@ -159,7 +160,10 @@ async def test_tool_choice_reaches_the_model(live: Live, provider: FakeProvider)
     async with openai_client(live) as client:
         for choice in ("none", "required", forced):
             await client.chat.completions.create(
-                model="chat", messages=ASK, tools=[WEATHER], tool_choice=choice  # pyright: ignore[reportArgumentType]
+                model="chat",
+                messages=ASK,
+                tools=[WEATHER],
+                tool_choice=choice,  # pyright: ignore[reportArgumentType]
             )
         with pytest.raises(openai.BadRequestError) as unknown:
             await client.chat.completions.create(
@@ -251,3 +255,28 @@ async def test_without_a_chat_id_the_conversation_is_sent_whole(live: Live, prov
         )
     assert answer.json()["choices"][0]["message"]["content"] == "Sunny."
     assert [m["role"] for m in provider.requests[0].body["messages"]][-3:] == ["user", "assistant", "tool"]
+
+
+async def test_results_without_a_chat_id_continue_the_chat_that_waits_for_them(
+    live: Live, provider: FakeProvider
+) -> None:
+    """Agent frameworks keep the conversation themselves and name no chat: the calls' ids find it."""
+    provider.enqueue(Reply(tool_calls=(weather_call("call_only_here"),)), Reply(text="Sunny."))
+    async with live.client() as client:
+        first = await client.post("/v1/chat/completions", json={"model": "chat", "messages": ASK, "tools": [WEATHER]})
+        message = first.json()["choices"][0]["message"]
+        result = {"role": "tool", "tool_call_id": "call_only_here", "content": "sunny"}
+        async with live.client("bob") as bob:  # another tenant's identical results find nothing of alice's
+            theirs = await bob.post(
+                "/v1/chat/completions", json={"model": "chat", "messages": [*ASK, message, result], "tools": [WEATHER]}
+            )
+        provider.enqueue(Reply(text="Sunny."))
+        again = await client.post(
+            "/v1/chat/completions", json={"model": "chat", "messages": [*ASK, message, result], "tools": [WEATHER]}
+        )
+    assert theirs.headers["x-chat-id"] != first.headers["x-chat-id"]
+    assert again.headers["x-chat-id"] == first.headers["x-chat-id"]
+    assert again.json()["choices"][0]["message"]["content"] == "Sunny."
+    history = await live.rt.store.history(ALICE, first.headers["x-chat-id"])
+    assert [(m.role, m.content) for m in history][2:] == [("tool", "sunny"), ("assistant", "Sunny.")]
+    assert len(await live.rt.store.list_chats(ALICE)) == 1

@@ -65,7 +65,9 @@ async def test_langchain_bind_tools(live: Live, provider: FakeProvider, stream: 
     model: Any = chat.bind_tools([get_weather])  # pyright: ignore[reportUnknownMemberType]
     asked: list[BaseMessage] = [HumanMessage("Weather in Paris?")]
     reply: AIMessage = await model.ainvoke(asked)
-    assert [(c["name"], c["args"], c["id"]) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"}, "call_lc")]
+    assert [(c["name"], c["args"], c["id"]) for c in reply.tool_calls] == [
+        ("get_weather", {"city": "Paris"}, "call_lc")
+    ]
     result: ToolMessage = await get_weather.ainvoke(reply.tool_calls[0])  # pyright: ignore[reportUnknownMemberType]
     chat_id = reply.response_metadata["headers"]["x-chat-id"]
     following = chat.model_copy(update={"default_headers": {"X-Chat-Id": chat_id}})
@@ -98,6 +100,14 @@ async def test_openai_agents_sdk_chat_completions_model(live: Live, provider: Fa
     assert final == "Sunny in Paris."
     assert [offered(r.body) for r in provider.requests] == [["weather"], ["weather"]]
     assert tool_results(provider.requests[1].body) == {"call_ag": "sunny, 21 C in Paris"}
+    await one_chat(live, ["assistant", "tool", "assistant"])
+
+
+async def one_chat(live: Live, ending: list[str]) -> None:
+    """The framework's turns made one chat (its tool results found the run that waited for them)."""
+    [chat] = await live.rt.store.list_chats(ALICE)
+    history = await live.rt.store.history(ALICE, chat.id)
+    assert [m.role for m in history][-len(ending) :] == ending
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -122,3 +132,4 @@ async def test_pydantic_ai_function_tool_and_output_tool(live: Live, provider: F
     assert output == Forecast(city="Paris", celsius=21)
     assert {"get_forecast", "final_result"} <= set(offered(provider.requests[0].body))
     assert tool_results(provider.requests[1].body) == {"call_pa": "sunny, 21 C in Paris"}
+    await one_chat(live, ["assistant", "tool", "assistant", "tool"])  # the output tool's call waits, unanswered

@@ -133,22 +133,25 @@ async def wait(state: RunState, calls: Sequence[ToolCall], attempt: int) -> Wait
 async def continuation(rt: Runtime, request: RunRequest) -> RunRequest:
     """The request as it reaches the pipeline: when it answers the calls its chat's run waits for (its
     messages end with their `tool` results), a continuation of that run with those results (what it
-    resends of the conversation is stored already); any other request as it is."""
-    if request.chat_id is None or request.resume is not None or request.identity is None:
-        return request
+    resends of the conversation is stored already); any other request as it is. A request naming no chat
+    continues the caller's chat whose run waits for exactly those calls, if there is one."""
     given = results(request.messages)
-    if not given:
+    if request.resume is not None or request.identity is None or not given:
         return request
     parse_input(request.messages)  # the whole request is well formed, as any run's input is
-    point = await rt.store.resume_point(request.identity, request.chat_id)  # (an id of the caller's shape)
+    chat_id = request.chat_id or await rt.store.waiting_for_client(request.identity, given.keys())
+    if chat_id is None:
+        return request
+    point = await rt.store.resume_point(request.identity, chat_id)  # (an id of the caller's shape)
     pending = pending_calls(point)
     if point is None or not pending or not given.keys() & {c.id for c in pending}:
-        return request  # (a new conversation, or results of calls this chat never made: stateless)
+        return request  # (a new conversation, or results of calls this chat never made: sent whole)
     missing = [c.id for c in pending if c.id not in given]
     if missing:
         raise UsageError(f"messages: the chat waits for the result of every call it made; missing: "
                          f"{', '.join(missing)} (a `tool` message each, after the assistant message)")  # fmt: skip
-    return replace(request, messages=(), resume=point, client_results={c.id: given[c.id] for c in pending})
+    return replace(request, chat_id=chat_id, messages=(), resume=point,
+                   client_results={c.id: given[c.id] for c in pending})  # fmt: skip
 
 
 def pending_calls(point: ResumePoint | None) -> list[ToolCall]:

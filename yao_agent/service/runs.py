@@ -97,8 +97,9 @@ class Runs:
             metrics.refused(Draining.code)
             raise Draining("this server is shutting down and starts no new runs; send the request again", retry_after=1)
         rt, admission = process.rt, process.admission  # the app version current now: the run keeps it to its end
-        if request.chat_id is not None and request.resume is None:  # the client's tool results continue its run
-            permission.valid_chat_id(request.chat_id)
+        if request.resume is None:  # the client's tool results continue the run that waits for them
+            if request.chat_id is not None:
+                permission.valid_chat_id(request.chat_id)
             request = await client_tools.continuation(rt, request)
         who, chat_id = request.identity, request.chat_id
         theirs = who is not None and chat_id is not None and process.running(who, chat_id)

@@ -111,6 +111,11 @@ def close_client_calls(tx: Tx, chat_id: str, run_id: str | None) -> None:
                                          "call_id": call_id})  # fmt: skip
 
 
+def round_ids(stored: Any) -> list[str]:
+    """The call ids of a stored `waiting` tool round."""
+    return _round(stored).ids
+
+
 def _round(stored: Any) -> ToolRound:
     given = step_inputs.read("tool", stored)
     return given if isinstance(given, ToolRound) else ToolRound(())
