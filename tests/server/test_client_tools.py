@@ -17,7 +17,9 @@ from tests.support.mcp_server import server as testing_server
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, openai_client, running, server_files
 from yao_agent.identity import Identity
-from yao_agent.store import SqlStore
+from yao_agent.ids import RandomIds
+from yao_agent.pipeline import Runtime
+from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.approvals import NO_CLIENT_RESULT
 from yao_agent.testing import FakeProvider, Reply, ToolCall
 from yao_agent.tools import ToolManager
@@ -40,15 +42,19 @@ PARIS = json.dumps({"city": "Paris"})
 TOOLED = "name: Tooled\nmcp: {servers: [testing]}\n"
 
 
-@pytest.fixture
-async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+def tooled_runtime(root: Path, store: SqlStore, provider: FakeProvider, **options: str) -> Runtime:
     """`chat` (no tools of its own) and `tooled` (the testing MCP server's tools, run in process)."""
-    files = server_files(provider.base_url)
+    files = server_files(provider.base_url, **options)
     files["mcps/testing.yml"] = "command: python\n"
     files["assistants/tooled/assistant.yml"] = TOOLED
-    rt = make_runtime(tmp_path / "app", store, files)
+    rt = make_runtime(root, store, files)
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
-    async with running(rt) as served:
+    return rt
+
+
+@pytest.fixture
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+    async with running(tooled_runtime(tmp_path / "app", store, provider)) as served:
         yield served
 
 
@@ -280,3 +286,56 @@ async def test_results_without_a_chat_id_continue_the_chat_that_waits_for_them(
     history = await live.rt.store.history(ALICE, first.headers["x-chat-id"])
     assert [(m.role, m.content) for m in history][2:] == [("tool", "sunny"), ("assistant", "Sunny.")]
     assert len(await live.rt.store.list_chats(ALICE)) == 1
+
+
+def ask_with(result: dict[str, Any] | None = None, message: dict[str, Any] | None = None) -> dict[str, Any]:
+    sent = [*ASK, *([message, result] if message is not None and result is not None else [])]
+    return {"model": "chat", "messages": sent, "tools": [WEATHER]}
+
+
+async def test_a_waiting_run_outlives_its_server(
+    tmp_path: Path, store: SqlStore, store_raw_url: str, provider: FakeProvider
+) -> None:
+    """Nothing waits in memory: a server started anew on the same database continues the run."""
+    provider.enqueue(Reply(tool_calls=(weather_call(),)))
+    async with running(tooled_runtime(tmp_path / "app", store, provider)) as before, before.client() as client:
+        first = await client.post("/v1/chat/completions", json=ask_with())
+    chat_id, message = first.headers["x-chat-id"], first.json()["choices"][0]["message"]
+    again = SqlStore(await open_engine(store_url(store_raw_url, tmp_path)))
+    rt = tooled_runtime(tmp_path / "app", again, provider)
+    rt.ids = RandomIds()  # a new process: its own ids
+    try:
+        async with running(rt) as after, after.client() as client:
+            provider.enqueue(Reply(text="Sunny."))
+            result = {"role": "tool", "tool_call_id": "call_w1", "content": "sunny"}
+            answer = await client.post("/v1/chat/completions", headers={"X-Chat-Id": chat_id},
+                                       json=ask_with(result, message))  # fmt: skip
+            runs = await after.rt.store.runs_of(ALICE, chat_id)
+    finally:
+        await again.aclose()
+    assert answer.json()["choices"][0]["message"]["content"] == "Sunny."
+    assert [(r.status, r.reason) for r in runs] == [("completed", "completed"), ("waiting", "client_tools")]
+
+
+async def test_the_runs_turn_limit_holds_across_round_trips(
+    tmp_path: Path, store: SqlStore, provider: FakeProvider
+) -> None:
+    """limits.max_turns counts the model calls of every continuation: the run is one run."""
+    rt = tooled_runtime(tmp_path / "app", store, provider, limits="{max_turns: 2}")
+    provider.enqueue(
+        Reply(tool_calls=(weather_call("c1"),)), Reply(text="Still looking.", tool_calls=(weather_call("c2"),))
+    )
+    async with running(rt) as live, live.client() as client:
+        first = await client.post("/v1/chat/completions", json=ask_with())
+        chat_id = first.headers["x-chat-id"]
+        sent = [*ASK, first.json()["choices"][0]["message"], {"role": "tool", "tool_call_id": "c1", "content": "?"}]
+        second = await client.post("/v1/chat/completions", headers={"X-Chat-Id": chat_id},
+                                    json={"model": "chat", "messages": sent, "tools": [WEATHER]})  # fmt: skip
+        sent += [second.json()["choices"][0]["message"], {"role": "tool", "tool_call_id": "c2", "content": "?"}]
+        third = await client.post("/v1/chat/completions", headers={"X-Chat-Id": chat_id},
+                                  json={"model": "chat", "messages": sent, "tools": [WEATHER]})  # fmt: skip
+    assert second.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert third.status_code == 200 and third.json()["choices"][0]["finish_reason"] == "length"
+    assert len(provider.requests) == 2  # the third model call would have been the run's third turn
+    [last, *_] = await rt.store.runs_of(ALICE, chat_id)
+    assert (last.status, last.reason) == ("failed", "max_turns")

@@ -3,7 +3,9 @@
 `model` is the assistant id. The chat continues through the `X-Chat-Id` header (or `metadata.chat_id`),
 which must name one of the caller's chats; a new chat's id is returned in `X-Chat-Id`. The assistant's
 tools run here, on the server, so they never reach the client as `tool_calls` (it would try to run
-them); a request bringing its own `tools` is refused. Every other field of the request is honoured or
+them). The client's own `tools` are offered beside them: a reply calling one answers
+`finish_reason: "tool_calls"` with those calls only, and the client's results continue the run
+(pipeline/client_tools.py). Every other field of the request is honoured or
 refused with a 400 naming it (see `openai_body`). Errors use OpenAI's shape, `{"error": {"message",
 "type", "code", "param"?}}`.
 
