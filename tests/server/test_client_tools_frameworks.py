@@ -116,19 +116,22 @@ async def test_pydantic_ai_function_tool_and_output_tool(live: Live, provider: F
         Reply(tool_calls=(ToolCall("get_forecast", PARIS, id="call_pa"),)),
         Reply(tool_calls=(ToolCall("final_result", json.dumps({"city": "Paris", "celsius": 21}), id="call_out"),)),
     )
-    model = OpenAIChatModel("chat", provider=OpenAIProvider(base_url=live.url + "/v1", api_key=live.tokens["alice"]))
-    agent = PydanticAgent(model, output_type=Forecast)
+    async with openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=live.tokens["alice"], max_retries=0) as client:
+        model = OpenAIChatModel(
+            "chat", provider=OpenAIProvider(openai_client=client)
+        )  # (closed here, with its sockets)
+        agent = PydanticAgent(model, output_type=Forecast)
 
-    @agent.tool_plain
-    def get_forecast(city: str) -> str:  # pyright: ignore[reportUnusedFunction]
-        """The weather in a city."""
-        return f"sunny, 21 C in {city}"
+        @agent.tool_plain
+        def get_forecast(city: str) -> str:  # pyright: ignore[reportUnusedFunction]
+            """The weather in a city."""
+            return f"sunny, 21 C in {city}"
 
-    if stream:
-        async with agent.run_stream("Weather in Paris?") as streamed:
-            output = await streamed.get_output()
-    else:
-        output = (await agent.run("Weather in Paris?")).output
+        if stream:
+            async with agent.run_stream("Weather in Paris?") as streamed:
+                output = await streamed.get_output()
+        else:
+            output = (await agent.run("Weather in Paris?")).output
     assert output == Forecast(city="Paris", celsius=21)
     assert {"get_forecast", "final_result"} <= set(offered(provider.requests[0].body))
     assert tool_results(provider.requests[1].body) == {"call_pa": "sunny, 21 C in Paris"}
