@@ -425,17 +425,31 @@ class ModelsOut(TypedDict):
     data: list[ModelOut]
 
 
+class FunctionCallOut(TypedDict):
+    name: str
+    arguments: str
+
+
+class ClientCallOut(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: FunctionCallOut
+
+
 class AnswerOut(TypedDict):
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    """null only beside `tool_calls`, when the model said nothing with them"""
     reasoning_content: NotRequired[str]
+    tool_calls: NotRequired[list[ClientCallOut]]
+    """calls of the client's own tools, for the client to run (CONTRACT §9.2)"""
 
 
 class ChoiceOut(TypedDict):
     index: int
     message: AnswerOut
-    finish_reason: Literal["stop", "length"]
-    """length: a limit (max_turns) cut the run short"""
+    finish_reason: Literal["stop", "length", "tool_calls"]
+    """length: a limit (max_turns) cut the run short; tool_calls: the client is to run `tool_calls`"""
 
 
 class CompletionUsageOut(TypedDict):

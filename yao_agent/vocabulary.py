@@ -22,6 +22,7 @@ TerminalReason = Literal[
     "context_overflow",
     "output_error",
     "approval_required",
+    "client_tools",
     "budget_exceeded",
     "prompt_error",
     "internal_error",

@@ -82,9 +82,9 @@ async def test_openai_errors_use_openai_shape(live: Live, provider: FakeProvider
         with pytest.raises(openai.BadRequestError) as tools:
             await client.chat.completions.create(
                 model="chat", messages=[{"role": "user", "content": "x"}],
-                tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                functions=[{"name": "f", "parameters": {}}],
             )  # fmt: skip
-        assert "client-side tools are not supported" in tools.value.message
+        assert "the legacy `functions` are not supported" in tools.value.message
         provider.enqueue(*[Reply(status=500, error_message="upstream down")] * 3)
         with pytest.raises(openai.APIStatusError) as failed:
             await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "x"}])

@@ -10,6 +10,7 @@ from yao_agent.base.redact import redact
 from yao_agent.errors import HookError, ModelError, OverBudget, PromptError, RunError
 from yao_agent.events import StreamEnd, ToolResult
 from yao_agent.messages import ChatMessage, iso_time
+from yao_agent.pipeline import client_tools
 from yao_agent.pipeline.approvals import WAITING
 from yao_agent.pipeline.outcomes import Wait
 from yao_agent.pipeline.runtime import Runtime
@@ -35,8 +36,8 @@ async def settle(rt: Runtime, state: RunState, outcome: BaseException | Wait | N
         run.status, run.reason, run.error = "completed", "completed", None
     elif isinstance(outcome, asyncio.CancelledError):
         run.status, run.reason, run.error = "cancelled", "cancelled", None
-    elif isinstance(outcome, Wait):  # not a failure: the run goes on when a person decides
-        run.status, run.reason, run.error = "waiting", "approval_required", None
+    elif isinstance(outcome, Wait):  # not a failure: the run goes on when a person (or the client) answers
+        run.status, run.reason, run.error = "waiting", "client_tools" if outcome.client else "approval_required", None
     elif isinstance(outcome, RunError):
         run.status, run.reason, run.error = "failed", outcome.reason, error_detail(outcome)
         # Clients show a failure in plain words with the run id; the details are here, for whoever runs the server.
@@ -85,14 +86,16 @@ def pair_open_calls(rt: Runtime, state: RunState) -> list[ToolResult]:
     status = state.run.status
     unrun: ToolCallOutcome = status if status in ("waiting", "cancelled") else "not_run"
     events: list[ToolResult] = []
+    clients = {c.id for c in state.client_calls} if status == "waiting" else set[str]()
     for message in list(state.buffer.messages):
         for call in message.tool_calls:
             if call.id in answered:
                 continue
             answered.add(call.id)
             state.buffer.unrun[call.id] = unrun
+            said = client_tools.STAND_IN if call.id in clients else why
             state.buffer.add(ChatMessage(
-                id=rt.ids.new("msg"), role="tool", content=why, run_id=state.run_id, tool_call_id=call.id,
+                id=rt.ids.new("msg"), role="tool", content=said, run_id=state.run_id, tool_call_id=call.id,
                 thread_id=message.thread_id, created_at=rt.clock()))  # fmt: skip
             spec = rt.tools.locate(call.name)
             server, tool = (spec.server, spec.tool) if spec is not None else ("", call.name)

@@ -67,6 +67,10 @@ class RunOptions:
     mcp_servers: tuple[McpUse, ...] | None = None  # the servers whose tools are offered, instead of the assistant's
     require_approval: tuple[str, ...] | None = None  # tools whose calls wait for a person (approvals.py)
     search: SearchChoice | None = None  # what Create chose of the search step (pipeline/search.py)
+    # The tools the client brought (OpenAI function tools, offered beside the assistant's: client_tools.py),
+    # and its `tool_choice` for them; kept with the run, so a resume offers them again.
+    client_tools: tuple[Mapping[str, Any], ...] | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
     call: CallOptions = NO_OPTIONS  # over the assistant's `options`, for each model call (RUN_CALL_OPTIONS)
     # The names set, in the order they were: the JSON form lists them so, as it did when this was a dict.
     # Options built by name list them all; built by field, they are found (own fields first).
@@ -96,6 +100,8 @@ class RunOptions:
         own: dict[str, Any] = {n: stored[n] for n in OWN if stored.get(n) is not None}
         if "mcp_servers" in own:
             own["mcp_servers"] = tuple(_use(as_mapping(u)) for u in as_list(own["mcp_servers"]))
+        if "client_tools" in own:
+            own["client_tools"] = tuple(dict(as_mapping(t)) for t in as_list(own["client_tools"]))
         if "require_approval" in own:
             own["require_approval"] = tuple(str(n) for n in as_list(own["require_approval"]))
         if "search" in own:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from yao_agent.messages import ToolCall
 from yao_agent.pipeline.answers import Delegation
 from yao_agent.store.records import Approval
 from yao_agent.vocabulary import Transition
@@ -39,10 +40,12 @@ class Finish:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Tool calls of a reply wait for a person (approvals): none of the reply's calls ran, its round is
+    """Tool calls of a reply wait for a person (approvals), or for the client to run them (`client`).
+    For a person, none of the reply's calls ran, its round is
     recorded as a `waiting` step, and the run ends `waiting` — not a failure: a decision continues it."""
 
     approvals: tuple[Approval, ...]
+    client: tuple[ToolCall, ...] = ()  # or the calls of the client's own tools, which the client runs (§9.2)
 
 
 Outcome = Continue | HandOver | Finish | Wait

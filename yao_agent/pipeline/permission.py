@@ -16,7 +16,7 @@ from yao_agent.dsl.specs import App, AssistantSpec
 from yao_agent.errors import NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity
 from yao_agent.messages import check_text, parse_input
-from yao_agent.pipeline import resume
+from yao_agent.pipeline import client_tools, resume
 from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.pipeline.options import RunOptions
@@ -47,7 +47,7 @@ async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = Fals
         await chat(rt, identity, valid_chat_id(chat_id), request.chat_must_exist)
     given = parse_input(request.messages) if request.resume is None or request.messages else []
     check_text(request.metadata, "metadata")  # it reaches prompts and hooks, which need text that encodes
-    options = RunOptions.of_request(request.options)
+    options = RunOptions.of_request(request.options).over(client_tools.options(request))
     run_id = rt.ids.new("run")
     run = RunRecord(
         id=run_id, chat_id=chat_id or rt.ids.new("chat"), user_id=identity.user_id, team_id=identity.team_id,

@@ -33,6 +33,11 @@ async def request(rt: Runtime, identity: Identity, chat_id: str) -> RunRequest:
             f"chat '{chat_id}' waits for a person to approve {names}: decide with "
             f"POST /api/chats/{chat_id}/approvals or `yao-agent approve {chat_id}`"
         )
+    if point.run.status == "waiting" and point.run.reason == "client_tools":  # a resume has no results to give
+        raise ApprovalConflict(
+            f"chat '{chat_id}' waits for the results of tools the client runs: send them (the assistant "
+            "message and a `tool` message per call) in the next POST /v1/chat/completions on this chat"
+        )
     return RunRequest(assistant_id=point.run.assistant_id, identity=identity, chat_id=chat_id, resume=point)
 
 

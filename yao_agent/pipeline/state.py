@@ -12,7 +12,7 @@ from yao_agent.errors import DelegateError
 from yao_agent.events import Event
 from yao_agent.hooks.host import RunSpend
 from yao_agent.identity import Identity
-from yao_agent.messages import ChatMessage
+from yao_agent.messages import ChatMessage, ToolCall
 from yao_agent.metering.usage import RunUsage
 from yao_agent.pipeline.answers import Delegation
 from yao_agent.pipeline.buffer import Buffer
@@ -45,6 +45,11 @@ class RunRequest:
     traceparent: str | None = (
         None  # the caller's W3C trace context: the run joins its trace (yao_agent/observe/tracing.py)
     )
+    # Tools the client brought (OpenAI function tools) and its tool_choice (pipeline/client_tools.py).
+    client_tools: Sequence[Mapping[str, Any]] = ()
+    tool_choice: str | Mapping[str, Any] | None = None
+    # The client's results for the calls the run it resumes waits for: call id → the result's text.
+    client_results: Mapping[str, str] = field(default_factory=dict[str, str])
 
 
 class ChildRuns(Protocol):
@@ -119,6 +124,8 @@ class RunState:
     children: ChildRuns = field(default_factory=_NoChildren)
     spend: RunSpend = field(default_factory=RunSpend)  # the root's: what its hooks used of the per-run limits
     waiting: list[Approval] = field(default_factory=list[Approval])  # the root's: calls it stopped for (approvals)
+    client_calls: list[ToolCall] = field(default_factory=list[ToolCall])  # the root's: calls the client is to run
+    forced: bool = False  # the root's: a model call had the client's tool_choice forcing a call (client_tools.py)
     created: bool = False  # the root's: its Create hook ran (a resume does not ask it again: pipeline/carry.py)
     create_messages: list[dict[str, Any]] | None = None  # the root's: the conversation its Create hook wrote
     searched: bool = False  # the search step has run (or had nothing to do): a resume does not search again

@@ -20,7 +20,7 @@ from typing import Any, cast
 from yao_agent.errors import ToolError
 from yao_agent.events import ToolResult
 from yao_agent.messages import ChatMessage, ToolCall
-from yao_agent.pipeline import approvals, guards, journal, search
+from yao_agent.pipeline import approvals, client_tools, guards, journal, search
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -67,6 +67,7 @@ async def offered(rt: Runtime, state: RunState) -> Offer:
         state.tools = await rt.tools.offer(uses) if uses else Offer([])
         if search.offers_tool(state):
             state.tools = Offer([*state.tools.tools, search.TOOL], state.tools.unavailable)
+        client_tools.check_names(state, state.tools.tools)  # (a Create hook's servers may bring a clash)
         for message in state.tools.unavailable.values():
             log.warning("run %s: the tools of a server are not offered: %s", state.run_id, message)
     return state.tools
@@ -205,7 +206,10 @@ def _first(exc: BaseException) -> BaseException:
 async def _one(rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[ToolSpec], attempt: int) -> _Done:
     spec = rt.tools.find(call.name, tools)
     said_no = approvals.denied(state, call.id)
-    if said_no is not None:  # a person denied it: the model is told so, and the tool never sees the call
+    brought = client_tools.result_of(state, call.id)
+    if brought is not None:  # a call of the client's own tool: the client ran it and sent this
+        outcome = ToolOutcome(result=brought, error=None, retryable=False)
+    elif said_no is not None:  # a person denied it: the model is told so, and the tool never sees the call
         outcome = ToolOutcome(result=said_no, error=None, retryable=False)
         state.buffer.unrun[call.id] = "denied"
     elif spec is None:

@@ -15,6 +15,7 @@ run finishes (transition `appended`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
@@ -22,6 +23,7 @@ from yao_agent.errors import ModelError
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import (
     approvals,
+    client_tools,
     context,
     delegate,
     guards,
@@ -154,6 +156,11 @@ async def _turn(rt: Runtime, state: RunState, how: Continue) -> Outcome:
     waiting = approvals.needing(state, reply.tool_calls, (await tool_round.offered(rt, state)).tools)
     if waiting:  # none of the reply's calls runs before a person decides
         return await approvals.wait(state, reply.tool_calls, waiting, state.tool_attempt + 1)
+    ours, theirs = client_tools.split(state, reply.tool_calls)
+    if theirs:  # the server's calls run first, then the client is given its own
+        if ours:
+            await tool_round.run_round(rt, state, replace(reply, tool_calls=tuple(ours)))
+        return await client_tools.wait(state, theirs, state.tool_attempt + 1)
     executed = await tool_round.run_round(rt, state, reply)
     if isinstance(executed, tool_round.Correct):
         return Continue("tool_retry", ({"role": "system", "content": RETRY_PROMPT},))
@@ -164,18 +171,19 @@ async def model_turn(rt: Runtime, state: RunState, how: Continue) -> ChatMessage
     guards.before_model_call(state, rt.app.config.limits.max_turns)
     fold_appended(rt, state)
     offer = await tool_round.offered(rt, state)
-    tools = [t.to_openai() for t in offer.tools] if how.with_tools else []
+    tools = [*(t.to_openai() for t in offer.tools), *client_tools.definitions(state)] if how.with_tools else []
     notes = tool_round.unavailable_note(offer)
     messages = [*prompts.system_messages(rt, state), *notes, *state.conversation, *how.extra]
     messages = await context.fit(rt, state, messages, tools)  # the context budget (5), before every call
+    options = prompts.call_options(state).over(client_tools.call_option(state, tools))
     try:
-        reply = await llm.call(rt, state, messages, tools, options=prompts.call_options(state), why=how.transition)
+        reply = await llm.call(rt, state, messages, tools, options=options, why=how.transition)
     except ModelError as exc:  # the provider found it too long after all: compacted harder, tried once more
         if exc.kind != "context_overflow":
             raise
         messages = await context.refit(rt, state, messages, tools, exc)
         guards.before_model_call(state, rt.app.config.limits.max_turns)
-        reply = await llm.call(rt, state, messages, tools, options=prompts.call_options(state), why="compact_retry")
+        reply = await llm.call(rt, state, messages, tools, options=options, why="compact_retry")
     state.conversation.append(reply.to_provider())
     return reply
 
@@ -233,6 +241,8 @@ def _tool_loop(
     state: RunState, results: Sequence[Mapping[str, Any]], transition: Transition = "tool_results"
 ) -> Outcome:
     """Tool results go back to the model (at most `mcp.max_turns` times, then one last call without tools)."""
+    if results and client_tools.brought(state, results):  # the client's results always go back to the model,
+        return Continue(transition)  # and count as turns of the run, not of the server's tool loop
     if not results or not state.assistant.mcp.tool_loop:
         return _unless_appended(state, Finish())
     if state.tool_turns < state.assistant.mcp.max_turns:
@@ -259,11 +269,17 @@ async def _resume_round(rt: Runtime, state: RunState, given: ToolRound) -> Outco
     if waiting:  # undecided (a continuation of a run whose flush was lost): they wait again
         return await approvals.wait(state, calls, waiting, given.attempt)
     decided = approvals.decisions(state)
-    ids = set(given.ids)
+    theirs = client_tools.unanswered(state, calls)  # the client's calls this request brings no result for
+    calls = tuple(c for c in calls if c not in theirs)
+    if not calls:
+        return await client_tools.wait(state, theirs, given.attempt)
+    ids = {c.id for c in calls}
     stored = {m.tool_call_id: m.id for m in state.root.history if m.role == "tool" and m.tool_call_id in ids}
     state.conversation = [m for m in state.conversation if not (m["role"] == "tool" and m.get("tool_call_id") in ids)]
     reply = ChatMessage(rt.ids.new("msg"), "assistant", None, run_id=state.run_id, tool_calls=calls)
     executed = await tool_round.run_round(rt, state, reply, replacing=stored)
+    if theirs:
+        return await client_tools.wait(state, theirs, given.attempt)
     if isinstance(executed, tool_round.Correct):
         return Continue("tool_retry", ({"role": "system", "content": RETRY_PROMPT},))
     after: Transition = "approved" if any(c.id in decided for c in calls) else "tool_results"

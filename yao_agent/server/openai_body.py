@@ -7,8 +7,10 @@ A client that sends a field expects something of it, so none is dropped without 
   which also becomes the run's output schema (pipeline/output.py): the answer is validated against it.
 * To the run's metadata (prompts and hooks see it): `user`, `safety_identifier`.
 * Shaping the answer: `stream`, `stream_options.include_usage`; `metadata.chat_id` names the chat.
+* The client's own `tools` are offered beside the assistant's and run by the client, with `tool_choice`
+  (pipeline/client_tools.py).
 * Refused with a 400 naming the field (`param`): what this server cannot do — several choices, log
-  probabilities, client-side tools, audio, OpenAI's own services (stored completions, predicted outputs,
+  probabilities, the legacy `functions`, audio, OpenAI's own services (stored completions, predicted outputs,
   web search, prompt caching keys, service tiers, verbosity). Null, or the value OpenAI assumes when the
   field is absent (`n: 1`, `tool_choice: "auto"`, `modalities: ["text"]`, ...), asks for nothing and is
   accepted.
@@ -106,6 +108,38 @@ class ResponseFormat(BaseModel):
         return self
 
 
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="a JSON Schema of the arguments")
+    strict: bool | None = None
+
+
+class FunctionTool(BaseModel):
+    """A tool the client brings: offered to the model beside the assistant's own, run by the client."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class ChosenName(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str
+
+
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: ChosenName
+
+
+ToolChoice = Annotated[
+    Literal["auto", "none", "required"] | ChosenFunction, _kinds("auto, none, required or a function", str, dict)
+]
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool | None = Field(None, description="a last chunk with the run's usage")
@@ -142,9 +176,11 @@ class CompletionBody(BaseModel):
     n: Positive | None = Field(None, description="1 only")
     logprobs: bool | None = Field(None, description="false only")
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = Field(None, description="not supported")
-    tools: list[dict[str, Any]] | None = Field(None, description="not supported (an empty list is accepted)")
-    functions: list[dict[str, Any]] | None = Field(None, description="not supported (an empty list is accepted)")
-    tool_choice: Choice | None = Field(None, description="auto or none only")
+    tools: list[FunctionTool] | None = Field(
+        None, description="the client's function tools, offered beside the assistant's; the client runs them"
+    )
+    functions: list[dict[str, Any]] | None = Field(None, description="not supported: use `tools`")
+    tool_choice: ToolChoice | None = Field(None, description="auto, none, required or {type: function, function}")
     function_call: Choice | None = Field(None, description="auto or none only")
     audio: dict[str, Any] | None = Field(None, description="not supported")
     modalities: list[str] | None = Field(None, description='["text"] only')
@@ -184,6 +220,21 @@ class CompletionBody(BaseModel):
             inside = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where)
             raise InvalidParam(f"response_format.json_schema.schema{inside}: {message}", param="response_format")
 
+    def client_tools(self) -> list[dict[str, Any]]:
+        """The client's tools as the model is offered them; a name given twice is refused."""
+        tools = [t.model_dump(exclude_none=True) for t in self.tools or ()]
+        seen: set[str] = set()
+        for index, tool in enumerate(tools):
+            name = tool["function"]["name"]
+            if name in seen:
+                raise InvalidParam(f"tools[{index}].function.name: '{name}' is given twice", param="tools")
+            seen.add(name)
+        return tools
+
+    def choice(self) -> str | dict[str, Any] | None:
+        choice = self.tool_choice
+        return choice.model_dump() if isinstance(choice, ChosenFunction) else choice
+
     def refusals(self) -> list[tuple[str, Any]]:
         """The fields given that may be refused: the refusable ones and the unknown ones, unless null."""
         given = {name: getattr(self, name) for name in REFUSED} | dict(self.model_extra or {})
@@ -214,8 +265,8 @@ def _one_of(*values: object) -> Callable[[Any], bool]:
     return lambda value: any(value == v and type(value) is type(v) for v in values)
 
 
-TOOLS = "client-side tools are not supported (the assistant's own tools run on the server)"
-TOOL_CHOICE = "only 'auto' or 'none': the client sends no tools (the assistant's own tools run on the server)"
+TOOLS = "the legacy `functions` are not supported: send them as `tools`"
+TOOL_CHOICE = "only 'auto' or 'none': the legacy `function_call` is not supported (send `tools` and `tool_choice`)"
 NOT_HERE = "not supported by this server"
 STORE = "stored completions are not supported (the chat is kept in this server's history)"
 TIER = "only 'auto' or 'default': the assistant's connector decides"
@@ -225,9 +276,7 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str, str]] = {
     "n": (_one_of(1), "only one choice is generated (n = 1)", "unsupported_value"),
     "logprobs": (_one_of(False), "log probabilities are not available", "unsupported_value"),
     "top_logprobs": (_never, "log probabilities are not available", "unsupported_parameter"),
-    "tools": (_one_of([]), TOOLS, "unsupported_parameter"),
     "functions": (_one_of([]), TOOLS, "unsupported_parameter"),
-    "tool_choice": (_one_of("auto", "none"), TOOL_CHOICE, "unsupported_value"),
     "function_call": (_one_of("auto", "none"), TOOL_CHOICE, "unsupported_value"),
     "audio": (_never, "only text output is supported", "unsupported_parameter"),
     "modalities": (_one_of(["text"]), 'only text output is supported (["text"])', "unsupported_value"),

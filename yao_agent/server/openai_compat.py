@@ -3,7 +3,9 @@
 `model` is the assistant id. The chat continues through the `X-Chat-Id` header (or `metadata.chat_id`),
 which must name one of the caller's chats; a new chat's id is returned in `X-Chat-Id`. The assistant's
 tools run here, on the server, so they never reach the client as `tool_calls` (it would try to run
-them); a request bringing its own `tools` is refused. Every other field of the request is honoured or
+them). The client's own `tools` are offered beside them: a reply calling one answers
+`finish_reason: "tool_calls"` with those calls only, and the client's results continue the run
+(pipeline/client_tools.py). Every other field of the request is honoured or
 refused with a 400 naming it (see `openai_body`). Errors use OpenAI's shape, `{"error": {"message",
 "type", "code", "param"?}}`.
 
@@ -33,7 +35,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -62,6 +64,7 @@ FAILURE_STATUS = {"model_error": 502, "tool_error": 502, "hook_error": 502, "del
 CUT_SHORT = {"max_turns"}  # a 200 with finish_reason "length"
 RETRYABLE = {"model_error", "timeout"}
 OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI clients look for
+CLIENT_TOOLS = "client_tools"  # the reason of a run that waits for the client to run its own tools (§9.2)
 WAITING = "waiting"  # the run status (and X-Yao-Status) of a run that waits for approvals
 
 
@@ -99,7 +102,8 @@ async def completions(body: CompletionBody, request: Request, who: Caller) -> An
     given = request.headers.get("x-chat-id") or as_mapping(body.metadata).get("chat_id") or None
     ask = RunRequest(body.model, who, body.messages, chat_id=str(given) if given is not None else None,
                      metadata=body.run_metadata(), options=body.call_options(), chat_must_exist=True,
-                     traceparent=request.headers.get("traceparent"))  # fmt: skip
+                     traceparent=request.headers.get("traceparent"), client_tools=body.client_tools(),
+                     tool_choice=body.choice())  # fmt: skip
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
     if body.stream:
@@ -189,7 +193,7 @@ class _Seen:
         """The content sent last: a structured run's validated answer, or what a waiting run waits for
         (after a blank line when the model's words came before it, as the non-streamed answer has it)."""
         end = self.end
-        if end is None or not answered(end.status, end.reason):
+        if end is None or not answered(end.status, end.reason) or end.reason == CLIENT_TOOLS:
             return ""
         if end.status == WAITING:
             notice = waiting_notice(handle.chat_id, end.approvals)
@@ -201,6 +205,9 @@ def _last(handle: RunHandle, model: str, created: int, end: StreamEnd | None, in
     """The finish chunk (or the error), the usage chunk if asked for, then [DONE]."""
     if end is not None and not answered(end.status, end.reason):
         out = [json.dumps(failure(end.reason, end.status, end.error))]  # the end: no finish_reason follows
+    elif end is not None and end.reason == CLIENT_TOOLS:  # the calls in one chunk, as a model's whole reply
+        out = [_chunk(handle, model, created, {"tool_calls": client_calls(handle, indexed=True)}, None),
+               _chunk(handle, model, created, {}, "tool_calls")]  # fmt: skip
     else:
         finish = "length" if end is not None and end.reason in CUT_SHORT else "stop"
         out = [_chunk(handle, model, created, {}, finish)]
@@ -215,7 +222,8 @@ def _last(handle: RunHandle, model: str, created: int, end: StreamEnd | None, in
 async def whole(request: Request, handle: RunHandle, model: str, headers: dict[str, str]) -> JSONResponse:
     await to_the_end(request, handle)
     result = handle.result()
-    if result.status == WAITING:  # the answer says what waits; the header tells a program without parsing it
+    if result.status == WAITING and result.reason != CLIENT_TOOLS:
+        # the answer says what waits for a person; the header tells a program without parsing it
         return JSONResponse(completion(handle, result, model), headers={**headers, "X-Yao-Status": WAITING})
     if not answered(result.status, result.reason):
         status = FAILURE_STATUS.get(result.reason, 500)
@@ -236,6 +244,8 @@ def completion(handle: RunHandle, result: RunResult, model: str) -> shapes.Compl
     """A `chat.completion` of the run's last answer (what was said, for a run a limit cut short; what
     waits, for a run that waits for approvals)."""
     replies = _replies(handle)
+    if result.reason == CLIENT_TOOLS:
+        return _calling(handle, result, model)
     content = waiting_text(handle, result.approvals) if result.status == WAITING else final_text(handle)
     message: shapes.AnswerOut = {"role": "assistant", "content": content}
     reasoning = "".join(m.reasoning or "" for m in replies[-1:])
@@ -245,6 +255,29 @@ def completion(handle: RunHandle, result: RunResult, model: str) -> shapes.Compl
     return {"id": f"chatcmpl-{handle.run_id}", "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage_of(result.usage)}  # fmt: skip
+
+
+def _calling(handle: RunHandle, result: RunResult, model: str) -> shapes.CompletionOut:
+    """A run that waits for the client's tools: the reply's words (null when none) and those calls."""
+    asked = [m for m in handle.state.new_messages if m.role == "assistant" and m.tool_calls][-1:]
+    said = text_of(asked[0].content) if asked else ""
+    message: shapes.AnswerOut = {"role": "assistant", "content": said or None,
+                                 "tool_calls": client_calls(handle)}  # fmt: skip
+    if asked and asked[0].reasoning:
+        message["reasoning_content"] = asked[0].reasoning
+    return {"id": f"chatcmpl-{handle.run_id}", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+            "usage": usage_of(result.usage)}  # fmt: skip
+
+
+def client_calls(handle: RunHandle, *, indexed: bool = False) -> list[shapes.ClientCallOut]:
+    """The calls of the client's tools the run waits for, as OpenAI's `tool_calls` (a stream's with `index`)."""
+    out: list[shapes.ClientCallOut] = []
+    for index, call in enumerate(handle.state.client_calls):
+        item: dict[str, Any] = {"index": index} if indexed else {}
+        item |= {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        out.append(cast("shapes.ClientCallOut", item))
+    return out
 
 
 def _replies(handle: RunHandle) -> list[ChatMessage]:

@@ -35,7 +35,7 @@ from yao_agent.events import Event
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.observe import metrics
-from yao_agent.pipeline import approvals, permission, quota, resume
+from yao_agent.pipeline import approvals, client_tools, permission, quota, resume
 from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.run import execute
 from yao_agent.pipeline.runtime import Runtime
@@ -97,9 +97,14 @@ class Runs:
             metrics.refused(Draining.code)
             raise Draining("this server is shutting down and starts no new runs; send the request again", retry_after=1)
         rt, admission = process.rt, process.admission  # the app version current now: the run keeps it to its end
+        if request.resume is None:  # the client's tool results continue the run that waits for them
+            if request.chat_id is not None:
+                permission.valid_chat_id(request.chat_id)
+            request = await client_tools.continuation(rt, request)
         who, chat_id = request.identity, request.chat_id
         theirs = who is not None and chat_id is not None and process.running(who, chat_id)
         state = await permission.check(rt, request, chat_is_theirs=theirs)
+        await client_tools.check_offer(rt, state)  # a name clash is refused before the run starts
         on_busy = request.on_busy or state.assistant.on_busy
         try:
             state.budgeted = await quota.check(rt, state.identity, state.run_id)  # budgets, rate limits (stage 1)

@@ -4,7 +4,8 @@ A run that ends `waiting` writes its pending calls in its flush (`add`), with th
 that keep the chat valid. A decision is written before the run goes on, each call only while it is
 still pending (`decide`), so two people deciding at once cannot both continue the run. A new user
 message on a waiting chat denies what is pending (`deny_pending`), in the transaction that writes the
-message, and the stand-ins say so, so the model sees why the calls never ran.
+message, and the stand-ins say so, so the model sees why the calls never ran; so do the stand-ins of
+calls the client was to run (`close_client_calls`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from sqlalchemy import bindparam, select, update
 from yao_agent.errors import ApprovalConflict
 from yao_agent.store import step_inputs
 from yao_agent.store.records import Approval
-from yao_agent.store.schema import approvals, messages, steps
+from yao_agent.store.schema import approvals, messages, runs, steps
 from yao_agent.store.step_inputs import ToolRound
 from yao_agent.store.tx import Sql, Tx
 
 NEW_MESSAGE = "the user sent a new message"
+NO_CLIENT_RESULT = f"not run: {NEW_MESSAGE} instead of this tool's result"
 
 INSERT = Sql(approvals.insert())
 OF_RUN = Sql(select(approvals).where(approvals.c.run_id == bindparam("run_id")).order_by(approvals.c.seq))
@@ -39,6 +41,7 @@ DECIDE = Sql(
     ),
     columns=_DECIDED,
 )
+RUN_REASON = Sql(select(runs.c.reason).where(runs.c.id == bindparam("run_id"), runs.c.status == "waiting"))
 WAITING_ROUNDS = Sql(select(steps.c.input).where(steps.c.run_id == bindparam("run_id"), steps.c.status == "waiting"))
 ANSWER_STAND_IN = Sql(
     update(messages).where(
@@ -95,6 +98,22 @@ def deny_pending(tx: Tx, chat_id: str, user_id: str, now: float) -> None:
             for call_id in _round(row.input).ids:
                 said = denial(NEW_MESSAGE) if call_id in pending else f"not run: {NEW_MESSAGE}"
                 tx.execute(ANSWER_STAND_IN, {"content": said, "chat_id": chat_id, "run_id": run_id, "call_id": call_id})
+
+
+def close_client_calls(tx: Tx, chat_id: str, run_id: str | None) -> None:
+    """A new user message on a chat whose last run waits for the client's tool results (CONTRACT §9.2):
+    the stand-ins of those calls say that none came, so the chat stays valid and the model knows why."""
+    if run_id is None or tx.scalar(RUN_REASON, {"run_id": run_id}) != "client_tools":
+        return
+    for row in tx.all(WAITING_ROUNDS, {"run_id": run_id}):
+        for call_id in _round(row.input).ids:
+            tx.execute(ANSWER_STAND_IN, {"content": NO_CLIENT_RESULT, "chat_id": chat_id, "run_id": run_id,
+                                         "call_id": call_id})  # fmt: skip
+
+
+def round_ids(stored: Any) -> list[str]:
+    """The call ids of a stored `waiting` tool round."""
+    return _round(stored).ids
 
 
 def _round(stored: Any) -> ToolRound:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -76,6 +76,14 @@ UNFINISHED_STEPS = Sql(
     .where(steps.c.run_id == bindparam("run_id"), steps.c.status != "completed", steps.c.status != "recovered")
     .order_by(steps.c.seq)
 )
+WAITING_FOR_CLIENT = Sql(
+    select(runs.c.id, runs.c.chat_id)
+    .where(runs.c.status == "waiting", runs.c.reason == "client_tools", runs.c.user_id == bindparam("user_id"),
+           runs.c.team_id == bindparam("team_id"))
+    .order_by(runs.c.started_at.desc(), runs.c.id.desc())
+    .limit(_LIMIT)
+)  # fmt: skip
+WAITING_RUNS_LOOKED_AT = 20  # a client answers the calls it was just given: the newest waiting runs suffice
 RUNNING = Sql(select(runs.c.id, runs.c.owner, runs.c.heartbeat_at).where(runs.c.status == "running"))
 RUNNING_RUN = Sql(
     select(runs.c.chat_id, runs.c.started_at).where(runs.c.id == bindparam("run_id"), runs.c.status == "running")
@@ -168,6 +176,7 @@ class ChatStore:
             chat = _locked(tx, identity, run)
             if chat is not None and chat.last_status == "waiting" and run.resumed_from is None:
                 approvals.deny_pending(tx, run.chat_id, identity.user_id, now)  # a new message (CONTRACT §4.8)
+                approvals.close_client_calls(tx, run.chat_id, chat.last_run_id)  # (§9.2)
             try:
                 past = self.read_history(tx, run.chat_id, limit, since_summary=True) if chat is not None else []
             except Exception as exc:
@@ -326,6 +335,22 @@ class ChatStore:
         def work(tx: Tx) -> ResumePoint:
             found = tuple(_step(r) for r in tx.all(UNFINISHED_STEPS, {"run_id": run.id}))
             return ResumePoint(run, found, approvals.of_run(tx, run.id) if run.status == "waiting" else ())
+
+        return await self.db.read_tx(work)
+
+    async def waiting_for_client(self, identity: Identity, call_ids: Collection[str]) -> str | None:
+        """The caller's chat (the newest) whose run waits for the client's results of calls all among
+        `call_ids`, if any: a client that keeps the conversation itself continues it without naming it."""
+        identity = _require(identity)
+        given = set(call_ids)
+
+        def work(tx: Tx) -> str | None:
+            for row in tx.all(WAITING_FOR_CLIENT, {**_owner(identity), "limit": WAITING_RUNS_LOOKED_AT}):
+                rounds = tx.all(approvals.WAITING_ROUNDS, {"run_id": row.id})
+                ids = {call_id for r in rounds for call_id in approvals.round_ids(r.input)}
+                if ids and ids <= given:
+                    return row.chat_id
+            return None
 
         return await self.db.read_tx(work)
 

@@ -20,7 +20,7 @@ typed by the narrowest face it needs, so what it may reach is written down:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from yao_agent.identity import Identity, Operator
@@ -69,6 +69,8 @@ class RunStore(Protocol):
     ) -> None: ...  # fmt: skip
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None: ...
+
+    async def waiting_for_client(self, identity: Identity, call_ids: Collection[str]) -> str | None: ...
 
     async def get_role(self, scope: tuple[str, str], role: str) -> tuple[str, ...] | None: ...
 

@@ -25,6 +25,7 @@
     internal_error: "Something went wrong on the server.",
     cancelled: "Stopped before the answer was finished.",
     approval_required: "The assistant is waiting for someone to approve a tool it wants to use.",
+    client_tools: "The assistant is waiting for the client to run a tool it brought.",
     budget_exceeded: "The spending budget was reached, so the assistant stopped. It can go on once the budget allows.",
   };
   // The same, short, for "This answer was interrupted (…)".
