@@ -10,24 +10,31 @@ Like the OpenAI door, every field is honoured or refused with a 400 naming it, n
   (Anthropic's own API drops it from earlier turns too). `cache_control` and `citations` on a block
   are hints for Anthropic's own cache and citations, harmless to leave out.
 * Passed to each model call, over the assistant's `options`: `max_tokens` (required, as Anthropic
-  requires it), `temperature`, `top_p`, and `stop_sequences` (as `stop`).
+  requires it), `temperature`, `top_p`, `stop_sequences` (as `stop`) and `output_config.effort` (as
+  `reasoning_effort`; `max` as `xhigh`, the most there is). `output_config.format` (a JSON Schema)
+  becomes the run's output schema, as OpenAI's `response_format` does: the answer is validated against it.
+* Hints that ask nothing of the answer are accepted: `cache_control` (Anthropic's prompt cache),
+  `diagnostics`, `speed: standard`, `thinking` disabled or adaptive (the assistant's options decide).
 * `metadata.user_id` goes to the run's metadata as `user`, as OpenAI's `user` does. It is never an
   identity: the caller is who the key says.
 * Refused: `tools` and a `tool_choice` other than `auto`/`none` until the client-tools machinery serves
   this door (the mapping below is ready for it: `function_tools`, `openai_tool_choice`,
   `tool_use_block`), extended `thinking`, `top_k`, and Anthropic's own services (`container`,
-  `mcp_servers`, `context_management`, a `service_tier` other than `auto`/`standard_only`).
+  `mcp_servers`, `context_management`, `inference_geo`, `workspace_id`, `user_profile_id`, a
+  `service_tier` other than `auto`/`standard_only`, a `speed` other than `standard`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
+from yao_agent.base.structured import schema_problems
 from yao_agent.errors import UsageError
 from yao_agent.messages import ToolCall, check_text, is_json_object
 from yao_agent.server.errors import InvalidParam
@@ -44,6 +51,18 @@ class Metadata(BaseModel):
     )
 
 
+class OutputFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema", description="a JSON Schema of the answer")
+
+
+class OutputConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = Field(None, description="as reasoning_effort")
+    format: OutputFormat | None = Field(None, description="the run's output schema")
+
+
 class MessagesBody(BaseModel):
     """Anthropic's Messages request; each field is honoured or refused (see the module's doc)."""
 
@@ -57,6 +76,9 @@ class MessagesBody(BaseModel):
     stream: bool | None = False
     temperature: Unit | None = None
     top_p: Unit | None = None
+    output_config: OutputConfig | None = None
+    cache_control: dict[str, Any] | None = Field(None, description="accepted; Anthropic's prompt cache is not here")
+    diagnostics: dict[str, Any] | None = Field(None, description="accepted; nothing to report")
     # Refused unless null or harmless (REFUSED).
     top_k: int | None = Field(None, description="not supported")
     tools: list[dict[str, Any]] | None = Field(None, description="not supported yet (an empty list is accepted)")
@@ -66,6 +88,10 @@ class MessagesBody(BaseModel):
     container: Any = Field(None, description="not supported")
     mcp_servers: list[Any] | None = Field(None, description="not supported")
     context_management: dict[str, Any] | None = Field(None, description="not supported")
+    speed: str | None = Field(None, description="standard only")
+    inference_geo: str | None = Field(None, description="not supported")
+    workspace_id: str | None = Field(None, description="not supported")
+    user_profile_id: str | None = Field(None, description="not supported")
 
     def check(self) -> None:
         """Refuse what this door cannot honour, a 400 naming the field."""
@@ -90,7 +116,25 @@ class MessagesBody(BaseModel):
             options["top_p"] = self.top_p
         if self.stop_sequences:
             options["stop"] = list(self.stop_sequences)
+        config = self.output_config
+        if config is not None and config.effort is not None:
+            options["reasoning_effort"] = "xhigh" if config.effort == "max" else config.effort
+        if config is not None and config.format is not None:
+            schema = {"name": "output", "schema": config.format.schema_}
+            options["response_format"] = {"type": "json_schema", "json_schema": schema}
         return options
+
+    async def check_output_schema(self) -> None:
+        """A format whose schema is no JSON Schema this server applies is the caller's mistake, said before
+        any model call (in a thread: see openai_body's `check_output_schema`)."""
+        given = self.output_config.format if self.output_config is not None else None
+        if given is None:
+            return
+        problems = await asyncio.to_thread(schema_problems, given.schema_)
+        if problems:
+            where, message = problems[0]
+            inside = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where)
+            raise InvalidParam(f"output_config.format.schema{inside}: {message}", param="output_config")
 
     def run_metadata(self) -> dict[str, Any]:
         user = self.metadata.user_id if self.metadata is not None else None
@@ -122,11 +166,15 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "top_k": (_never, "not supported (the models behind an assistant take temperature and top_p)"),
     "tools": (lambda value: value == [], TOOLS),
     "tool_choice": (_typed("auto", "none"), "only auto or none: the client sends no tools"),
-    "thinking": (_typed("disabled"), "extended thinking is not supported (the assistant's options decide it)"),
+    "thinking": (_typed("disabled", "adaptive"), "extended thinking is not supported (the assistant's options decide)"),
     "service_tier": (lambda value: value in ("auto", "standard_only"), "only auto or standard_only"),
     "container": (_never, "not supported by this server"),
     "mcp_servers": (lambda value: value == [], "not supported: the assistant's own MCP servers serve it"),
     "context_management": (_never, "not supported: the assistant's history settings decide it"),
+    "speed": (lambda value: value == "standard", "only standard"),
+    "inference_geo": (_never, "not supported by this server"),
+    "workspace_id": (_never, "not supported: the key decides who calls"),
+    "user_profile_id": (_never, "not supported: the key decides who calls"),
 }
 
 

@@ -96,6 +96,7 @@ async def _declared_key(_key: str | None = Depends(api_key)) -> None:
 async def messages(body: MessagesBody, request: Request, who: Caller) -> Any:
     """An Anthropic message by the assistant `model`, streamed (`stream: true`) or not."""
     body.check()
+    await body.check_output_schema()
     ours = body.our_messages()
     check_messages(server_settings(request), ours)
     given = request.headers.get("x-chat-id") or None
