@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import pytest
 from anthropic.types import MessageParam
+from pydantic import BaseModel
 
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, running, server_files
@@ -199,3 +200,17 @@ async def test_a_failure_mid_stream_is_an_error_event(live: Live, provider: Fake
                     seen.append(text)
     assert "".join(seen) == "The answer is cut"[:8]
     assert failed.value.type == "api_error" and failed.value.error_code == "model_error"
+
+
+class Forecast(BaseModel):
+    city: str
+    celsius: float
+
+
+async def test_parse_gets_the_typed_answer_by_the_output_format(live: Live, provider: FakeProvider) -> None:
+    provider.enqueue(Reply(text="```json\n" + json.dumps({"city": "Lima", "celsius": 19}) + "\n```"))
+    async with client_of(live) as client:
+        answer = await client.messages.parse(model="chat", max_tokens=200, messages=HI, output_format=Forecast)
+    assert answer.parsed_output == Forecast(city="Lima", celsius=19)
+    sent = provider.requests[0].body["response_format"]
+    assert sent["type"] == "json_schema" and sent["json_schema"]["schema"]["required"] == ["city", "celsius"]

@@ -44,23 +44,23 @@ Unit = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Block = dict[str, Any]
 
 
-class Metadata(BaseModel):
+class MessagesMetadata(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     user_id: Annotated[str, Field(max_length=256)] | None = Field(
         None, description="to the run's metadata, as `user`; never an identity"
     )
 
 
-class OutputFormat(BaseModel):
+class MessagesOutputFormat(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["json_schema"]
     schema_: dict[str, Any] = Field(alias="schema", description="a JSON Schema of the answer")
 
 
-class OutputConfig(BaseModel):
+class MessagesOutputConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = Field(None, description="as reasoning_effort")
-    format: OutputFormat | None = Field(None, description="the run's output schema")
+    format: MessagesOutputFormat | None = Field(None, description="the run's output schema")
 
 
 class MessagesBody(BaseModel):
@@ -71,12 +71,12 @@ class MessagesBody(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
     max_tokens: Annotated[int, Field(ge=1)] = Field(description="each model call's output limit")
     system: str | list[dict[str, Any]] | None = Field(None, description="a string or text blocks")
-    metadata: Metadata | None = None
+    metadata: MessagesMetadata | None = None
     stop_sequences: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)] | None = None
     stream: bool | None = False
     temperature: Unit | None = None
     top_p: Unit | None = None
-    output_config: OutputConfig | None = None
+    output_config: MessagesOutputConfig | None = None
     cache_control: dict[str, Any] | None = Field(None, description="accepted; Anthropic's prompt cache is not here")
     diagnostics: dict[str, Any] | None = Field(None, description="accepted; nothing to report")
     # Refused unless null or harmless (REFUSED).
