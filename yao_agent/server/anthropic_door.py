@@ -276,11 +276,15 @@ class AnthropicErrors:
 
 
 def rewritten(status: int, body: bytes) -> bytes:
-    """Our error body `{"error": {"type", "message", ...}}` as Anthropic's."""
+    """Our error body `{"error": {"type", "message", ...}}` as Anthropic's (one the route wrote in
+    Anthropic's shape already stays as it is)."""
     try:
-        error: Mapping[str, Any] = as_mapping(as_mapping(json.loads(body)).get("error"))
+        given: Mapping[str, Any] = as_mapping(json.loads(body))
     except ValueError:
-        error = {}
+        given = {}
+    if given.get("type") == "error":
+        return body
+    error: Mapping[str, Any] = as_mapping(given.get("error"))
     kind = str(error.get("type") or "error")
     said = str(error.get("message") or body.decode("utf-8", "replace").strip() or f"HTTP {status}")
     return json.dumps(anthropic_error(status, kind, said), ensure_ascii=False).encode()
