@@ -19,6 +19,7 @@ from yao_agent.server.errors import InvalidParam
 
 ROUND_TRIP: list[dict[str, Any]] = [
     {"role": "user", "content": "Weather in Lima?"},
+    {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
     {"role": "assistant", "content": [
         {"type": "thinking", "thinking": "I should look.", "signature": "sig"},
         {"type": "text", "text": "Let me look."},
@@ -37,6 +38,7 @@ def test_tool_use_and_results_become_calls_and_tool_messages() -> None:
     ours = to_messages(ROUND_TRIP)
     assert ours == [
         {"role": "user", "content": "Weather in Lima?"},
+        {"role": "system", "content": "Be brief."},
         {"role": "assistant", "content": "Let me look.", "tool_calls": [
             {"id": "toolu_1", "type": "function", "function": {"name": "forecast", "arguments": '{"city": "Lima"}'}},
             {"id": "toolu_2", "type": "function", "function": {"name": "clock", "arguments": "{}"}},
@@ -49,7 +51,8 @@ def test_tool_use_and_results_become_calls_and_tool_messages() -> None:
 
 
 WRONG: list[tuple[Any, str]] = [
-        ([{"role": "system", "content": "x"}], "messages[0].role: expected user or assistant"),
+        ([{"role": "tool", "content": "x"}], "messages[0].role: expected user, assistant or system"),
+        ([{"role": "system", "content": [{"type": "image", "source": {}}]}], "messages[0].content[0]: expected a text"),
         ([{"role": "user", "content": []}], "messages[0].content: expected a string or a non-empty list"),
         ([{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {}}]}],
          "messages[0].content[0].type: 'tool_use' is not supported in a user turn"),

@@ -3,24 +3,26 @@
 Like the OpenAI door, every field is honoured or refused with a 400 naming it, never dropped unseen:
 
 * `system` (a string or text blocks) becomes the first message, a system one.
-* `messages`: `user` and `assistant` turns of a string or blocks. `text` is text; `image` (a `base64` or
-  `url` source) becomes an `image_url` part; an assistant's `tool_use` becomes a tool call and a user's
-  `tool_result` a `tool` message answering it, placed before the rest of that user turn. An assistant's
-  `thinking` and `redacted_thinking` blocks are left out: a model's earlier reasoning is not sent back
-  (Anthropic's own API drops it from earlier turns too). `cache_control` and `citations` on a block
-  are hints for Anthropic's own cache and citations, harmless to leave out.
+* `messages`: `user`, `assistant` and `system` turns (a system turn: text only) of a string or blocks.
+  `text` is text; `image` (a `base64` or `url` source) becomes an `image_url` part; an assistant's
+  `tool_use` becomes a tool call and a user's `tool_result` a `tool` message answering it, placed
+  before the rest of that user turn. An assistant's `thinking` and `redacted_thinking` blocks are left
+  out: a model's earlier reasoning is not sent back (Anthropic's own API drops it from earlier turns
+  too). `cache_control` and `citations` on a block are hints for Anthropic's own cache and citations,
+  harmless to leave out.
 * Passed to each model call, over the assistant's `options`: `max_tokens` (required, as Anthropic
   requires it), `temperature`, `top_p`, `stop_sequences` (as `stop`) and `output_config.effort` (as
   `reasoning_effort`; `max` as `xhigh`, the most there is). `output_config.format` (a JSON Schema)
   becomes the run's output schema, as OpenAI's `response_format` does: the answer is validated against it.
 * Hints that ask nothing of the answer are accepted: `cache_control` (Anthropic's prompt cache),
-  `diagnostics`, `speed: standard`, `thinking` disabled or adaptive (the assistant's options decide).
+  `diagnostics`, `context_management` (the assistant's history settings and compaction decide what the
+  model sees), `speed: standard`, `thinking` disabled or adaptive (the assistant's options decide).
 * `metadata.user_id` goes to the run's metadata as `user`, as OpenAI's `user` does. It is never an
   identity: the caller is who the key says.
 * Refused: `tools` and a `tool_choice` other than `auto`/`none` until the client-tools machinery serves
   this door (the mapping below is ready for it: `function_tools`, `openai_tool_choice`,
   `tool_use_block`), extended `thinking`, `top_k`, and Anthropic's own services (`container`,
-  `mcp_servers`, `context_management`, `inference_geo`, `workspace_id`, `user_profile_id`, a
+  `mcp_servers`, `inference_geo`, `workspace_id`, `user_profile_id`, a
   `service_tier` other than `auto`/`standard_only`, a `speed` other than `standard`).
 """
 
@@ -79,6 +81,9 @@ class MessagesBody(BaseModel):
     output_config: MessagesOutputConfig | None = None
     cache_control: dict[str, Any] | None = Field(None, description="accepted; Anthropic's prompt cache is not here")
     diagnostics: dict[str, Any] | None = Field(None, description="accepted; nothing to report")
+    context_management: dict[str, Any] | None = Field(
+        None, description="accepted; the assistant's history settings and compaction decide what the model sees"
+    )
     # Refused unless null or harmless (REFUSED).
     top_k: int | None = Field(None, description="not supported")
     tools: list[dict[str, Any]] | None = Field(None, description="not supported yet (an empty list is accepted)")
@@ -87,7 +92,6 @@ class MessagesBody(BaseModel):
     service_tier: str | None = Field(None, description="auto or standard_only")
     container: Any = Field(None, description="not supported")
     mcp_servers: list[Any] | None = Field(None, description="not supported")
-    context_management: dict[str, Any] | None = Field(None, description="not supported")
     speed: str | None = Field(None, description="standard only")
     inference_geo: str | None = Field(None, description="not supported")
     workspace_id: str | None = Field(None, description="not supported")
@@ -170,7 +174,6 @@ REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "service_tier": (lambda value: value in ("auto", "standard_only"), "only auto or standard_only"),
     "container": (_never, "not supported by this server"),
     "mcp_servers": (lambda value: value == [], "not supported: the assistant's own MCP servers serve it"),
-    "context_management": (_never, "not supported: the assistant's history settings decide it"),
     "speed": (lambda value: value == "standard", "only standard"),
     "inference_geo": (_never, "not supported by this server"),
     "workspace_id": (_never, "not supported: the key decides who calls"),
@@ -190,9 +193,14 @@ def system_messages(system: str | list[dict[str, Any]] | None) -> list[dict[str,
     """`system` as a system message (none when it is absent or empty)."""
     if system is None or system == "" or system == []:
         return []
-    if isinstance(system, str):
-        return [{"role": "system", "content": system}]
-    parts = [_text_part(block, f"system[{i}]") for i, block in enumerate(system)]
+    return _system(system, "system")
+
+
+def _system(content: object, where: str) -> list[dict[str, Any]]:
+    """A system prompt (`system`, or a system turn among the messages): a string or text blocks."""
+    if isinstance(content, str):
+        return [{"role": "system", "content": check_text(content, where)}]
+    parts = [_text_part(block, f"{where}[{i}]") for i, block in enumerate(_blocks(content, where))]
     return [{"role": "system", "content": parts[0]["text"] if len(parts) == 1 else parts}]
 
 
@@ -209,8 +217,10 @@ def to_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out += _user(content, f"{where}.content")
         elif role == "assistant":
             out.append(_assistant(content, f"{where}.content"))
+        elif role == "system":
+            out += _system(content, f"{where}.content")
         else:
-            raise _bad(f"{where}.role", f"expected user or assistant, got {role!r} (the system prompt is `system`)")
+            raise _bad(f"{where}.role", f"expected user, assistant or system, got {role!r}")
     return out
 
 
