@@ -539,3 +539,43 @@ class EmbeddingsOut(TypedDict):
     data: list[EmbeddingOut]
     model: str
     usage: EmbeddingUsageOut
+
+
+# -- the Anthropic Messages API (CONTRACT §9.2) ------------------------------------------------------
+
+
+class AnthropicErrorDetail(TypedDict):
+    type: str
+    """Anthropic's kind: invalid_request_error, authentication_error, permission_error, not_found_error,
+    request_too_large, rate_limit_error, api_error, overloaded_error, timeout_error, conflict_error"""
+    message: str
+    """for a person to read; never a traceback"""
+    details: NotRequired[dict[str, str]]
+    """`error_code`: this server's own name for the error (chat_busy, budget_exceeded, model_error, ...)"""
+
+
+class AnthropicErrorBody(TypedDict):
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+
+
+class TextBlockOut(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class MessageUsageOut(TypedDict):
+    input_tokens: int
+    output_tokens: int
+
+
+class AnthropicMessageOut(TypedDict):
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[TextBlockOut]
+    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
+    """max_tokens: a limit (max_turns) cut the run short"""
+    stop_sequence: str | None
+    usage: MessageUsageOut

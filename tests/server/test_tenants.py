@@ -71,15 +71,19 @@ def chat_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def run_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """Every way to run on an existing chat: native (SSE and JSON) and OpenAI (header, metadata, streamed)."""
+    """Every way to run on an existing chat: native (SSE and JSON), OpenAI (header, metadata, streamed) and
+    Anthropic (header, streamed)."""
     native = {"messages": says("intruder run"), "chat_id": chat_id}
     openai = {"model": "chat", "messages": says("intruder completion")}
+    anthropic = {"model": "chat", "max_tokens": 100, "messages": says("intruder message")}
     return [
         ("POST", "/api/assistants/chat/runs?stream=false", {"json": native}),
         ("POST", "/api/assistants/chat/runs", {"json": native}),
         ("POST", "/v1/chat/completions", {"json": openai, "headers": {"X-Chat-Id": chat_id}}),
         ("POST", "/v1/chat/completions", {"json": {**openai, "metadata": {"chat_id": chat_id}}}),
         ("POST", "/v1/chat/completions", {"json": {**openai, "stream": True}, "headers": {"X-Chat-Id": chat_id}}),
+        ("POST", "/v1/messages", {"json": anthropic, "headers": {"X-Chat-Id": chat_id}}),
+        ("POST", "/v1/messages", {"json": {**anthropic, "stream": True}, "headers": {"X-Chat-Id": chat_id}}),
     ]
 
 
@@ -365,6 +369,7 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("DELETE", "/api/knowledge/handbook/documents/doc_1", None),
     ("POST", "/api/knowledge/handbook/search", {"query": "anything"}),
     ("POST", "/v1/embeddings", {"input": "anything"}),
+    ("POST", "/v1/messages", {"model": "chat", "max_tokens": 100, "messages": says("hi")}),
 ]
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/")}
 

@@ -160,12 +160,17 @@ def says(text: str) -> list[dict[str, str]]:
 
 
 def assert_error(response: httpx.Response, status: int, kind: str | None = None) -> dict[str, str]:
-    """The contract's error: the status, JSON `{"error": {"type", "message"}}`, a message a person can read."""
+    """The contract's error: the status, JSON `{"error": {"type", "message"}}`, a message a person can read
+    (on the Anthropic route, Anthropic's shape: the type is then its `details.error_code`)."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json"), response.headers
     body = response.json()
-    assert set(body) == {"error"} and isinstance(body["error"], dict), body
-    error = body["error"]
+    if body.get("type") == "error":  # the Anthropic route's shape: our own type is its details.error_code
+        assert set(body) == {"type", "error"} and isinstance(body["error"], dict), body
+        error = {**body["error"], "type": body["error"].get("details", {}).get("error_code")}
+    else:
+        assert set(body) == {"error"} and isinstance(body["error"], dict), body
+        error = body["error"]
     assert isinstance(error.get("type"), str) and isinstance(error.get("message"), str) and error["message"], body
     if kind is not None:
         assert error["type"] == kind, body

@@ -9,7 +9,17 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
-from yao_agent.server import errors, knowledge, lifecycle, metrics_route, native, openai_compat, operating, schemas
+from yao_agent.server import (
+    anthropic_door,
+    errors,
+    knowledge,
+    lifecycle,
+    metrics_route,
+    native,
+    openai_compat,
+    operating,
+    schemas,
+)
 from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.browser import BrowserHeaders
@@ -37,6 +47,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(lifecycle.router)
     app.include_router(openai_compat.router)
     app.include_router(knowledge.router)
+    app.include_router(anthropic_door.router)
     metrics_route.install(app)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
@@ -46,8 +57,9 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
 
     schemas.install(app)
     # Each one added wraps the ones before: a request meets AccessLog (which sees every answer, refusals
-    # included), then BrowserHeaders (refusals carry them too: a page elsewhere reads why), then Admission,
-    # then Authenticate, then RequestBody.
+    # included), then BrowserHeaders (refusals carry them too: a page elsewhere reads why), then
+    # AnthropicErrors (the Anthropic route's errors, the refusals below included, in Anthropic's shape), then
+    # Admission, then Authenticate, then RequestBody.
     app.add_middleware(
         RequestBody,
         limit=settings.max_body_bytes,
@@ -56,6 +68,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     )
     app.add_middleware(Authenticate, runs=runs)
     app.add_middleware(Admission, limit=settings.max_requests)
+    app.add_middleware(anthropic_door.AnthropicErrors)
     app.add_middleware(BrowserHeaders, origins=settings.cors_origins)
     app.add_middleware(AccessLog)
     return app

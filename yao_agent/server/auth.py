@@ -20,6 +20,10 @@ from yao_agent.service.runs import Runs
 
 log = logging.getLogger("yao_agent.server")
 MISSING = "missing bearer token (expected the header Authorization: Bearer <token>)"
+MISSING_KEY = "missing API key (expected the header x-api-key: <token>, or Authorization: Bearer <token>)"
+# The routes of Anthropic's API, whose clients send the key as `x-api-key`: there it is taken when the
+# request has no Authorization header (which wins when both are sent).
+API_KEY_ROUTES = frozenset({"/v1/messages"})
 INVALID = "invalid or revoked token"
 SCOPE_KEY = "yao_agent.identity"  # where `Authenticate` leaves the identity for the route's `caller`
 
@@ -43,10 +47,21 @@ def token_of(header: str) -> str | None:
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
-async def authenticate(runs: Runs, header: str) -> Identity:
+def authorization(scope: Scope) -> tuple[str, str]:
+    """(the request's Authorization header — or, on an API_KEY_ROUTES route without one, its x-api-key
+    as a bearer token —, what to say when it has none)."""
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    header = next((v for k, v in headers if k == b"authorization"), b"").decode("latin-1")
+    if header or local_path(scope) not in API_KEY_ROUTES:
+        return header, MISSING
+    key = next((v for k, v in headers if k == b"x-api-key"), b"").decode("latin-1").strip()
+    return (f"Bearer {key}" if key else ""), MISSING_KEY
+
+
+async def authenticate(runs: Runs, header: str, missing: str = MISSING) -> Identity:
     token = token_of(header)
     if token is None:
-        raise Unauthorized(MISSING)
+        raise Unauthorized(missing)
     identity = await runs.tenancy.identity_for(token)
     if identity is None:
         raise Unauthorized(INVALID)
@@ -58,7 +73,7 @@ async def caller(request: Request, _scheme: Annotated[None, Depends(bearer)]) ->
     known = request.scope.get(SCOPE_KEY)
     if isinstance(known, Identity):
         return known  # checked by `Authenticate` for this very request
-    return await authenticate(request.app.state.runs, request.headers.get("authorization", ""))
+    return await authenticate(request.app.state.runs, *authorization(request.scope))
 
 
 Caller = Annotated[Identity, Depends(caller)]
@@ -93,9 +108,8 @@ class Authenticate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and needs_token(scope):
-            header = next((v for k, v in scope["headers"] if k == b"authorization"), b"").decode("latin-1")
             try:
-                identity = await authenticate(self.runs, header)
+                identity = await authenticate(self.runs, *authorization(scope))
             except Unauthorized as exc:
                 await unauthorized(str(exc))(scope, receive, send)
                 return
