@@ -10,6 +10,7 @@ from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.server import errors, knowledge, lifecycle, metrics_route, native, openai_compat, operating, schemas
+from yao_agent.server import responses_door
 from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.browser import BrowserHeaders
@@ -36,6 +37,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(operating.router)
     app.include_router(lifecycle.router)
     app.include_router(openai_compat.router)
+    app.include_router(responses_door.router)
     app.include_router(knowledge.router)
     metrics_route.install(app)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
