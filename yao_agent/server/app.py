@@ -9,8 +9,17 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from yao_agent.dsl.specs import ServerSettings
-from yao_agent.server import errors, knowledge, lifecycle, metrics_route, native, openai_compat, operating, schemas
-from yao_agent.server import responses_door
+from yao_agent.server import (
+    errors,
+    knowledge,
+    lifecycle,
+    metrics_route,
+    native,
+    openai_compat,
+    operating,
+    responses_door,
+    schemas,
+)
 from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.browser import BrowserHeaders

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -59,6 +59,9 @@ from yao_agent.server.sse import EventStream
 
 router = APIRouter()
 PREFIX = "resp_"
+Status = Literal["in_progress", "completed", "incomplete", "failed"]
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+Json = dict[str, Any]
 EVENTS = ("`data: <json>` frames of Responses events: `response.created`, `response.in_progress`, the output's "
           "`response.output_item.added` … `response.output_item.done`, and last `response.completed`, "
           "`response.incomplete` or `response.failed`")  # fmt: skip
@@ -101,11 +104,11 @@ class Echo:
                    body.metadata)  # fmt: skip
 
 
-def response(echo: Echo, rid: str, created: float, status: str, items: Sequence[shapes.OutputMessageOut],
+def response(echo: Echo, rid: str, created: float, status: Status, items: Sequence[shapes.OutputMessageOut],
              usage: Any, error: shapes.ResponseErrorOut | None = None) -> shapes.ResponseOut:  # fmt: skip
     """A `response` object; `status` is `completed`, `incomplete` (`max_turns`), `failed` or `in_progress`."""
     incomplete: shapes.IncompleteOut | None = {"reason": "max_turns"} if status == "incomplete" else None
-    return {"id": rid, "object": "response", "created_at": int(created), "status": status,  # type: ignore[typeddict-item]
+    return {"id": rid, "object": "response", "created_at": int(created), "status": status,
             "model": echo.model, "output": list(items), "previous_response_id": echo.previous,
             "instructions": echo.instructions, "usage": usage_of(as_mapping(usage)), "error": error,
             "incomplete_details": incomplete, "parallel_tool_calls": echo.parallel_tool_calls,
@@ -120,12 +123,12 @@ def usage_of(usage: Any) -> shapes.ResponseUsageOut:
             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": given + taken}  # fmt: skip
 
 
-def message(message_id: str, text: str, status: str = "completed") -> shapes.OutputMessageOut:
-    return {"type": "message", "id": f"msg_{message_id}", "role": "assistant", "status": status,  # type: ignore[typeddict-item]
+def message(message_id: str, text: str, status: ItemStatus = "completed") -> shapes.OutputMessageOut:
+    return {"type": "message", "id": f"msg_{message_id}", "role": "assistant", "status": status,
             "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
 
 
-def status_of(status: str, reason: str | None) -> str:
+def status_of(status: str, reason: str | None) -> Status:
     """A run's end as a response's status."""
     if status == "running":
         return "in_progress"
@@ -244,12 +247,12 @@ class _Events:
         self.seq += 1
         return {"type": kind, "sequence_number": self.seq - 1, **fields}
 
-    def started(self) -> list[dict[str, Any]]:
+    def started(self) -> list[Json]:
         now = response(self.echo, self.rid, self.created, "in_progress", [], {})
         return [self.event("response.created", response=now), self.event("response.in_progress", response=now)]
 
-    def of(self, batch: list[Event]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def of(self, batch: list[Event]) -> list[Json]:
+        out: list[Json] = []
         for event in batch:
             if isinstance(event, StreamEnd):
                 self.end = event
@@ -263,39 +266,40 @@ class _Events:
                 out += self.closed(event.message_id, event.status)
         return out
 
-    def opened(self, message_id: str) -> list[dict[str, Any]]:
+    def opened(self, message_id: str) -> list[Json]:
         index = len(self.items) + len(self.open)
         self.open[message_id] = (index, [])
-        item = {**message(message_id, ""), "status": "in_progress", "content": []}
-        part = {"type": "output_text", "text": "", "annotations": []}
-        where = {"item_id": item["id"], "output_index": index}
+        item = message(message_id, "", "in_progress")
+        item["content"] = []
+        part: Json = {"type": "output_text", "text": "", "annotations": []}
+        where: Json = {"item_id": item["id"], "output_index": index}
         return [self.event("response.output_item.added", output_index=index, item=item),
                 self.event("response.content_part.added", **where, content_index=0, part=part)]  # fmt: skip
 
-    def said(self, message_id: str, text: str) -> list[dict[str, Any]]:
-        out = [] if message_id in self.open else self.opened(message_id)
+    def said(self, message_id: str, text: str) -> list[Json]:
+        out: list[Json] = [] if message_id in self.open else self.opened(message_id)
         index, pieces = self.open[message_id]
         pieces.append(text)
         return [*out, self.event("response.output_text.delta", item_id=f"msg_{message_id}", output_index=index,
                                  content_index=0, delta=text, logprobs=[])]  # fmt: skip
 
-    def closed(self, message_id: str, status: str) -> list[dict[str, Any]]:
+    def closed(self, message_id: str, status: str) -> list[Json]:
         if message_id not in self.open:
             return []
         index, pieces = self.open.pop(message_id)
         item = message(message_id, "".join(pieces), "incomplete" if status == "incomplete" else "completed")
         self.items.append(item)
-        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        where: Json = {"item_id": item["id"], "output_index": index, "content_index": 0}
         return [self.event("response.output_text.done", **where, text=item["content"][0]["text"], logprobs=[]),
                 self.event("response.content_part.done", **where, part=item["content"][0]),
                 self.event("response.output_item.done", output_index=index, item=item)]  # fmt: skip
 
-    def whole(self, message_id: str, text: str) -> list[dict[str, Any]]:
+    def whole(self, message_id: str, text: str) -> list[Json]:
         """A message sent in one piece: a structured run's answer, or what a waiting run waits for."""
         return [*self.opened(message_id), *self.said(message_id, text), *self.closed(message_id, "completed")]
 
-    def finished(self) -> list[dict[str, Any]]:
-        end, out = self.end, []
+    def finished(self) -> list[Json]:
+        end, out = self.end, list[Json]()
         for message_id in list(self.open):
             out += self.closed(message_id, "incomplete")
         if end is None or not answered(end.status, end.reason):
