@@ -189,3 +189,32 @@ async def test_a_failed_response_reads_back_failed(live: Live, provider: FakePro
         read = await client.get(f"/v1/responses/{frames[-1]['response']['id']}")
     assert read.status_code == 200 and read.json()["status"] == "failed"
     assert read.json()["error"]["code"] == "model_error"
+
+
+# --- the OpenAI Agents SDK, whose default model is the Responses API ----------------------------------
+
+
+class City(BaseModel):
+    name: str
+    country: str
+
+
+async def test_the_agents_sdk_runs_an_agent_on_its_default_model(live: Live, provider: FakeProvider) -> None:
+    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)  # (its traces would go to OpenAI's servers)
+    provider.enqueue(Reply(text="Bonjour!"), Reply(text='{"name": "Paris", "country": "France"}'),
+                     Reply(text="streamed hello"))  # fmt: skip
+    async with openai_client(live) as client:
+        model = OpenAIResponsesModel(model="chat", openai_client=client)
+        plain = await Runner.run(Agent(name="greeter", instructions="greet in French", model=model), "hi")
+        typed = Agent(name="geo", instructions="name a city", model=model, output_type=City)
+        found = await Runner.run(typed, "the capital of France?")
+        streamed = Runner.run_streamed(Agent(name="greeter", model=model), "hello")
+        async for _ in streamed.stream_events():
+            pass
+    assert plain.final_output == "Bonjour!"
+    assert {"role": "system", "content": "greet in French"} in provider.requests[0].messages
+    assert found.final_output == City(name="Paris", country="France")
+    assert provider.requests[1].body["response_format"]["type"] == "json_schema"
+    assert streamed.final_output == "streamed hello"

@@ -160,7 +160,7 @@ async def create(body: ResponsesBody, request: Request, who: Caller) -> Any:
 async def continued(request: Request, who: Identity, previous: str) -> str:
     """The chat a `previous_response_id` continues: the caller's, whose latest run it is, ended."""
     chat_id, run_id = parsed_id(previous)
-    store = runs_of(request).rt.store
+    store = runs_of(request).conversations.store
     latest = await store.latest_run(who, chat_id)
     if latest is None or await store.run_view(who, chat_id, run_id) is None:
         raise NotFound(f"no response '{previous}'")
@@ -178,7 +178,7 @@ async def retrieve(response_id: str, request: Request, who: Caller) -> shapes.Re
     """A response as its run was stored (at once, as soon as the run has ended)."""
     chat_id, run_id = parsed_id(response_id)
     runs = runs_of(request)
-    view = await runs.rt.store.run_view(who, chat_id, run_id)
+    view = await runs.conversations.store.run_view(who, chat_id, run_id)
     if view is None:
         raise NotFound(f"no response '{response_id}'")
     run = view.run
