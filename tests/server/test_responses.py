@@ -7,6 +7,7 @@ from typing import Any
 
 import openai
 import pytest
+from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
 from pydantic import BaseModel
 
 from tests.support.servers import Live, openai_client
@@ -200,8 +201,6 @@ class City(BaseModel):
 
 
 async def test_the_agents_sdk_runs_an_agent_on_its_default_model(live: Live, provider: FakeProvider) -> None:
-    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
-
     set_tracing_disabled(True)  # (its traces would go to OpenAI's servers)
     provider.enqueue(Reply(text="Bonjour!"), Reply(text='{"name": "Paris", "country": "France"}'),
                      Reply(text="streamed hello"))  # fmt: skip

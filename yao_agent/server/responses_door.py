@@ -34,7 +34,7 @@ from yao_agent import shapes
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.base.structured import unfenced
 from yao_agent.errors import Conflict, NotFound
-from yao_agent.events import Event, MessageDelta, MessageEnd, MessageStart, StreamEnd
+from yao_agent.events import Event, MessageDelta, MessageEnd, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, text_of
 from yao_agent.pipeline import RunHandle, RunRequest, output
@@ -195,7 +195,7 @@ async def retrieve(response_id: str, request: Request, who: Caller) -> shapes.Re
 
 def _answers(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     """The assistant's answers among a run's messages (text it said, not a hook's hidden turn)."""
-    return [m for m in messages if m.role == "assistant" and m.content and not m.hidden and m.thread_id is None]
+    return [m for m in messages if m.role == "assistant" and m.content and not m.hidden]
 
 
 async def whole(request: Request, handle: RunHandle, echo: Echo, headers: dict[str, str]) -> JSONResponse:
@@ -232,7 +232,8 @@ def refused(request: Request, reason: str, status: str, error: Any, headers: dic
 
 
 class _Events:
-    """A run's events as Responses stream events: numbered, with each message item opened and closed."""
+    """A run's events as Responses stream events: numbered, with each message item opened at its first
+    text (a reply of tool calls only is no message of the output) and closed at its end."""
 
     def __init__(self, handle: RunHandle, echo: Echo) -> None:
         self.handle, self.echo = handle, echo
@@ -258,8 +259,6 @@ class _Events:
                 self.end = event
             elif self.structured or getattr(event, "kind", None) != "text":
                 continue  # a structured run's answer comes whole at the end
-            elif isinstance(event, MessageStart):
-                out += self.opened(event.message_id)
             elif isinstance(event, MessageDelta) and event.text:
                 out += self.said(event.message_id, event.text)
             elif isinstance(event, MessageEnd):
