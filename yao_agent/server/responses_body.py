@@ -31,7 +31,7 @@ from yao_agent.base.structured import schema_problems
 from yao_agent.errors import UsageError
 from yao_agent.messages import check_text
 from yao_agent.server.errors import InvalidParam
-from yao_agent.server.openai_body import JsonSchemaFormat, Positive, Unit
+from yao_agent.server.openai_body import Positive, Unit
 
 TO_METADATA = ("user", "safety_identifier")
 CLIENT_TOOLS = ("function tools are not supported on /v1/responses yet (the assistant's own tools run on the "
@@ -56,10 +56,8 @@ class TextFormat(BaseModel):
             return {"type": "json_object"}
         if self.name is None or self.schema_ is None:
             raise InvalidParam("text.format: a json_schema format needs a name and a schema", param="text.format")
-        given = JsonSchemaFormat.model_validate(
-            {"name": self.name, "description": self.description, "schema": self.schema_, "strict": self.strict}
-        )
-        return {"type": "json_schema", "json_schema": given.model_dump(by_alias=True, exclude_none=True)}
+        given = {"name": self.name, "description": self.description, "schema": self.schema_, "strict": self.strict}
+        return {"type": "json_schema", "json_schema": {key: value for key, value in given.items() if value is not None}}
 
 
 class TextConfig(BaseModel):
