@@ -36,7 +36,7 @@ from yao_agent.base.structured import unfenced
 from yao_agent.errors import Conflict, NotFound
 from yao_agent.events import Event, MessageDelta, MessageEnd, StreamEnd
 from yao_agent.identity import Identity
-from yao_agent.messages import ChatMessage, text_of
+from yao_agent.messages import ChatMessage, is_json_object, text_of
 from yao_agent.pipeline import RunHandle, RunRequest, output
 from yao_agent.pipeline.permission import CHAT_ID
 from yao_agent.server import schemas as doc
@@ -175,7 +175,8 @@ async def continued(request: Request, who: Identity, previous: str) -> str:
 @router.get("/v1/responses/{response_id}", tags=["openai"], response_model=None,
             responses=doc.answers(shapes.ResponseOut, 401, 404))  # fmt: skip
 async def retrieve(response_id: str, request: Request, who: Caller) -> shapes.ResponseOut:
-    """A response as its run was stored (at once, as soon as the run has ended)."""
+    """A response as its run was stored (at once, as soon as the run has ended). A run whose last answer
+    is a JSON object is read as a structured run: that answer only, without a code fence."""
     chat_id, run_id = parsed_id(response_id)
     runs = runs_of(request)
     view = await runs.conversations.store.run_view(who, chat_id, run_id)
@@ -188,8 +189,9 @@ async def retrieve(response_id: str, request: Request, who: Caller) -> shapes.Re
     error: shapes.ResponseErrorOut | None = None
     if status == "failed":
         error = {"code": run.reason or "failed", "message": str(as_mapping(run.error).get("message") or run.reason)}
-    items = [message(mid, unfenced(text) if index == len(texts) - 1 else text) for index, (mid, text) in
-             enumerate(texts)]  # fmt: skip
+    items = [message(mid, text) for mid, text in texts]
+    if texts and is_json_object(unfenced(texts[-1][1])):  # as a structured run answered: its answer only
+        items = [message(texts[-1][0], unfenced(texts[-1][1]))]
     return response(Echo(run.assistant_id), response_id, run.started_at, status, items, run.usage, error)
 
 
