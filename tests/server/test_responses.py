@@ -135,12 +135,16 @@ async def test_text_format_json_schema_is_the_runs_output(live: Live, provider: 
         async with client.responses.stream(model="chat", input="another", text_format=Joke) as stream:
             deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
             final = await stream.get_final_response()
+        read = await client.responses.retrieve(final.id)
+        first = await client.responses.retrieve(parsed.id)
     assert parsed.output_parsed == Joke(setup="Why?", punchline="Because.")
     asked = provider.requests[0].body["response_format"]
     assert asked["type"] == "json_schema" and asked["json_schema"]["name"] == "Joke"
     assert set(asked["json_schema"]["schema"]["properties"]) == {"setup", "punchline"}
     assert deltas == ['{"setup": "A", "punchline": "B"}']  # the wrong answer, corrected, never reached the client
     assert final.output_parsed == Joke(setup="A", punchline="B")
+    assert [i.content for i in read.output] == [i.content for i in final.output]  # the corrected answer only
+    assert first.output_text == '{"setup": "Why?", "punchline": "Because."}'  # without its fence
 
 
 @pytest.mark.parametrize(
