@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -10,11 +12,22 @@ import pytest
 from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
 from pydantic import BaseModel
 
-from tests.support.servers import Live, openai_client
+from tests.support.runtimes import make_runtime
+from tests.support.servers import Live, openai_client, running, server_files
 from yao_agent.identity import Identity
+from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
 ALICE = Identity("alice")
+
+
+@pytest.fixture
+async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
+    """The server of the other tests, whose model also reads images."""
+    files = server_files(provider.base_url)
+    files["connectors/fake/model.yml"] += "capabilities: {vision: true}\n"
+    async with running(make_runtime(tmp_path / "app", store, files), 64 * 1024) as served:
+        yield served
 
 
 def bob_client(live: Live) -> openai.AsyncOpenAI:
@@ -98,7 +111,7 @@ async def test_previous_response_id_continues_the_chat_at_once(live: Live, provi
     said = [(m["role"], m["content"]) for m in provider.requests[2].messages if m["role"] != "system"]
     assert said == [("user", "who are you?"), ("assistant", "I am Ada"), ("user", "and me? I'm Bo"),
                     ("assistant", "You are Bo"), ("user", "sure?")]  # fmt: skip
-    assert second.id in older.value.message
+    assert first.id in older.value.message and third.id in older.value.message  # the one to continue
     assert len(provider.requests) == 3
     history = await live.rt.store.history(ALICE, first.id.partition(".")[2])
     assert [m.role for m in history] == ["user", "assistant"] * 3
@@ -143,7 +156,7 @@ async def test_text_format_json_schema_is_the_runs_output(live: Live, provider: 
     assert set(asked["json_schema"]["schema"]["properties"]) == {"setup", "punchline"}
     assert deltas == ['{"setup": "A", "punchline": "B"}']  # the wrong answer, corrected, never reached the client
     assert final.output_parsed == Joke(setup="A", punchline="B")
-    assert [i.content for i in read.output] == [i.content for i in final.output]  # the corrected answer only
+    assert [i.content[0].text for i in read.output] == ['{"setup": "A", "punchline": "B"}']  # corrected only
     assert first.output_text == '{"setup": "Why?", "punchline": "Because."}'  # without its fence
 
 

@@ -196,8 +196,11 @@ async def retrieve(response_id: str, request: Request, who: Caller) -> shapes.Re
 
 
 def _answers(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """The assistant's answers among a run's messages (text it said, not a hook's hidden turn)."""
-    return [m for m in messages if m.role == "assistant" and m.content and not m.hidden]
+    """The assistant's answers among a run's messages: the text it said after the last user message (its
+    input, which may repeat earlier answers, comes before), not a hook's hidden turn."""
+    users = [index for index, m in enumerate(messages) if m.role == "user"]
+    after = messages[users[-1] + 1 :] if users else messages
+    return [m for m in after if m.role == "assistant" and m.content and not m.hidden]
 
 
 async def whole(request: Request, handle: RunHandle, echo: Echo, headers: dict[str, str]) -> JSONResponse:
