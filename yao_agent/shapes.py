@@ -579,3 +579,76 @@ class AnthropicMessageOut(TypedDict):
     """max_tokens: a limit (max_turns) cut the run short"""
     stop_sequence: str | None
     usage: MessageUsageOut
+
+
+# -- the OpenAI Responses API (CONTRACT §9.2) --------------------------------------------------------
+
+
+class OutputTextOut(TypedDict):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any]
+    """always empty"""
+
+
+class OutputMessageOut(TypedDict):
+    type: Literal["message"]
+    id: str
+    role: Literal["assistant"]
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[OutputTextOut]
+
+
+class InputDetailsOut(TypedDict):
+    cached_tokens: int
+
+
+class OutputDetailsOut(TypedDict):
+    reasoning_tokens: int
+
+
+class ResponseUsageOut(TypedDict):
+    input_tokens: int
+    input_tokens_details: InputDetailsOut
+    output_tokens: int
+    output_tokens_details: OutputDetailsOut
+    total_tokens: int
+
+
+class ResponseErrorOut(TypedDict):
+    code: str
+    """the run's terminal reason (model_error, timeout, ...)"""
+    message: str
+
+
+class IncompleteOut(TypedDict):
+    reason: str
+    """why the run was cut short (max_turns)"""
+
+
+class ResponseOut(TypedDict):
+    id: str
+    """resp_<run id>.<chat id>: the run, readable and continuable as soon as it ended"""
+    object: Literal["response"]
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    model: str
+    """the assistant id"""
+    output: list[OutputMessageOut]
+    """the run's answers, one message each (a structured run's: its validated answer only)"""
+    previous_response_id: str | None
+    instructions: str | None
+    usage: ResponseUsageOut
+    error: ResponseErrorOut | None
+    incomplete_details: IncompleteOut | None
+    parallel_tool_calls: bool
+    tool_choice: Literal["auto"]
+    tools: list[Any]
+    """always empty: the assistant's tools run on the server"""
+    temperature: float | None
+    top_p: float | None
+    max_output_tokens: int | None
+    store: bool
+    text: dict[str, Any]
+    """the format asked for ({"format": {"type": "text"}} by default)"""
+    metadata: dict[str, Any]

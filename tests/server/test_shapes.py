@@ -69,7 +69,7 @@ def problems(document: dict[str, Any], method: str, template: str, response: htt
     if kind == "text/event-stream":
         frames = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
         last = frames[-1] if frames else ""
-        ends = ("stream_end", "message_stop")  # native, Anthropic's
+        ends = ("stream_end", "message_stop", "response.completed", "response.incomplete", "response.failed")
         return [] if last == "[DONE]" or json.loads(last).get("type") in ends else [f"stream ends {last!r}"]
     schema = {**content[kind]["schema"], "components": closed(document)}
     errors = Validator(schema).iter_errors(response.json())
@@ -232,6 +232,19 @@ async def anthropic(api: Api) -> None:
     await api.call("POST", "/v1/messages", 401, who=None, body=asked)
 
 
+async def responses(api: Api) -> None:
+    """The Responses API: a response (whole and streamed), continued, read back; refusals and a failed run."""
+    api.model.enqueue(Reply(text="hi"), Reply(text="streamed"), Reply(status=500))
+    asked = {"model": "chat", "input": "hi"}
+    made = await api.call("POST", "/v1/responses", 200, body=asked)
+    await api.call("POST", "/v1/responses", 200, body={**asked, "stream": True, "previous_response_id": made["id"]})
+    await api.call("POST", "/v1/responses", 409, body={**asked, "previous_response_id": made["id"]})
+    await api.call("POST", "/v1/responses", 400, body={**asked, "background": True})
+    await api.call("POST", "/v1/responses", 502, body=asked)
+    await api.call("GET", "/v1/responses/{response_id}", 200, response_id=made["id"])
+    await api.call("GET", "/v1/responses/{response_id}", 404, response_id="resp_run_0.nochat")
+
+
 async def knowledge(api: Api) -> None:
     """Collections, their documents, search, and embeddings: each as a team admin, a member and an outsider."""
     await api.call("GET", "/api/knowledge", 200)
@@ -261,6 +274,7 @@ async def test_every_route_answers_as_the_document_says(api: Api) -> None:
     await approved(api)
     await openai(api)
     await anthropic(api)
+    await responses(api)
     await operating(api)  # last: it drains the server
     operations = {(method, path): op for path, item in api.document["paths"].items() for method, op in item.items()}
     errs = {

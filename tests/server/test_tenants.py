@@ -87,6 +87,17 @@ def run_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
+def response_requests(chat_id: str, run_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every way to read or continue a run of the chat as a Responses API response."""
+    rid = f"resp_{run_id}.{chat_id}"
+    asked = {"model": "chat", "input": "intruder response", "previous_response_id": rid}
+    return [
+        ("GET", f"/v1/responses/{rid}", {}),
+        ("POST", "/v1/responses", {"json": asked}),
+        ("POST", "/v1/responses", {"json": {**asked, "stream": True}}),
+    ]
+
+
 # --- another tenant's chat ---------------------------------------------------------------------------
 
 
@@ -116,6 +127,10 @@ async def test_another_tenants_chat_is_a_404_on_every_route_and_stays_untouched(
                     "never-existed", "ID"
                 ), (method, path)
             for method, path, kwargs in run_requests(chat_id):
+                assert_error(await bob.request(method, path, **kwargs), 404, "not_found")
+            latest = await live.rt.store.latest_run(ALICE, chat_id)
+            assert latest is not None
+            for method, path, kwargs in response_requests(chat_id, latest.id):
                 assert_error(await bob.request(method, path, **kwargs), 404, "not_found")
 
         assert await chat_ids(bob) == []  # bob's attempts created nothing, and alice's chats are not listed
@@ -370,6 +385,8 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("POST", "/api/knowledge/handbook/search", {"query": "anything"}),
     ("POST", "/v1/embeddings", {"input": "anything"}),
     ("POST", "/v1/messages", {"model": "chat", "max_tokens": 100, "messages": says("hi")}),
+    ("POST", "/v1/responses", {"model": "chat", "input": "hi"}),
+    ("GET", f"/v1/responses/resp_run_1.{CHAT}", None),
 ]
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/")}
 
@@ -466,6 +483,7 @@ async def test_the_route_list_above_is_every_route_of_the_api(live: Live) -> Non
     tested = {(m, p.split("?")[0].replace(CHAT, "{chat_id}")) for m, p, _ in ROUTES}
     tested = {(m, p.replace("/chat/runs", "/{assistant_id}/runs").replace("/default", "/{role}")) for m, p in tested}
     tested = {(m, p.replace("/runs/run_1", "/runs/{run_id}")) for m, p in tested}
+    tested = {(m, p.replace("/responses/resp_run_1.{chat_id}", "/responses/{response_id}")) for m, p in tested}
     tested = {(m, p.replace("/handbook/", "/{collection_id}/").replace("/doc_1", "/{document_id}")) for m, p in tested}
     assert declared - PUBLIC == tested
     assert (health.status_code, health.json()) == (200, {"status": "ok"})

@@ -18,6 +18,7 @@ from yao_agent.server import (
     native,
     openai_compat,
     operating,
+    responses_door,
     schemas,
 )
 from yao_agent.server.access import AccessLog
@@ -46,6 +47,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(operating.router)
     app.include_router(lifecycle.router)
     app.include_router(openai_compat.router)
+    app.include_router(responses_door.router)
     app.include_router(knowledge.router)
     app.include_router(anthropic_door.router)
     metrics_route.install(app)
