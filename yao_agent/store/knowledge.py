@@ -96,13 +96,14 @@ def _seen(sight: Sight, **more: Any) -> dict[str, Any]:
 # English function words: in a question they match nearly every chunk, and the database would rank every
 # match (measured: 32.7 ms at 10k chunks with them, 1.7 ms without: docs/performance.md). Left out of a
 # query, unless they are all it has.
-STOP_WORDS = frozenset("""
+_FUNCTION_WORDS = """
 a about above after again all also am an and any are as at be because been before being below between both
 but by can could did do does doing down during each few for from further had has have having he her here
 hers him his how i if in into is it its just me more most my no nor not now of off on once only or other our
 out over own same she should so some such than that the their them then there these they this those through
 to too under until up very was we were what when where which while who whom why will with would you your
-""".split())
+"""
+STOP_WORDS = frozenset(_FUNCTION_WORDS.split())
 
 
 def fulltext_words(query: str) -> list[str]:
