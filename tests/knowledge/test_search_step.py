@@ -201,3 +201,48 @@ async def test_a_hook_searches_with_ctx_search(tmp_path: Path, fake: ScriptedMod
     assert end_of(await turn(rt, "x", assistant="h")).status == "completed"
     assert fake.requests[0].messages[-1]["content"] == "Expenses 1 0"
     await close(rt)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("{search: {top_k: 0}}", "search.top_k must be a whole number from 1 to 50"),
+        ("{search: {query: ''}}", "search.query must be non-empty text"),
+        ("{search: {knowledge: 'handbook'}}", "search.knowledge must be a list of collection ids"),
+        ("{search: {where: 'x'}}", "search must be false or {query?, knowledge?, top_k?}"),
+    ],
+)
+async def test_create_returning_a_wrong_search_is_a_hook_error(
+    tmp_path: Path, fake: ScriptedModel, store: SqlStore, given: str, said: str
+) -> None:
+    more = {
+        "assistants/h/assistant.yml": "name: H\nhook: hooks/h.js\n",
+        "hooks/h.js": f"function Create() {{ return {given}; }}",
+    }
+    rt = make_runtime(tmp_path / "app", store, files(fake.base_url, **more), model=fake)
+    end = end_of(await turn(rt, "x", assistant="h"))
+    assert (end.status, end.reason) == ("failed", "hook_error") and said in str(end.error)
+    await close(rt)
+
+
+async def test_ctx_search_refuses_options_of_the_wrong_shape(
+    tmp_path: Path, fake: ScriptedModel, store: SqlStore
+) -> None:
+    hook = """
+      async function Create(ctx, messages) {
+        const said = [];
+        for (const options of [7, {knowledge: "handbook"}, {top_k: 99}, {filter: {dept: 1}}]) {
+          try { await ctx.search("x", options); said.push("ok"); } catch (e) { said.push(e.message); }
+        }
+        return {messages: [{role: "user", content: said.join(" | ")}]};
+      }
+    """
+    more = {"assistants/h/assistant.yml": "name: H\nhook: hooks/h.js\n", "hooks/h.js": hook}
+    rt = make_runtime(tmp_path / "app", store, files(fake.base_url, **more), model=fake)
+    fake.enqueue(Reply(text="ok"))
+    assert end_of(await turn(rt, "x", assistant="h")).status == "completed"
+    said = fake.requests[0].messages[-1]["content"].split(" | ")
+    assert [s.split(":")[0] for s in said] == ["ctx.search"] * 4
+    assert "options must be an object" in said[0] and "knowledge must be a list" in said[1]
+    assert "top_k must be a whole number" in said[2] and "filter must map metadata keys to text" in said[3]
+    await close(rt)
