@@ -135,9 +135,15 @@ class ChosenFunction(BaseModel):
     function: ChosenName
 
 
-ToolChoice = Annotated[
-    Literal["auto", "none", "required"] | ChosenFunction, _kinds("auto, none, required or a function", str, dict)
-]
+def _tool_choice(value: Any) -> Any:
+    """One clear message for a choice of neither shape (pydantic would say each shape's complaint)."""
+    fine = value is None or isinstance(value, dict) or value in ("auto", "none", "required")
+    if not fine:
+        raise PydanticCustomError("type_error", "expected auto, none, required or a function")
+    return cast(Any, value)
+
+
+ToolChoice = Annotated[Literal["auto", "none", "required"] | ChosenFunction, BeforeValidator(_tool_choice)]
 
 
 class StreamOptions(BaseModel):
