@@ -37,7 +37,12 @@ def bob_client(live: Live) -> openai.AsyncOpenAI:
 async def test_a_text_input_answers_a_response(live: Live, provider: FakeProvider) -> None:
     provider.enqueue(Reply(text="Hello there", usage={"prompt_tokens": 7, "completion_tokens": 2}))
     async with openai_client(live) as client:
-        answer = await client.responses.create(model="chat", input="hi")
+        answer = await client.responses.create(model="chat", input="hi", temperature=0.5, max_output_tokens=50,
+                                               store=False)  # fmt: skip
+        kept = await client.responses.retrieve(answer.id)  # store: false still keeps the run (see http.md)
+    assert kept.output_text == "Hello there" and answer.store is False
+    body = provider.requests[0].body
+    assert (body["temperature"], body["max_tokens"]) == (0.5, 50)
     assert answer.object == "response" and answer.status == "completed" and answer.model == "chat"
     assert answer.output_text == "Hello there"
     [item] = answer.output
