@@ -299,7 +299,8 @@ async def test_the_openapi_document_says_what_the_server_answers(live: Live) -> 
     streamed = {p for p, ops in document["paths"].items() for op in ops.values()
                 if "text/event-stream" in op["responses"]["200"]["content"]}  # fmt: skip
     assert streamed == {"/api/assistants/{assistant_id}/runs", "/api/chats/{chat_id}/resume",
-                        "/api/chats/{chat_id}/approvals", "/v1/chat/completions", "/v1/messages"}  # fmt: skip
+                        "/api/chats/{chat_id}/approvals", "/v1/chat/completions", "/v1/messages",
+                        "/v1/responses"}  # fmt: skip
     completions = document["paths"]["/v1/chat/completions"]["post"]["responses"]
     assert {"400", "404", "409", "413", "502", "504", "508"} <= set(completions)
     detail = document["components"]["schemas"]["ErrorDetail"]

@@ -77,9 +77,9 @@ async def test_a_two_step_tool_conversation_with_the_official_client(live: Live,
         [call] = choice.message.tool_calls or []
         assert call.type == "function" and (call.id, call.function.name) == ("call_w1", "get_weather")
         assert json.loads(call.function.arguments) == {"city": "Paris"}
-        follow: list[ChatCompletionMessageParam] = [
+        follow: list[Any] = [  # (the SDK's message params, and its own reply dumped back)
             *ASK,
-            choice.message.model_dump(exclude_none=True),  # pyright: ignore[reportArgumentType]
+            choice.message.model_dump(exclude_none=True),
             {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"},
         ]
         second = await client.chat.completions.create(
@@ -113,7 +113,7 @@ async def test_streamed_tool_calls_and_their_continuation(live: Live, provider: 
         calls = [t for d in deltas for t in d.tool_calls or ()]
         assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == ["tool_calls"]
         assert [(c.index, c.id, c.function and c.function.name) for c in calls] == [(0, "call_w1", "get_weather")]
-        follow: list[ChatCompletionMessageParam] = [
+        follow: list[Any] = [  # (the SDK's message params, and its own reply dumped back)
             *ASK,
             {"role": "assistant", "content": None, "tool_calls": [
                 {"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": PARIS}}
@@ -141,9 +141,9 @@ async def test_parallel_calls_beside_the_assistants_own_tools(live: Live, provid
         first, chat_id = raw.parse(), raw.headers["x-chat-id"]
         given = first.choices[0].message.tool_calls or []
         assert [c.id for c in given] == ["call_w1", "call_t1"]
-        follow: list[ChatCompletionMessageParam] = [
+        follow: list[Any] = [  # (the SDK's message params, and its own reply dumped back)
             *ASK,
-            first.choices[0].message.model_dump(exclude_none=True),  # pyright: ignore[reportArgumentType]
+            first.choices[0].message.model_dump(exclude_none=True),
             {"role": "tool", "tool_call_id": "call_w1", "content": "sunny"},
             {"role": "tool", "tool_call_id": "call_t1", "content": "12:00"},
         ]
@@ -169,7 +169,7 @@ async def test_tool_choice_reaches_the_model(live: Live, provider: FakeProvider)
                 model="chat",
                 messages=ASK,
                 tools=[WEATHER],
-                tool_choice=choice,  # pyright: ignore[reportArgumentType]
+                tool_choice=choice,
             )
         with pytest.raises(openai.BadRequestError) as unknown:
             await client.chat.completions.create(
@@ -249,7 +249,7 @@ async def test_a_waiting_run_is_continued_by_results_only(live: Live, provider: 
 async def test_without_a_chat_id_the_conversation_is_sent_whole(live: Live, provider: FakeProvider) -> None:
     """A client that keeps its own history (and sends no X-Chat-Id) gets a new chat with all it sent."""
     provider.enqueue(Reply(text="Sunny."))
-    conversation: list[dict[str, Any]] = [
+    conversation: list[Any] = [
         *ASK,
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_x", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
