@@ -169,7 +169,7 @@ async def test_tool_choice_reaches_the_model(live: Live, provider: FakeProvider)
                 model="chat",
                 messages=ASK,
                 tools=[WEATHER],
-                tool_choice=choice,
+                tool_choice=choice,  # pyright: ignore[reportArgumentType]
             )
         with pytest.raises(openai.BadRequestError) as unknown:
             await client.chat.completions.create(
