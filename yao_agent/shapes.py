@@ -442,7 +442,7 @@ class AnswerOut(TypedDict):
     """null only beside `tool_calls`, when the model said nothing with them"""
     reasoning_content: NotRequired[str]
     tool_calls: NotRequired[list[ClientCallOut]]
-    """calls of the client's own tools, for the client to run (CONTRACT §9.2)"""
+    """calls of the client's own tools, for the client to run"""
 
 
 class ChoiceOut(TypedDict):
