@@ -15,6 +15,7 @@ from yao_agent.dsl.specs import ChunkSettings
 from yao_agent.knowledge.chunk import Chunk, chunks, content_hash
 from yao_agent.knowledge.parse import parse
 from yao_agent.knowledge.vectors import pack
+from yao_agent.store.audit import CLI, Actor
 from yao_agent.store.knowledge import ChunkIn, CollectionRecord, DocumentRecord, Sight
 from yao_agent.store.protocol import KnowledgeFace
 
@@ -43,7 +44,7 @@ class Added:
 
 async def add(
     store: KnowledgeFace, sight: Sight, collection: CollectionRecord, upload: Upload, chunking: ChunkSettings,
-    embed: Embed | None, *, new_id: str, now: float,
+    embed: Embed | None, *, new_id: str, now: float, by: Actor = CLI,
 ) -> Added:  # fmt: skip
     digest = content_hash(upload.data)
     same = await store.kb_same_content(sight, collection.id, digest)
@@ -57,7 +58,7 @@ async def add(
     record = DocumentRecord(id=new_id, collection_id=collection.id, title=title, source=upload.source,
                             content_hash=digest, metadata=dict(upload.metadata), chunk_count=len(rows),
                             created_at=now, updated_at=now)  # fmt: skip
-    stored = await store.kb_put(sight, collection.id, record, rows)
+    stored = await store.kb_put(sight, collection.id, record, rows, by=by)
     return Added(stored, unchanged=False, embedded=len({c.digest for c in cut}) - reused if embed else 0,
                  reused=reused)  # fmt: skip
 

@@ -25,6 +25,7 @@ from yao_agent.knowledge.ingest import EMBED_BATCH, Added, Upload, add, embeddin
 from yao_agent.knowledge.references import Reference
 from yao_agent.knowledge.search import Ask, Searcher
 from yao_agent.knowledge.vectors import pack
+from yao_agent.store.audit import CLI, Actor, actor_of
 from yao_agent.store.knowledge import CollectionRecord, DocumentRecord, Sight
 from yao_agent.store.protocol import KnowledgeFace
 
@@ -97,7 +98,7 @@ class Library:
             raise UsageError("embedding: expected a connector id or use::<role> ($ENV is for the app's own YAML)")
         if embedding and not embedding.startswith("use::") and embedding not in self.app.connectors:
             raise UsageError(f"embedding: unknown connector '{embedding}' (expected a connector id or use::<role>)")
-        return await self.store.kb_create(owner, name, embedding or "")
+        return await self.store.kb_create(owner, name, embedding or "", by=actor_of(who))
 
     async def writable(self, who: Caller, collection_id: str, team: str | None = None) -> CollectionRecord:
         """A collection the caller may change: their team's, as its admin; an app collection, as the operator."""
@@ -113,9 +114,9 @@ class Library:
     async def add(self, who: Caller, collection_id: str, upload: Upload, team: str | None = None) -> Added:
         found = await self.writable(who, collection_id, team)
         _check_metadata(upload.metadata)
-        return await self._add(self.sight(who, team), found, upload)
+        return await self._add(self.sight(who, team), found, upload, actor_of(who))
 
-    async def _add(self, sight: Sight, collection: CollectionRecord, upload: Upload) -> Added:
+    async def _add(self, sight: Sight, collection: CollectionRecord, upload: Upload, by: Actor) -> Added:
         spec = self.app.knowledge.get(collection.id) if collection.origin == "app" else None
         chunking = spec.chunk if spec is not None else ChunkSettings()
 
@@ -123,11 +124,11 @@ class Library:
             return (await self.embedders.for_collection(collection, texts)).vectors
 
         return await add(self.store, sight, collection, upload, chunking, embed if collection.embedding else None,
-                         new_id=self.ids.new("doc"), now=self.clock())  # fmt: skip
+                         new_id=self.ids.new("doc"), now=self.clock(), by=by)  # fmt: skip
 
     async def delete(self, who: Caller, collection_id: str, document_id: str, team: str | None = None) -> None:
         await self.writable(who, collection_id, team)
-        if not await self.store.kb_delete(self.sight(who, team), collection_id, document_id):
+        if not await self.store.kb_delete(self.sight(who, team), collection_id, document_id, by=actor_of(who)):
             raise NotFound(f"no document '{document_id}' in collection '{collection_id}'")
 
     async def documents(self, who: Caller, collection_id: str, team: str | None = None) -> list[DocumentRecord]:
@@ -149,12 +150,12 @@ class Library:
         added: list[str] = []
         unchanged = 0
         for rel, path in files:
-            done = await self._add(sight, collection, Upload(path.name, path.read_bytes(), source=rel))
+            done = await self._add(sight, collection, Upload(path.name, path.read_bytes(), source=rel), CLI)
             unchanged += done.unchanged
             if not done.unchanged:
                 added.append(rel)
         keep = [rel for rel, _ in files]
-        removed = await self.store.kb_delete_missing(sight, collection_id, keep)
+        removed = await self.store.kb_delete_missing(sight, collection_id, keep, by=CLI)
         return Synced(collection_id, added, unchanged, removed, await self._fill(sight, collection))
 
     async def _fill(self, sight: Sight, collection: CollectionRecord) -> int:

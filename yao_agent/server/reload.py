@@ -79,7 +79,16 @@ class Reloader:
             previous = self.runs.app.version
             self.runs.process.adopt(found)
             log.info("app reloaded (%s): version %s, was %s", why, found.version, previous)
+            await self._audited(previous, found.version, why)
             return True
+
+    async def _audited(self, previous: str, version: str, why: str) -> None:
+        """The reload in the audit log (once for the deployment: each of its processes reloads). The app is
+        no database change, so its row follows it; a store that fails then costs the row, not the reload."""
+        try:
+            await self.runs.rt.store.audit_reload(previous, version, why)
+        except Exception:
+            log.exception("the reload to app version %s could not be written to the audit log", version)
 
     def _probe(self) -> Probe:
         """Hooks are part of the version: each hook text is loaded in V8 as `validate` loads it, except those

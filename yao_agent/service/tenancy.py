@@ -16,6 +16,7 @@ from yao_agent.errors import NotFound, UsageError
 from yao_agent.identity import Identity
 from yao_agent.service import teams
 from yao_agent.service.process import Process
+from yao_agent.store.audit import actor_of
 from yao_agent.store.protocol import TenancyStore
 from yao_agent.store.records import RoleSetting
 
@@ -56,14 +57,14 @@ class Tenancy:
         for connector in connectors:
             if connector not in allowed:
                 raise UsageError(unknown("connector", connector, allowed, HANDFUL))
-        await self.store.set_role(identity.settings_scope, role, list(connectors))
+        await self.store.set_role(identity.settings_scope, role, list(connectors), by=actor_of(identity))
 
     async def unset_role(self, identity: Identity, role: str) -> None:
         """Remove the scope's mapping of a role (app.yml's applies again); NotFound when it maps none,
         Forbidden for a member of a team."""
         teams.require_admin(identity, "role mappings")
         kind, owner = identity.settings_scope
-        if not ROLE.fullmatch(role) or not await self.store.delete_role((kind, owner), role):
+        if not ROLE.fullmatch(role) or not await self.store.delete_role((kind, owner), role, by=actor_of(identity)):
             raise NotFound(f"role '{role}' is not set for {kind} {owner}")
 
     # -- usage and budgets (who sees and changes what: teams.py) -----------------------------------
@@ -98,5 +99,5 @@ class Tenancy:
         checked = teams.check_limits(limits)
         rt = self.process.rt
         allowed = teams.within_ceiling(scope, rt.app.config.budgets, checked)
-        await self.store.set_budget(scope.budget_scope, checked, allowed)
+        await self.store.set_budget(scope.budget_scope, checked, allowed, by=actor_of(identity))
         return await teams.budget_view(self.store, rt.app.config.budgets, scope, rt.clock())

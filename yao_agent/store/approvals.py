@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import bindparam, select, update
 
 from yao_agent.errors import ApprovalConflict
-from yao_agent.store import step_inputs
+from yao_agent.store import audit, step_inputs
 from yao_agent.store.records import Approval
 from yao_agent.store.schema import approvals, messages, runs, steps
 from yao_agent.store.step_inputs import ToolRound
@@ -75,24 +75,35 @@ def decided_in(tx: Tx, chat_id: str) -> dict[str, Approval]:
     return {row.message_id: _approval(row) for row in tx.all(OF_CHAT, {"chat_id": chat_id}) if row.message_id}
 
 
-def decide(tx: Tx, run_id: str, decisions: Sequence[Approval]) -> None:
-    """Write decisions, each on a call still pending; ApprovalConflict (nothing written) if one is not."""
+def decide(tx: Tx, chat_id: str, run_id: str, decisions: Sequence[Approval], by: audit.Actor, now: float) -> None:
+    """Write decisions, each on a call still pending, each with its audit row; ApprovalConflict (nothing
+    written) if one is not."""
     for decision in decisions:
         changed = tx.execute(DECIDE, _decided(decision) | {"run_id": run_id, "call_id": decision.tool_call_id})
         if changed != 1:
             raise ApprovalConflict(
                 f"the call {decision.tool_call_id} was decided already (by someone else, or by a new message)"
             )
+        _audited(tx, by, chat_id, run_id, decision, now)
 
 
-def deny_pending(tx: Tx, chat_id: str, user_id: str, now: float) -> None:
-    """A new user message: what waits for a decision is denied, and the stand-in results of the calls that
-    waited (those that needed no approval too) say why they never ran."""
+def _audited(tx: Tx, by: audit.Actor, chat_id: str, run_id: str, decision: Approval, now: float) -> None:
+    after = {"status": decision.status, "reason": decision.reason}
+    change = audit.Change("approval.decide", f"approval/{chat_id}/{run_id}/{decision.tool_call_id}",
+                          by.team_id or "", {"status": "pending"}, after)  # fmt: skip
+    audit.append(tx, by, change, now)
+
+
+def deny_pending(tx: Tx, chat_id: str, by: audit.Actor, now: float) -> None:
+    """A new user message: what waits for a decision is denied (a decision of the person who sent it, in
+    the audit log too), and the stand-in results of the calls that waited (those that needed no approval
+    too) say why they never ran."""
     pending = {call_id: run_id for run_id, call_id in tx.tuples(PENDING_OF_CHAT, {"chat_id": chat_id})}
     for call_id, run_id in pending.items():
-        denied = Approval(run_id, call_id, "", "", None, status="denied", reason=NEW_MESSAGE, decided_by=user_id,
+        denied = Approval(run_id, call_id, "", "", None, status="denied", reason=NEW_MESSAGE, decided_by=by.user_id,
                           decided_at=now)  # fmt: skip
         tx.execute(DECIDE, _decided(denied) | {"run_id": run_id, "call_id": call_id})
+        _audited(tx, by, chat_id, run_id, denied, now)
     for run_id in set(pending.values()):
         for row in tx.all(WAITING_ROUNDS, {"run_id": run_id}):
             for call_id in _round(row.input).ids:

@@ -18,6 +18,7 @@ from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied, Usa
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.store import approvals, journal, runlog, step_inputs
+from yao_agent.store.audit import actor_of
 from yao_agent.store.engine import Database
 from yao_agent.store.records import Approval, ChatRecord, Loaded, ResumePoint, RunRecord, RunView, StepRecord
 from yao_agent.store.runlog import chat_record, team_of
@@ -175,7 +176,7 @@ class ChatStore:
         def work(tx: Tx) -> Loaded:
             chat = _locked(tx, identity, run)
             if chat is not None and chat.last_status == "waiting" and run.resumed_from is None:
-                approvals.deny_pending(tx, run.chat_id, identity.user_id, now)  # a new message (CONTRACT §4.8)
+                approvals.deny_pending(tx, run.chat_id, actor_of(identity), now)  # a new message (CONTRACT §4.8)
                 approvals.close_client_calls(tx, run.chat_id, chat.last_run_id)  # (§9.2)
             try:
                 past = self.read_history(tx, run.chat_id, limit, since_summary=True) if chat is not None else []
@@ -359,11 +360,12 @@ class ChatStore:
         """Write a person's decisions on the calls a run of the caller's chat waits for; ApprovalConflict
         (nothing written) when one of them is no longer pending."""
         identity = _require(identity)
+        by, now = actor_of(identity), self.clock()
 
         def work(tx: Tx) -> None:
             if runlog.owned_chat(tx, identity, chat_id, lock=True) is None:
                 raise NotFound(f"no chat '{chat_id}'")
-            approvals.decide(tx, run_id, decisions)
+            approvals.decide(tx, chat_id, run_id, decisions, by, now)
 
         await self.db.write_tx(work)
 

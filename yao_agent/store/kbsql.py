@@ -126,6 +126,10 @@ GONE_SOURCES = _both(
 INSERT_DOCUMENT = Sql(kb_documents.insert())
 # Chunks first: deleting them fires the trigger that takes them out of SQLite's full-text index.
 DELETE_CHUNKS = Sql(delete(kb_chunks).where(_K.document_id == bindparam("doc")))
+SUMMARY = Sql(  # what an audit row says of a document (store/audit.py)
+    select(_D.title, _D.source, _D.content_hash, _D.chunk_count, _D.meta)
+    .where(_D.id == bindparam("doc"), _D.collection_id == bindparam("cid"))
+)  # fmt: skip
 DELETE_DOCUMENT = Sql(delete(kb_documents).where(_D.id == bindparam("doc"), _D.collection_id == bindparam("cid")))
 
 # --- chunks -----------------------------------------------------------------------------------------

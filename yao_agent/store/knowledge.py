@@ -15,11 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 from yao_agent.errors import Conflict, NotFound, PermissionDenied, UsageError
-from yao_agent.store import kbsql
+from yao_agent.store import audit, kbsql
+from yao_agent.store.audit import CLI, Actor
 from yao_agent.store.engine import Database
 from yao_agent.store.runlog import plain_text
 from yao_agent.store.tx import Tx
 
+GONE = {"why": "its source file is gone"}  # what a sync's audit row says of a document it deleted
 ID_MAX = 300  # kb_collections.id's size (schema.py)
 TEAM_MAX = 128
 MAX_WORDS = 32  # a full-text query's words beyond these are dropped: a search, not a document
@@ -157,10 +159,29 @@ def _lock(tx: Tx, sight: Sight, cid: str) -> Any:
     return row
 
 
-def _drop(tx: Tx, cid: str, document_id: str) -> bool:
-    """Delete a document of the collection, its chunks first (their trigger unindexes them on SQLite)."""
+def _drop(tx: Tx, cid: str, document_id: str) -> dict[str, Any] | None:
+    """Delete a document of the collection, its chunks first (their trigger unindexes them on SQLite);
+    what it was (as an audit row says it), None if there was none."""
+    found = tx.all(kbsql.SUMMARY, {"doc": document_id, "cid": cid})
     tx.execute(kbsql.DELETE_CHUNKS, {"doc": document_id, "cid": cid})
-    return tx.execute(kbsql.DELETE_DOCUMENT, {"doc": document_id, "cid": cid}) > 0
+    if not found or not tx.execute(kbsql.DELETE_DOCUMENT, {"doc": document_id, "cid": cid}):
+        return None
+    return _summary(found[0]._asdict())
+
+
+def _summary(document: Mapping[str, Any]) -> dict[str, Any]:
+    return {"title": document["title"], "source": document["source"], "content_hash": document["content_hash"],
+            "chunks": document["chunk_count"], "metadata": document["meta"]}  # fmt: skip
+
+
+def _document_change(action: str, cid: str, document_id: str, before: Any, after: Any) -> audit.Change:
+    return audit.Change(action, f"kb/{cid}/{document_id}", _team_of(cid), before, after)
+
+
+def _team_of(cid: str) -> str:
+    """The team whose a collection is: `<team>:<name>`; '' for an app collection."""
+    team, colon, _ = cid.partition(":")
+    return team if colon else ""
 
 
 def _changed(tx: Tx, cid: str, now: float) -> None:
@@ -186,11 +207,13 @@ class KnowledgeStore:
 
         def work(tx: Tx) -> None:
             for cid, name, embedding in declared:
-                _declare(tx, cid, _text(name), embedding, now)
+                change = _declare(tx, cid, _text(name), embedding, now)
+                if change is not None:  # (the app's files say so: the deployment's change)
+                    audit.append(tx, audit.DEPLOYMENT, change, now)
 
         await self.db.write_tx(work)
 
-    async def kb_create(self, team_id: str, name: str, embedding: str) -> CollectionRecord:
+    async def kb_create(self, team_id: str, name: str, embedding: str, *, by: Actor = CLI) -> CollectionRecord:
         """A new collection of the team, id `<team>:<name>`; Conflict if the team has one by that name."""
         if not team_id or len(team_id) > TEAM_MAX:
             raise UsageError(f"a team collection needs a team (1-{TEAM_MAX} characters)")
@@ -202,7 +225,11 @@ class KnowledgeStore:
         record = CollectionRecord(cid, team_id, "team", name, embedding, 0, 0, 0, now, now)
         values = {"id": cid, "team_id": team_id, "origin": "team", "name": name, "embedding": embedding,
                   "generation": 0, "created_at": now, "updated_at": now}  # fmt: skip
-        if not await self.db.write_tx(lambda tx: tx.execute(kbsql.CREATE_COLLECTION, dict(values))):
+        after = {"name": name, "embedding": embedding}
+        change = audit.Change("kb.collection.create", f"kb/{cid}", team_id, None, after)
+        made = audit.logged(lambda tx: tx.execute(kbsql.CREATE_COLLECTION, dict(values)), by,
+                            lambda _tx, count: [change] if count else [], now)  # fmt: skip
+        if not await self.db.write_tx(made):
             raise Conflict(f"the team already has a knowledge collection named '{name}'")
         return record
 
@@ -229,8 +256,9 @@ class KnowledgeStore:
         return _document(found) if found is not None else None
 
     async def kb_put(
-        self, sight: Sight, collection_id: str, document: DocumentRecord, chunks: Sequence[ChunkIn]
-    ) -> DocumentRecord:
+        self, sight: Sight, collection_id: str, document: DocumentRecord, chunks: Sequence[ChunkIn], *,
+        by: Actor = CLI,
+    ) -> DocumentRecord:  # fmt: skip
         """Store a document and its chunks in one transaction; a document of the collection from the same
         `source` (a synced file) is replaced. NotFound if the sight does not admit the collection."""
         now = self.clock()
@@ -241,31 +269,40 @@ class KnowledgeStore:
 
         def work(tx: Tx) -> DocumentRecord:
             _lock(tx, sight, collection_id)
+            replaced: list[tuple[str, Any]] = []
             if stored.source:
                 for (old,) in tx.tuples(kbsql.OF_SOURCE, {"cid": collection_id, "source": stored.source}):
-                    _drop(tx, collection_id, old)
+                    replaced.append((old, _drop(tx, collection_id, old)))
             tx.execute(kbsql.INSERT_DOCUMENT, _document_row(stored))
             if chunks:
                 tx.executemany(kbsql.INSERT_CHUNK, [_chunk_row(stored, c) for c in chunks])
             _changed(tx, collection_id, now)
+            # One row: the document added, and what it replaced (a synced file's or an upload's earlier version).
+            before = {"replaced": [{"id": old, **(was or {})} for old, was in replaced]} if replaced else None
+            after = _summary(_document_row(stored))
+            audit.append(tx, by, _document_change("kb.document.add", collection_id, stored.id, before, after), now)
             return stored
 
         return await self.db.write_tx(work)
 
-    async def kb_delete(self, sight: Sight, collection_id: str, document_id: str) -> bool:
+    async def kb_delete(self, sight: Sight, collection_id: str, document_id: str, *, by: Actor = CLI) -> bool:
         """Delete one document of the collection; False if it has none by that id."""
         now = self.clock()
 
         def work(tx: Tx) -> bool:
             _lock(tx, sight, collection_id)
-            if not _drop(tx, collection_id, document_id):
+            was = _drop(tx, collection_id, document_id)
+            if was is None:
                 return False
             _changed(tx, collection_id, now)
+            audit.append(tx, by, _document_change("kb.document.delete", collection_id, document_id, was, None), now)
             return True
 
         return await self.db.write_tx(work)
 
-    async def kb_delete_missing(self, sight: Sight, collection_id: str, keep_sources: Sequence[str]) -> int:
+    async def kb_delete_missing(
+        self, sight: Sight, collection_id: str, keep_sources: Sequence[str], *, by: Actor = CLI
+    ) -> int:
         """Delete the synced documents whose source is not among `keep_sources` (its file is gone);
         uploads (no source) stay. How many were deleted."""
         now = self.clock()
@@ -274,7 +311,9 @@ class KnowledgeStore:
             _lock(tx, sight, collection_id)
             gone = tx.tuples(kbsql.GONE_SOURCES, {"cid": collection_id, "keep": list(keep_sources)})
             for (document_id,) in gone:
-                _drop(tx, collection_id, document_id)
+                was = _drop(tx, collection_id, document_id)
+                change = _document_change("kb.document.delete", collection_id, document_id, was, GONE)
+                audit.append(tx, by, change, now)
             if gone:
                 _changed(tx, collection_id, now)
             return len(gone)
@@ -361,19 +400,25 @@ class KnowledgeStore:
         return [found[i] for i in dict.fromkeys(chunk_ids) if i in found]
 
 
-def _declare(tx: Tx, cid: str, name: str, embedding: str, now: float) -> None:
+def _declare(tx: Tx, cid: str, name: str, embedding: str, now: float) -> audit.Change | None:
+    """Bring an app collection in line with its declaration; what changed, for the audit log (None: nothing)."""
     row = tx.first(kbsql.DECLARED, {"cid": cid})
+    after = {"name": name, "embedding": embedding}
     if row is None:
         tx.execute(kbsql.INSERT_COLLECTION, {"id": cid, "team_id": "", "origin": "app", "name": name,
                                              "embedding": embedding, "generation": 0, "created_at": now,
                                              "updated_at": now})  # fmt: skip
-    elif row.origin != "app":
+        return audit.Change("kb.collection.declare", f"kb/{cid}", "", None, after)
+    if row.origin != "app":
         raise Conflict(f"collection '{cid}' is a team's, not the app's")
-    elif row.embedding != embedding:
+    if row.embedding != embedding:
         tx.execute(kbsql.REEMBED, {"cid": cid, "name": name, "embedding": embedding, "updated_at": now})
         tx.execute(kbsql.CLEAR_VECTORS, {"cid": cid})
     elif row.name != name:
         tx.execute(kbsql.RENAME_COLLECTION, {"cid": cid, "name": name, "updated_at": now})
+    else:
+        return None
+    return audit.Change("kb.collection.declare", f"kb/{cid}", "", {"name": row.name, "embedding": row.embedding}, after)
 
 
 def _clean_metadata(metadata: Mapping[str, str]) -> dict[str, str]:

@@ -21,7 +21,8 @@ from sqlalchemy.sql import ClauseElement
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Identity, Operator
-from yao_agent.store import ledger
+from yao_agent.store import audit, ledger
+from yao_agent.store.audit import CLI, Actor
 from yao_agent.store.engine import Database
 from yao_agent.store.ledger import ScopeKind
 from yao_agent.store.schema import budgets, rate_events, usage_ledger
@@ -174,18 +175,19 @@ class QuotaStore:
 
         return await self.db.read_tx(work)
 
-    async def set_ceilings(self, scope: tuple[ScopeKind, str], limits: Limits) -> None:
+    async def set_ceilings(self, scope: tuple[ScopeKind, str], limits: Limits, *, by: Actor = CLI) -> None:
         """The operator's: set windows of a scope's ceiling (None: no ceiling there, whatever app.yml says);
         the other windows, and a team admin's budget, stay as set."""
-        await self.db.write_tx(lambda tx: _set(tx, scope, self.clock(), ceilings=limits))
+        await self.db.write_tx(lambda tx: _set(tx, scope, self.clock(), by, ceilings=limits))
 
     async def set_budget(
-        self, scope: tuple[ScopeKind, str], limits: Limits, allowed: Callable[[Own], None] = lambda _: None
-    ) -> None:
+        self, scope: tuple[ScopeKind, str], limits: Limits, allowed: Callable[[Own], None] = lambda _: None, *,
+        by: Actor = CLI,
+    ) -> None:  # fmt: skip
         """A team admin's: set windows of a scope's budget (None: none of the admin's there); the others
         stay. `allowed` sees the scope's settings in the same transaction and raises to refuse the change
         (a budget above the ceiling that holds the scope)."""
-        await self.db.write_tx(lambda tx: _set(tx, scope, self.clock(), admin=limits, allowed=allowed))
+        await self.db.write_tx(lambda tx: _set(tx, scope, self.clock(), by, admin=limits, allowed=allowed))
 
     async def list_budgets(self, operator: Operator) -> list[BudgetSetting]:
         if not isinstance(operator, Operator):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -214,15 +216,21 @@ def _own(tx: Tx, identity: Identity, kind: ScopeKind) -> Own:
     return Own(dict(found[0][1] or {}), dict(found[0][0])) if found else Own()
 
 
-def _set(tx: Tx, scope: tuple[ScopeKind, str], now: float, *, admin: Limits = NO_LIMITS, ceilings: Limits = NO_LIMITS,
-         allowed: Callable[[Own], None] = lambda _: None) -> None:  # fmt: skip
+def _set(tx: Tx, scope: tuple[ScopeKind, str], now: float, by: Actor, *, admin: Limits = NO_LIMITS,
+         ceilings: Limits = NO_LIMITS, allowed: Callable[[Own], None] = lambda _: None) -> None:  # fmt: skip
     kind, owner = scope
     found = tx.tuples(GET_BUDGET, {"kind": kind, "owner": owner})
     known = Own(dict(found[0][1] or {}), dict(found[0][0])) if found else Own()
     allowed(known)
     row = {"scope_kind": kind, "scope_id": owner, "limits": dict(known.admin) | dict(admin),
            "ceilings": (dict(known.ceilings) | dict(ceilings)) or None, "updated_at": now}  # fmt: skip
+    # The row records what was set: the operator's ceilings, or a team admin's budget (both, were both given).
+    change = [("budget.ceiling", known.ceilings, row["ceilings"] or {})] if ceilings else []
+    change += [("budget.set", known.admin, row["limits"])] if admin or not ceilings else []
     tx.execute(SET_BUDGET, row)
+    team = owner if kind == "team" else owner.rpartition("/")[0]
+    for action, before, after in change:
+        audit.append(tx, by, audit.Change(action, f"budget/{kind}/{owner}", team, dict(before), dict(after)), now)
 
 
 def _admit(

@@ -296,3 +296,41 @@ kb_chunks = Table(
     Index("ix_kb_chunks_document", "document_id"),
     Index("ix_kb_chunks_digest", "collection_id", "digest"),
 )
+
+
+# The audit log (CONTRACT §9.3): one row per change of tokens, role mappings, budgets, knowledge, approval
+# decisions and app reloads, written in the transaction of the change (audit.py). Rows are numbered 1, 2, …
+# with no gap, and each one's `hash` covers its fields and the hash before it, so an edited, removed or
+# reordered row breaks the chain where it is. It outlives the chats its rows name.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),  # the row's place in the chain, from 1
+    Column("at", Float, nullable=False),
+    Column("actor_user_id", String(128), nullable=True),  # None: the deployment itself, or the CLI
+    Column("actor_team_id", String(128), nullable=True),
+    Column("actor_kind", String(16), nullable=False),  # member | admin | operator | cli | oidc
+    Column("team_id", String(128), nullable=False, server_default=""),  # the team the change concerns ('' none)
+    Column("action", String(64), nullable=False),  # e.g. token.create, role.set, kb.document.delete
+    Column("target", Text, nullable=False),  # what changed, e.g. role/team/acme/support
+    Column("before", JSON, nullable=True),
+    Column("after", JSON, nullable=True),
+    Column("hash", String(64), nullable=False),
+    Column("prev_hash", String(64), nullable=False),  # '' for the first row
+    Index("ix_audit_at", "at"),
+    Index("ix_audit_team", "team_id", "at"),
+    Index("ix_audit_actor_team", "actor_team_id", "at"),
+    info={"outlives_chats": True},
+)
+
+# The chain's head: the last row's number and hash, in one row (id 1). Appending locks it (on PostgreSQL;
+# SQLite's write lock serialises writers already), so two writers never chain onto the same row; and it
+# names the last row, so removing rows from the end is caught too.
+audit_head = Table(
+    "audit_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", Integer, nullable=False),
+    Column("hash", String(64), nullable=False),
+    info={"outlives_chats": True},
+)

@@ -15,7 +15,8 @@ from sqlalchemy.sql import ClauseElement
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Operator
-from yao_agent.store import runlog
+from yao_agent.store import audit, runlog
+from yao_agent.store.audit import CLI, Actor, AuditStore
 from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import Database
 from yao_agent.store.holds import HoldStore
@@ -24,7 +25,7 @@ from yao_agent.store.quota import QuotaStore
 from yao_agent.store.records import RoleSetting
 from yao_agent.store.schema import role_settings
 from yao_agent.store.tokens import TokenStore
-from yao_agent.store.tx import Sql
+from yao_agent.store.tx import Sql, Tx
 
 SCOPE_KINDS = ("team", "user")
 
@@ -49,13 +50,21 @@ LIST_ROLES = Sql(select(role_settings).where(_SCOPE).order_by(*_ORDER))
 LIST_ALL_ROLES = Sql(select(role_settings).order_by(*_ORDER))
 
 
+def _role_change(
+    action: str, kind: str, owner: str, role: str, before: Sequence[str] | None, after: Sequence[str] | None
+) -> audit.Change:
+    return audit.Change(action, f"role/{kind}/{owner}/{role}", owner if kind == "team" else "",
+                        None if before is None else {"connectors": list(before)},
+                        None if after is None else {"connectors": list(after)})  # fmt: skip
+
+
 def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
     if scope is None or scope[0] not in SCOPE_KINDS or not scope[1]:
         raise PermissionDenied("a team or user scope is required for this store call")
     return scope
 
 
-class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore, KnowledgeStore):
+class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore, KnowledgeStore, AuditStore):
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.clock = clock
@@ -69,16 +78,31 @@ class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore, KnowledgeStore):
         kind, owner = check_scope(scope)
         return await self.db.read_tx(lambda tx: runlog.role_connectors(tx, kind, owner, role))
 
-    async def set_role(self, scope: tuple[str, str], role: str, connectors: Sequence[str]) -> None:
+    async def set_role(self, scope: tuple[str, str], role: str, connectors: Sequence[str], *, by: Actor = CLI) -> None:
         kind, owner = check_scope(scope)
         chain, now = list(connectors), self.clock()
         values = {"scope_kind": kind, "scope_id": owner, "role": role, "updated_at": now}
-        await self.db.write_tx(lambda tx: tx.execute(SET_ROLE, {**values, "connectors": chain}))
 
-    async def delete_role(self, scope: tuple[str, str], role: str) -> bool:
+        def work(tx: Tx) -> None:
+            before = runlog.role_connectors(tx, kind, owner, role)
+            tx.execute(SET_ROLE, {**values, "connectors": list(chain)})
+            change = _role_change("role.set", kind, owner, role, before, chain)
+            audit.append(tx, by, change, now)
+
+        await self.db.write_tx(work)
+
+    async def delete_role(self, scope: tuple[str, str], role: str, *, by: Actor = CLI) -> bool:
         kind, owner = check_scope(scope)
-        params = {"kind": kind, "owner": owner, "role": role}
-        return bool(await self.db.write_tx(lambda tx: tx.execute(DELETE_ROLE, params)))
+        params, now = {"kind": kind, "owner": owner, "role": role}, self.clock()
+
+        def work(tx: Tx) -> bool:
+            before = runlog.role_connectors(tx, kind, owner, role)
+            if not tx.execute(DELETE_ROLE, dict(params)):
+                return False
+            audit.append(tx, by, _role_change("role.unset", kind, owner, role, before, None), now)
+            return True
+
+        return await self.db.write_tx(work)
 
     async def list_roles(self, scope: tuple[str, str] | Operator) -> list[RoleSetting]:
         """Settings of one scope, or of every scope for the operator."""

@@ -11,7 +11,7 @@ from sqlalchemy import bindparam, select, update
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Identity, Operator
-from yao_agent.store import runlog
+from yao_agent.store import audit, runlog
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import tokens
 from yao_agent.store.tx import Sql
@@ -59,7 +59,8 @@ class TokenStore:
         values = {"hash": token_hash(token), "prefix": token[:12], "user_id": identity.user_id,
                   "team_id": identity.team_id or "", "label": label, "created_at": self.clock(),
                   "revoked_at": None, "admin": identity.admin}  # fmt: skip
-        await self.db.write_tx(lambda tx: tx.execute(INSERT_TOKEN, values))
+        await self.db.write_tx(audit.logged(lambda tx: tx.execute(INSERT_TOKEN, values), audit.actor_of(operator),
+                                            audit.token_made(values), values["created_at"]))  # fmt: skip
         return token
 
     async def identity_for(self, token: str) -> Identity | None:
@@ -70,7 +71,9 @@ class TokenStore:
     async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int:
         _operator(operator, "revoking")
         params = {"hash": token_hash(token_or_prefix), "prefix": token_or_prefix[:12], "revoked_at": self.clock()}
-        return await self.db.write_tx(lambda tx: tx.execute(REVOKE_TOKEN, params))
+        return await self.db.write_tx(audit.logged(lambda tx: tx.execute(REVOKE_TOKEN, params),
+                                                   audit.actor_of(operator), audit.tokens_revoked(params),
+                                                   params["revoked_at"]))  # fmt: skip
 
     async def list_tokens(self, operator: Operator) -> list[TokenRecord]:
         _operator(operator, "listing")
