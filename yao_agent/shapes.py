@@ -373,6 +373,44 @@ class BudgetsOut(TypedDict):
     budgets: list[BudgetOut]
 
 
+# -- the audit log -----------------------------------------------------------------------------------
+
+
+class AuditActorOut(TypedDict):
+    user_id: str | None
+    """null: the CLI, or the deployment itself (a reload, the app's collections declared)"""
+    team_id: str | None
+    kind: Literal["member", "admin", "operator", "cli", "oidc"]
+
+
+class AuditRowOut(TypedDict):
+    """One change: who made it, what it changed, and what that was before and after (secrets never shown)."""
+
+    id: int
+    """the row's place in the chain, from 1, without a gap"""
+    at: str
+    """ISO 8601, UTC"""
+    actor: AuditActorOut
+    action: str
+    """e.g. token.create, role.set, budget.set, kb.document.add, approval.decide, app.reload"""
+    target: str
+    """what changed, e.g. role/team/acme/default, kb/acme:policies/doc_1, token/ya_1a2b3c4d5"""
+    before: Any
+    """what it was (null: nothing, or not told)"""
+    after: Any
+    """what it is now (null: nothing, it was removed)"""
+    hash: str
+    """sha256 of the row's canonical JSON with prev_hash"""
+    prev_hash: str
+    """the hash of the row before ('' for the first)"""
+
+
+class AuditOut(TypedDict):
+    """The caller's rows, newest first."""
+
+    rows: list[AuditRowOut]
+
+
 # -- the server itself -------------------------------------------------------------------------------
 
 

@@ -202,6 +202,10 @@ async def operating(api: Api) -> None:
     await api.call("PUT", "/api/budgets", 403, body={"per_day": 5})
     await api.call("GET", "/api/app", 200, who="bob_admin")
     await api.call("GET", "/api/app", 403, who="carol")
+    log = await api.call("GET", "/api/audit", 200, who="bob_admin", query="?action=budget")
+    assert [row["action"] for row in log["rows"]] == ["budget.set"]  # (the one set above)
+    await api.call("GET", "/api/audit", 403, who="carol")
+    await api.call("GET", "/api/audit", 400, who="bob_admin", query="?limit=0")
     await api.call("GET", "/healthz", 200, who=None)
     await api.call("GET", "/readyz", 200, who=None)
     api.runs.process.draining = True

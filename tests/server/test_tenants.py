@@ -377,6 +377,7 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/api/budgets", None),
     ("PUT", "/api/budgets", {"per_day": 5}),
     ("GET", "/api/app", None),
+    ("GET", "/api/audit", None),
     ("GET", "/api/knowledge", None),
     ("POST", "/api/knowledge", {"name": "mine"}),
     ("GET", "/api/knowledge/handbook/documents", None),

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -85,7 +84,7 @@ async def test_each_change_writes_one_row_of_who_did_what(store: SqlStore) -> No
         ("token.revoke", f"token/{token[:12]}", "cli", None),
     ]
     rows = {(r.action, r.target): r for r in await store.audit_rows(EVERYONE, *ALL_TIME, limit=1000)}
-    second = [r for r in await store.audit_rows(EVERYONE, *ALL_TIME, "role.set")][0]  # the newest first
+    second = (await store.audit_rows(EVERYONE, *ALL_TIME, "role.set"))[0]  # the newest first
     assert (second.before, second.after) == ({"connectors": ["demo.echo"]}, {"connectors": ["demo.echo", "demo.other"]})
     unset = rows["role.unset", "role/team/acme/default"]
     assert (unset.before, unset.after) == ({"connectors": ["demo.echo", "demo.other"]}, None)
@@ -130,12 +129,11 @@ async def test_no_secret_reaches_a_row(store: SqlStore) -> None:
     assert token not in stored and token[12:] not in stored and hashed not in stored and key not in stored
     assert token[:12] in stored  # the public prefix names it
     assert "[redacted]" in stored  # the key in the label
-    assert scrub({"password": "hunter2", "headers": {"Authorization": "Bearer abc.def.ghi"},
-                  "note": "Bearer s3cr3t-v4lue-here", "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
-                  "content_hash": "ab" * 32}) == {  # fmt: skip
-        "password": "[redacted]", "headers": {"Authorization": "[redacted]"}, "note": "[redacted]",
-        "jwt": "[redacted]", "content_hash": "ab" * 32,
-    }  # fmt: skip
+    given = {"password": "hunter2", "headers": {"Authorization": "Bearer abc.def.ghi"},
+             "note": "Bearer s3cr3t-v4lue-here", "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
+             "content_hash": "ab" * 32}  # fmt: skip
+    assert scrub(given) == {"password": "[redacted]", "headers": {"Authorization": "[redacted]"},
+                            "note": "[redacted]", "jwt": "[redacted]", "content_hash": "ab" * 32}  # fmt: skip
 
 
 async def test_each_sight_reads_its_rows_and_the_filters_hold(store: SqlStore, clock: Clock) -> None:
@@ -188,7 +186,7 @@ async def test_verify_names_the_first_row_edited_removed_or_added(store: SqlStor
     assert (intact.count, intact.broken) == (6, None) and len(intact.head) == 64
     rows = await raw_rows(store)
 
-    async def broken_at(change: Any) -> tuple[int, str]:
+    async def broken_at(change: Callable[[Tx], object]) -> tuple[int, str]:
         await store.db.write_tx(change)
         found = (await store.audit_verify(OPERATOR)).broken
         assert found is not None
@@ -237,12 +235,11 @@ async def test_writers_in_two_processes_at_once_keep_one_chain(store: SqlStore, 
     """Each process writes 40 changes, several at once (PostgreSQL: on several connections); without the
     head's lock two of them would chain onto the same row and fork the chain."""
     await store.set_role(("team", "acme"), "first", ["demo.echo"], by=CLI)  # the chain has a head already
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, store_raw_url, name, "40"], cwd=REPO)
+    writers = [await asyncio.create_subprocess_exec(sys.executable, "-c", WRITER, store_raw_url, name, "40", cwd=REPO)
                for name in ("p1", "p2")]  # fmt: skip
-    codes = await asyncio.gather(*(asyncio.to_thread(w.wait, 120) for w in writers))
+    codes = await asyncio.wait_for(asyncio.gather(*(w.wait() for w in writers)), 120)
     assert codes == [0, 0]
     verified = await store.audit_verify(OPERATOR)
     assert (verified.count, verified.broken) == (81, None)
     users = [r.actor.user_id for r in await store.audit_rows(EVERYONE, *ALL_TIME, limit=1000)]
     assert sorted(users.count(name) for name in ("p1", "p2")) == [40, 40]
-

@@ -1,5 +1,5 @@
 """The `yao-agent` command: parse arguments, call the library, render the result. Each family of
-commands lives in its own module (app, chats, roles, tokens, usage, kb, serve) and adds itself to the
+commands lives in its own module (app, chats, roles, tokens, usage, kb, audit, serve) and adds itself to the
 parser here.
 
 Exit codes (`errors.Exit`): 0 ok, 1 the run failed, 2 usage or validation error. No traceback ever
@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from yao_agent import settings
-from yao_agent.cli import app, chats, kb, roles, serve, tokens, usage
+from yao_agent.cli import app, audit, chats, kb, roles, serve, tokens, usage
 from yao_agent.cli.common import Commands, global_options, said
 from yao_agent.errors import EnvVarMissing, Exit, HookError, RunError, SpecError, UsageError, YaoAgentError
 
 # The order `--help` lists them in.
-FAMILIES = (app, chats, roles, tokens, usage, kb, serve)
+FAMILIES = (app, chats, roles, tokens, usage, kb, audit, serve)
 
 
 def build_parser() -> argparse.ArgumentParser:

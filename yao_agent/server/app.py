@@ -11,6 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.server import (
     anthropic_door,
+    audit,
     errors,
     knowledge,
     lifecycle,
@@ -50,6 +51,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(responses_door.router)
     app.include_router(knowledge.router)
     app.include_router(anthropic_door.router)
+    app.include_router(audit.router)
     metrics_route.install(app)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 

@@ -24,17 +24,22 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
-from yao_agent.errors import Forbidden, PermissionDenied
+from yao_agent.errors import Forbidden, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
+from yao_agent.messages import iso_time
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import audit, audit_head, tokens
 from yao_agent.store.tx import Sql, Tx
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import AuditActorOut, AuditRowOut
 
 T = TypeVar("T")
 ActorKind = Literal["member", "admin", "operator", "cli", "oidc"]
@@ -365,6 +370,56 @@ def rows(tx: Tx, sight: AuditSight, since: float, until: float, action: str | No
     elif sight.user_id is not None:
         params["user"] = sight.user_id
     return [_row(r._asdict()) for r in tx.all(LISTS[sight.shape], params)]
+
+
+# --- what callers ask, and what they are shown ------------------------------------------------------
+
+MAX_LIMIT = 1000
+END_OF_TIME = 1e15  # (epoch seconds: later than any row, and a plain number to both databases)
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def span(first: str | None, last: str | None) -> tuple[float, float]:
+    """`from` and `to` as epoch seconds [since, until): a day (YYYY-MM-DD, UTC: `to`'s is included whole)
+    or a moment (ISO 8601; UTC unless it says otherwise). UsageError naming the field."""
+    since = _moment("from", first, 0.0) if first else 0.0
+    until = _moment("to", last, 1.0) if last else END_OF_TIME
+    if since >= until:
+        raise UsageError(f"to: {last} is not after from: {first}")
+    return since, until
+
+
+def _moment(name: str, given: str, days_after: float) -> float:
+    try:
+        moment = datetime.fromisoformat(given)
+    except ValueError:
+        raise UsageError(f"{name}: expected a day (YYYY-MM-DD) or a moment (ISO 8601), got {given[:40]!r}") from None
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment.timestamp() + (days_after * 86_400 if DAY.fullmatch(given) else 0.0)
+
+
+def check_action(action: str | None) -> str | None:
+    if action is None or action in ACTIONS or action in FAMILIES:
+        return action
+    raise UsageError(f"action: unknown action {action[:60]!r} (expected one of {', '.join(FAMILIES + ACTIONS)})")
+
+
+def check_limit(given: str | int) -> int:
+    """A limit of rows, 1 to MAX_LIMIT, as a query or the command line gives it."""
+    try:
+        limit = int(given)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_LIMIT:
+        raise UsageError(f"limit: expected a whole number from 1 to {MAX_LIMIT}, got {str(given)[:20]!r}")
+    return limit
+
+
+def shown(row: AuditRow) -> AuditRowOut:
+    """A row as the API and `yao-agent audit --json` show it."""
+    actor: AuditActorOut = {"user_id": row.actor.user_id, "team_id": row.actor.team_id, "kind": row.actor.kind}
+    return {"id": row.id, "at": iso_time(row.at), "actor": actor, "action": row.action, "target": row.target,
+            "before": row.before, "after": row.after, "hash": row.hash, "prev_hash": row.prev_hash}  # fmt: skip
 
 
 class AuditStore:

@@ -269,7 +269,7 @@ class KnowledgeStore:
 
         def work(tx: Tx) -> DocumentRecord:
             _lock(tx, sight, collection_id)
-            replaced: list[tuple[str, Any]] = []
+            replaced: list[tuple[str, dict[str, Any] | None]] = []
             if stored.source:
                 for (old,) in tx.tuples(kbsql.OF_SOURCE, {"cid": collection_id, "source": stored.source}):
                     replaced.append((old, _drop(tx, collection_id, old)))
@@ -278,7 +278,9 @@ class KnowledgeStore:
                 tx.executemany(kbsql.INSERT_CHUNK, [_chunk_row(stored, c) for c in chunks])
             _changed(tx, collection_id, now)
             # One row: the document added, and what it replaced (a synced file's or an upload's earlier version).
-            before = {"replaced": [{"id": old, **(was or {})} for old, was in replaced]} if replaced else None
+            before: dict[str, Any] | None = None
+            if replaced:
+                before = {"replaced": [{"id": old, **(was or {})} for old, was in replaced]}
             after = _summary(_document_row(stored))
             audit.append(tx, by, _document_change("kb.document.add", collection_id, stored.id, before, after), now)
             return stored

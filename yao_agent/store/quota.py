@@ -222,15 +222,15 @@ def _set(tx: Tx, scope: tuple[ScopeKind, str], now: float, by: Actor, *, admin: 
     found = tx.tuples(GET_BUDGET, {"kind": kind, "owner": owner})
     known = Own(dict(found[0][1] or {}), dict(found[0][0])) if found else Own()
     allowed(known)
-    row = {"scope_kind": kind, "scope_id": owner, "limits": dict(known.admin) | dict(admin),
-           "ceilings": (dict(known.ceilings) | dict(ceilings)) or None, "updated_at": now}  # fmt: skip
-    # The row records what was set: the operator's ceilings, or a team admin's budget (both, were both given).
-    change = [("budget.ceiling", known.ceilings, row["ceilings"] or {})] if ceilings else []
-    change += [("budget.set", known.admin, row["limits"])] if admin or not ceilings else []
+    budget, ceiling = dict(known.admin) | dict(admin), dict(known.ceilings) | dict(ceilings)
+    row = {"scope_kind": kind, "scope_id": owner, "limits": budget, "ceilings": ceiling or None, "updated_at": now}
+    # The audit row records what was set: the operator's ceilings, or a team admin's budget (both, were both given).
+    change = [("budget.ceiling", dict(known.ceilings), ceiling)] if ceilings else []
+    change += [("budget.set", dict(known.admin), budget)] if admin or not ceilings else []
     tx.execute(SET_BUDGET, row)
     team = owner if kind == "team" else owner.rpartition("/")[0]
     for action, before, after in change:
-        audit.append(tx, by, audit.Change(action, f"budget/{kind}/{owner}", team, dict(before), dict(after)), now)
+        audit.append(tx, by, audit.Change(action, f"budget/{kind}/{owner}", team, before, after), now)
 
 
 def _admit(

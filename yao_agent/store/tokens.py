@@ -55,12 +55,12 @@ class TokenStore:
 
     async def create_token(self, operator: Operator, identity: Identity, label: str = "") -> str:
         _operator(operator, "making")
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token, now = TOKEN_PREFIX + secrets.token_urlsafe(32), self.clock()
         values = {"hash": token_hash(token), "prefix": token[:12], "user_id": identity.user_id,
-                  "team_id": identity.team_id or "", "label": label, "created_at": self.clock(),
+                  "team_id": identity.team_id or "", "label": label, "created_at": now,
                   "revoked_at": None, "admin": identity.admin}  # fmt: skip
         await self.db.write_tx(audit.logged(lambda tx: tx.execute(INSERT_TOKEN, values), audit.actor_of(operator),
-                                            audit.token_made(values), values["created_at"]))  # fmt: skip
+                                            audit.token_made(values), now))  # fmt: skip
         return token
 
     async def identity_for(self, token: str) -> Identity | None:
@@ -70,10 +70,11 @@ class TokenStore:
 
     async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int:
         _operator(operator, "revoking")
-        params = {"hash": token_hash(token_or_prefix), "prefix": token_or_prefix[:12], "revoked_at": self.clock()}
-        return await self.db.write_tx(audit.logged(lambda tx: tx.execute(REVOKE_TOKEN, params),
-                                                   audit.actor_of(operator), audit.tokens_revoked(params),
-                                                   params["revoked_at"]))  # fmt: skip
+        now = self.clock()
+        params = {"hash": token_hash(token_or_prefix), "prefix": token_or_prefix[:12], "revoked_at": now}
+        revoke = audit.logged(lambda tx: tx.execute(REVOKE_TOKEN, params), audit.actor_of(operator),
+                              audit.tokens_revoked(params), now)  # fmt: skip
+        return await self.db.write_tx(revoke)
 
     async def list_tokens(self, operator: Operator) -> list[TokenRecord]:
         _operator(operator, "listing")
