@@ -125,6 +125,15 @@ class ApprovalOut(TypedDict):
     arguments: Any
 
 
+class ClientWaitOut(TypedDict):
+    """A call of a tool the client brought, which the run waits for the client to run."""
+
+    tool_call_id: str
+    name: str
+    arguments: Any
+    """the JSON object the model wrote (its very text when it wrote none)"""
+
+
 class ApprovalsOut(TypedDict):
     chat_id: str
     run_id: str
@@ -150,6 +159,8 @@ class RunOut(TypedDict):
     """the final answer's JSON value, for an assistant with an output schema"""
     approvals: NotRequired[list[ApprovalOut]]
     """the calls waiting for a person (status waiting)"""
+    client_calls: NotRequired[list[ClientWaitOut]]
+    """the calls waiting for the client to run its own tools (status waiting, reason client_tools)"""
     usage: UsageOut
 
 

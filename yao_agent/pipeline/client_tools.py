@@ -8,7 +8,9 @@ and get stand-in results at close, so the stored chat stays valid to send. The c
 the chat brings their results (`RunRequest.client_results`): the run continues as a resume of the one
 that waited — its budgets, turn counts and journal carry over — each result taking its stand-in's
 place. A new user message instead closes the calls: their stand-ins say why no result came
-(store/approvals.py `close_client_calls`).
+(store/approvals.py `close_client_calls`). The run's end names the calls it waits for (`shown`). A reply
+that also calls a tool needing a person's approval waits for the person first (none of its calls runs);
+the decision's continuation runs the decided calls, then waits for the client (`after_approvals`).
 
 `tool_choice`: `none` holds for every model call of the run; `required` or a named function for its
 first model call only (the server's own tool loop answers freely after it, or it would never end).
@@ -18,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.connectors.request import CallOptions
 from yao_agent.errors import UsageError
 from yao_agent.messages import ToolCall, parse_input
 from yao_agent.pipeline import search
+from yao_agent.pipeline.approvals import shown_arguments
 from yao_agent.pipeline.options import RunOptions
 from yao_agent.pipeline.outcomes import Wait
 from yao_agent.pipeline.runtime import Runtime
@@ -32,6 +35,9 @@ from yao_agent.pipeline.state import RunRequest, RunState
 from yao_agent.store.records import ResumePoint
 from yao_agent.store.step_inputs import ToolRound
 from yao_agent.tools import ToolSpec
+
+if TYPE_CHECKING:
+    from yao_agent.shapes import ClientWaitOut
 
 STAND_IN = "waiting: the client runs this tool and sends its result"
 REASON = "client_tools"
@@ -128,6 +134,22 @@ async def wait(state: RunState, calls: Sequence[ToolCall], attempt: int) -> Wait
     state.buffer.end(step, "waiting", output={REASON: [c.id for c in calls]})
     state.root.client_calls.extend(calls)
     return Wait((), client=tuple(calls))
+
+
+def after_approvals(state: RunState) -> list[ToolCall]:
+    """The client's calls of a reply that waits for a person: none runs before the person decides, then
+    the run waits for the client to run these (their calls go on as the decision's continuation)."""
+    if state.run.status != "waiting" or state.run.reason == REASON:
+        return []
+    theirs = names(state)
+    rounds = [s.input for s in state.buffer.steps
+              if s.status == "waiting" and s.thread_id is None and isinstance(s.input, ToolRound)]  # fmt: skip
+    return [c for r in rounds for c in r.calls if c.name in theirs]
+
+
+def shown(state: RunState) -> list[ClientWaitOut]:
+    """The calls the run waits for the client to run, as its end names them (`stream_end.client_calls`)."""
+    return [{"tool_call_id": c.id, "name": c.name, "arguments": shown_arguments(c)} for c in state.root.client_calls]
 
 
 async def continuation(rt: Runtime, request: RunRequest) -> RunRequest:
