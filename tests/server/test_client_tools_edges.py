@@ -176,3 +176,46 @@ async def test_a_new_message_after_the_decision_closes_the_clients_call(
         answer = await client.post("/v1/chat/completions", headers={"X-Chat-Id": chat_id}, json=completion(said))
     assert answer.json()["choices"][0]["message"]["content"] == "Paid, no weather."
     assert sent_results(provider) == {"t1": "counted paid", "call_w1": NO_CLIENT_RESULT}
+
+
+# --- a resent conversation that ends in a new message ----------------------------------------------------
+
+
+async def test_a_resent_conversation_with_a_new_message_is_stored_once(live: Live, provider: FakeProvider) -> None:
+    """A client that resends everything, ending in a new question instead of the tool's result: only the
+    new question is stored, after the call's result that says none came."""
+    provider.enqueue(Reply(text="Let me look.", tool_calls=(weather_call(),)), Reply(text="Rome is fine too."))
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    async with live.client() as client:
+        first = await client.post("/v1/chat/completions", json=completion(ask, "chat"))
+        chat_id, said = first.headers["x-chat-id"], first.json()["choices"][0]["message"]
+        resent = [*ask, said, {"role": "user", "content": "And in Rome?"}]
+        again = await client.post("/v1/chat/completions", headers={"X-Chat-Id": chat_id},
+                                  json=completion(resent, "chat"))  # fmt: skip
+    assert again.json()["choices"][0]["message"]["content"] == "Rome is fine too."
+    assert await stored(live, chat_id) == [("user", "Weather in Paris?"), ("assistant", "Let me look."),
+                                           ("tool", "call_w1"), ("user", "And in Rome?"),
+                                           ("assistant", "Rome is fine too.")]  # fmt: skip
+    sent = provider.requests[-1].messages
+    assert [m["role"] for m in sent if m["role"] != "system"] == ["user", "assistant", "tool", "user"]
+    assert sent_results(provider) == {"call_w1": NO_CLIENT_RESULT}
+
+
+async def test_a_resent_conversation_without_the_servers_calls_is_stored_once(
+    live: Live, provider: FakeProvider
+) -> None:
+    """The reply also called the assistant's own tool, which ran out of the client's sight, and the client
+    streamed it (an empty text): what it resends is still recognised; its new message is stored once."""
+    both = (ToolCall("testing__add", json.dumps({"a": 2, "b": 3}), id="a1"), weather_call())
+    provider.enqueue(Reply(tool_calls=both), Reply(text="5, and Rome is fine."))
+    async with live.client() as client:
+        async with client.stream("POST", "/v1/chat/completions", json=completion(ASK, stream=True)) as first:
+            chat_id = first.headers["x-chat-id"]
+            chunks = [json.loads(line[6:]) async for line in first.aiter_lines() if line.startswith("data: {")]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+        resent = [*ASK, {**calling("call_w1"), "content": text}, {"role": "user", "content": "And in Rome?"}]
+        again = await client.post("/v1/chat/completions", headers={"X-Chat-Id": chat_id}, json=completion(resent))
+    assert again.json()["choices"][0]["message"]["content"] == "5, and Rome is fine."
+    assert [role for role, _ in await stored(live, chat_id)] == ["user", "assistant", "tool", "tool", "user",
+                                                                 "assistant"]  # fmt: skip
+    assert sent_results(provider) == {"a1": "5", "call_w1": NO_CLIENT_RESULT}

@@ -112,14 +112,16 @@ def deny_pending(tx: Tx, chat_id: str, user_id: str, now: float) -> None:
                 tx.execute(ANSWER_STAND_IN, {"content": said, "chat_id": chat_id, "run_id": run_id, "call_id": call_id})
 
 
-def close_client_calls(tx: Tx, chat_id: str, run_id: str | None) -> None:
+def close_client_calls(tx: Tx, chat_id: str, run_id: str | None) -> set[str]:
     """A new user message on a chat whose last run waits for the client's tool results (CONTRACT §9.2):
-    the stand-ins of those calls say that none came, so the chat stays valid and the model knows why."""
+    the stand-ins of those calls say that none came, so the chat stays valid and the model knows why.
+    Returns the ids of the calls it closed."""
     if run_id is None or tx.scalar(RUN_REASON, {"run_id": run_id}) != "client_tools":
-        return
-    for row in tx.all(WAITING_ROUNDS, {"run_id": run_id}):
-        for call_id in _round(row.input).ids:
-            tx.execute(ANSWER_LATEST, {"content": NO_CLIENT_RESULT, "chat_id": chat_id, "call_id": call_id})
+        return set()
+    closed = {call_id for row in tx.all(WAITING_ROUNDS, {"run_id": run_id}) for call_id in _round(row.input).ids}
+    for call_id in closed:
+        tx.execute(ANSWER_LATEST, {"content": NO_CLIENT_RESULT, "chat_id": chat_id, "call_id": call_id})
+    return closed
 
 
 def round_ids(stored: Any) -> list[str]:
