@@ -79,11 +79,13 @@ def test_a_wrong_block_is_a_400_naming_its_place(messages: list[dict[str, Any]],
 def test_client_tools_become_function_tools() -> None:
     tools: list[dict[str, Any]] = [
              {"name": "forecast", "description": "The weather.", "input_schema": {"type": "object"}},
-             {"type": "custom", "name": "clock", "input_schema": {"type": "object", "properties": {}}}]  # fmt: skip
+             {"type": "custom", "name": "clock", "input_schema": {"type": "object", "properties": {}},
+              "strict": True, "cache_control": {"type": "ephemeral"}, "eager_input_streaming": True}]  # fmt: skip
     assert function_tools(tools) == [
         {"type": "function", "function": {"name": "forecast", "parameters": {"type": "object"},
                                           "description": "The weather."}},
-        {"type": "function", "function": {"name": "clock", "parameters": {"type": "object", "properties": {}}}},
+        {"type": "function", "function": {"name": "clock", "parameters": {"type": "object", "properties": {}},
+                                          "strict": True}},
     ]  # fmt: skip
     with pytest.raises(InvalidParam, match="server tools are not available"):
         function_tools([{"type": "web_search_20250305", "name": "web_search"}])
@@ -111,7 +113,11 @@ def body(**fields: Any) -> MessagesBody:
 
 
 REFUSED: list[tuple[dict[str, Any], str]] = [
-     ({"tools": [{"name": "x", "input_schema": {}}]}, "tools"), ({"tool_choice": {"type": "any"}}, "tool_choice"),
+     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools"),
+     ({"tools": [{"name": "x", "input_schema": {}, "defer_loading": True}]}, "tools"),
+     ({"tools": [{"name": "x", "input_schema": {}}, {"name": "x", "input_schema": {}}]}, "tools"),
+     ({"tools": [{"name": "a b", "input_schema": {}}]}, "tools"),
+     ({"tool_choice": {"type": "some"}}, "tool_choice"), ({"tool_choice": {"type": "none", "x": 1}}, "tool_choice"),
      ({"thinking": {"type": "enabled", "budget_tokens": 2000}}, "thinking"), ({"top_k": 5}, "top_k"),
      ({"container": "c"}, "container"), ({"service_tier": "priority"}, "service_tier"), ({"n": 2}, "n"),
      ({"inference_geo": "us"}, "inference_geo"), ({"speed": "fast"}, "speed")]  # fmt: skip
