@@ -232,3 +232,28 @@ async def test_an_error_result_reaches_the_model_as_one(live: Live, provider: Fa
         await client.messages.create(model="chat", max_tokens=50, messages=follow, tools=[WEATHER],
                                      extra_headers={"X-Chat-Id": chat_id})  # fmt: skip
     assert provider.requests[1].messages[-1] == {"role": "tool", "tool_call_id": "call_w1", "content": "error: timeout"}
+
+
+async def test_words_beside_the_results_follow_them(live: Live, provider: FakeProvider) -> None:
+    """An Anthropic client may put text in the turn of its tool results: the results continue the run, and
+    the model reads the words after them, as they are stored."""
+    provider.enqueue(Reply(text="Let me look.", tool_calls=(weather_call(),)), Reply(text="Sunny today; rain tomorrow."))
+    async with client_of(live) as client:
+        raw = await client.messages.with_raw_response.create(model="chat", max_tokens=50, messages=ASK,
+                                                             tools=[WEATHER])  # fmt: skip
+        first, chat_id = await raw.parse(), raw.headers["x-chat-id"]
+        turn: list[Any] = [result("call_w1", "sunny"), {"type": "text", "text": "And tomorrow?"}]
+        follow: list[MessageParam] = [*ASK, {"role": "assistant", "content": first.content},
+                                      {"role": "user", "content": turn}]  # fmt: skip
+        answer = await client.messages.create(model="chat", max_tokens=50, messages=follow, tools=[WEATHER],
+                                              extra_headers={"X-Chat-Id": chat_id})  # fmt: skip
+    assert [getattr(b, "text", None) for b in answer.content] == ["Sunny today; rain tomorrow."]
+    said = [(m["role"], m.get("content")) for m in provider.requests[1].messages[1:]]
+    assert said == [("user", "Weather in Paris?"), ("assistant", "Let me look."), ("tool", "sunny"),
+                    ("user", "And tomorrow?")]  # fmt: skip
+    history = await live.rt.store.history(ALICE, chat_id)
+    assert [(m.role, m.content) for m in history] == [
+        ("user", "Weather in Paris?"), ("assistant", "Let me look."), ("tool", "sunny"), ("user", "And tomorrow?"),
+        ("assistant", "Sunny today; rain tomorrow.")]  # fmt: skip
+    runs = await live.rt.store.runs_of(ALICE, chat_id)
+    assert [(r.status, r.reason) for r in reversed(runs)] == [("waiting", "client_tools"), ("completed", "completed")]
