@@ -1,5 +1,5 @@
 """Anthropic's request shapes as ours, as pure functions: turns with tool use and results, client tools,
-the tool choice, and our calls as `tool_use` blocks (ready for the client-tools machinery)."""
+the tool choice, and our calls as `tool_use` blocks."""
 
 from __future__ import annotations
 

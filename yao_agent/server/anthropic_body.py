@@ -19,9 +19,15 @@ Like the OpenAI door, every field is honoured or refused with a 400 naming it, n
   model sees), `speed: standard`, `thinking` disabled or adaptive (the assistant's options decide).
 * `metadata.user_id` goes to the run's metadata as `user`, as OpenAI's `user` does. It is never an
   identity: the caller is who the key says.
-* Refused: `tools` and a `tool_choice` other than `auto`/`none` until the client-tools machinery serves
-  this door (the mapping below is ready for it: `function_tools`, `openai_tool_choice`,
-  `tool_use_block`), extended `thinking`, `top_k`, and Anthropic's own services (`container`,
+* `tools`: the client's custom tools, as OpenAI function tools (`function_tools`): offered beside the
+  assistant's, run by the client (pipeline/client_tools.py). `strict` is passed on; `cache_control`
+  and `eager_input_streaming` are hints (an input comes whole here); a server tool of Anthropic's,
+  `defer_loading`, `input_examples` and `allowed_callers` other than `["direct"]` are refused.
+  `tool_choice` (`openai_tool_choice`): `auto`, `any` as `required`, `tool` as that function, `none`;
+  `disable_parallel_tool_use: true` as `parallel_tool_calls: false`. A call the run waits for is a
+  `tool_use` block (`tool_use_block`); the `tool_result` turn that answers it continues the run, and
+  words in that turn after the results follow them (client_tools.after_results).
+* Refused: extended `thinking`, `top_k`, and Anthropic's own services (`container`,
   `mcp_servers`, `inference_geo`, `workspace_id`, `user_profile_id`, a
   `service_tier` other than `auto`/`standard_only`, a `speed` other than `standard`).
 """

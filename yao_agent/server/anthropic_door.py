@@ -10,10 +10,15 @@ The answer is one `message` with a text block, or its stream: `message_start`, a
 as `content_block_start`, `content_block_delta` (`text_delta`) and `content_block_stop`, then
 `message_delta` (`stop_reason`, the run's usage) and `message_stop`; each frame with its `event:` line,
 which Anthropic's clients dispatch on. The assistant's tools run on the server, so none of its calls
-reaches the client, and its reasoning stays out (Anthropic's thinking blocks carry a signature only
-Anthropic makes). As on the OpenAI door, a structured run's answer comes whole once validated, a run cut
-short by `max_turns` ends `max_tokens`, and a run waiting for approvals says what waits (header
-`X-Yao-Status: waiting`). `stop_sequence` stays null: the providers behind an assistant do not say
+reaches the client. The client's own `tools` are offered beside them: a run that waits for the client
+to run some (reason `client_tools`) answers its reply's text block, if it said anything, then a
+`tool_use` block per call, `stop_reason: "tool_use"`; streamed, each call is a block of its own after
+the text's (index 0 only when there is text): `content_block_start` with an empty `input`, one
+`input_json_delta` with the whole input's JSON, `content_block_stop`. The client's `tool_result` turn
+continues the run (pipeline/client_tools.py). The model's reasoning stays out (Anthropic's thinking
+blocks carry a signature only Anthropic makes). As on the OpenAI door, a structured run's answer comes
+whole once validated, a run cut short by `max_turns` ends `max_tokens`, and a run waiting for approvals
+says what waits (header `X-Yao-Status: waiting`). `stop_sequence` stays null: the providers behind an assistant do not say
 which stop sequence ended a reply, so that reply ends `end_turn`.
 
 Errors on this route are in Anthropic's shape, `{"type": "error", "error": {"type", "message"}}` with
