@@ -377,14 +377,15 @@ def function_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     seen: set[str] = set()
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
+        try:
+            check_text(tool, where)
+        except UsageError as exc:  # its message names the place inside the tool
+            raise InvalidParam(str(exc), param="tools") from None
         function = _function(as_mapping(tool), where)
         if function["name"] in seen:
             raise _bad(f"{where}.name", f"'{function['name']}' is given twice")
         seen.add(function["name"])
-        try:
-            out.append({"type": "function", "function": check_text(function, where)})
-        except UsageError as exc:  # its message names the place inside the tool
-            raise InvalidParam(str(exc), param="tools") from None
+        out.append({"type": "function", "function": function})
     return out
 
 
