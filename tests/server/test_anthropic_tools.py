@@ -133,8 +133,11 @@ async def test_the_stream_numbers_its_blocks_as_anthropic_does(live: Live, provi
     assert [e["type"] for e in events] == ["message_start", "ping", "content_block_start", "content_block_delta",
                                            "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
     start, delta, stop = events[2:5]
-    assert start == {"type": "content_block_start", "index": 0,
-                     "content_block": {"type": "tool_use", "id": "call_w1", "name": "get_weather", "input": {}}}
+    assert start == {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "tool_use", "id": "call_w1", "name": "get_weather", "input": {}},
+    }
     assert delta["index"] == 0 and delta["delta"]["type"] == "input_json_delta"
     assert json.loads(delta["delta"]["partial_json"]) == {"city": "Paris"}
     assert stop == {"type": "content_block_stop", "index": 0}
@@ -211,8 +214,11 @@ async def test_results_without_a_chat_id_continue_the_chat_that_waits(live: Live
         raw = await client.messages.with_raw_response.create(model="chat", max_tokens=50, messages=ASK,
                                                              tools=[WEATHER])  # fmt: skip
         first = await raw.parse()
-        follow: list[MessageParam] = [*ASK, {"role": "assistant", "content": first.content},
-                                      {"role": "user", "content": [result("call_only_here", "sunny")]}]
+        follow: list[MessageParam] = [
+            *ASK,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": [result("call_only_here", "sunny")]},
+        ]
         again = await client.messages.with_raw_response.create(model="chat", max_tokens=50, messages=follow,
                                                                tools=[WEATHER])  # fmt: skip
     assert again.headers["x-chat-id"] == raw.headers["x-chat-id"]
@@ -227,8 +233,11 @@ async def test_an_error_result_reaches_the_model_as_one(live: Live, provider: Fa
                                                              tools=[WEATHER])  # fmt: skip
         first, chat_id = await raw.parse(), raw.headers["x-chat-id"]
         failed = result("call_w1", [{"type": "text", "text": "timeout"}], is_error=True)
-        follow: list[MessageParam] = [*ASK, {"role": "assistant", "content": first.content},
-                                      {"role": "user", "content": [failed]}]
+        follow: list[MessageParam] = [
+            *ASK,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": [failed]},
+        ]
         await client.messages.create(model="chat", max_tokens=50, messages=follow, tools=[WEATHER],
                                      extra_headers={"X-Chat-Id": chat_id})  # fmt: skip
     assert provider.requests[1].messages[-1] == {"role": "tool", "tool_call_id": "call_w1", "content": "error: timeout"}
@@ -237,7 +246,7 @@ async def test_an_error_result_reaches_the_model_as_one(live: Live, provider: Fa
 async def test_words_beside_the_results_follow_them(live: Live, provider: FakeProvider) -> None:
     """An Anthropic client may put text in the turn of its tool results: the results continue the run, and
     the model reads the words after them, as they are stored."""
-    provider.enqueue(Reply(text="Let me look.", tool_calls=(weather_call(),)), Reply(text="Sunny today; rain tomorrow."))
+    provider.enqueue(Reply(text="Let me look.", tool_calls=(weather_call(),)), Reply(text="Sunny; rain tomorrow."))
     async with client_of(live) as client:
         raw = await client.messages.with_raw_response.create(model="chat", max_tokens=50, messages=ASK,
                                                              tools=[WEATHER])  # fmt: skip
@@ -247,13 +256,13 @@ async def test_words_beside_the_results_follow_them(live: Live, provider: FakePr
                                       {"role": "user", "content": turn}]  # fmt: skip
         answer = await client.messages.create(model="chat", max_tokens=50, messages=follow, tools=[WEATHER],
                                               extra_headers={"X-Chat-Id": chat_id})  # fmt: skip
-    assert [getattr(b, "text", None) for b in answer.content] == ["Sunny today; rain tomorrow."]
+    assert [getattr(b, "text", None) for b in answer.content] == ["Sunny; rain tomorrow."]
     said = [(m["role"], m.get("content")) for m in provider.requests[1].messages[1:]]
     assert said == [("user", "Weather in Paris?"), ("assistant", "Let me look."), ("tool", "sunny"),
                     ("user", "And tomorrow?")]  # fmt: skip
     history = await live.rt.store.history(ALICE, chat_id)
     assert [(m.role, m.content) for m in history] == [
         ("user", "Weather in Paris?"), ("assistant", "Let me look."), ("tool", "sunny"), ("user", "And tomorrow?"),
-        ("assistant", "Sunny today; rain tomorrow.")]  # fmt: skip
+        ("assistant", "Sunny; rain tomorrow.")]  # fmt: skip
     runs = await live.rt.store.runs_of(ALICE, chat_id)
     assert [(r.status, r.reason) for r in reversed(runs)] == [("waiting", "client_tools"), ("completed", "completed")]

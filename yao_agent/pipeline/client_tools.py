@@ -181,7 +181,8 @@ def after_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, An
     while held < len(messages) and messages[len(messages) - 1 - held].get("role") == "user":
         held += 1
     before = messages[len(messages) - 1 - held] if held < len(messages) else None
-    return list(messages[len(messages) - held :]) if held and before is not None and before.get("role") == "tool" else []
+    after_tools = held > 0 and before is not None and before.get("role") == "tool"
+    return list(messages[len(messages) - held :]) if after_tools else []
 
 
 def _text(content: object) -> str:

@@ -18,8 +18,8 @@ the text's (index 0 only when there is text): `content_block_start` with an empt
 continues the run (pipeline/client_tools.py). The model's reasoning stays out (Anthropic's thinking
 blocks carry a signature only Anthropic makes). As on the OpenAI door, a structured run's answer comes
 whole once validated, a run cut short by `max_turns` ends `max_tokens`, and a run waiting for approvals
-says what waits (header `X-Yao-Status: waiting`). `stop_sequence` stays null: the providers behind an assistant do not say
-which stop sequence ended a reply, so that reply ends `end_turn`.
+says what waits (header `X-Yao-Status: waiting`). `stop_sequence` stays null: the providers behind an
+assistant do not say which stop sequence ended a reply, so that reply ends `end_turn`.
 
 Errors on this route are in Anthropic's shape, `{"type": "error", "error": {"type", "message"}}` with
 Anthropic's kinds (`AnthropicErrors` rewrites every error answer of the route, those of the layers in
@@ -268,7 +268,7 @@ def tool_use_frames(handle: RunHandle, first: int) -> list[str]:
     out: list[str] = []
     for index, call in enumerate(handle.state.client_calls, start=first):
         block = tool_use_block(call)
-        opened = {**block, "input": {}}
+        opened: dict[str, Any] = {**block, "input": {}}
         given = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
         out += [frame({"type": "content_block_start", "index": index, "content_block": opened}),
                 frame({"type": "content_block_delta", "index": index, "delta": given}),
