@@ -590,7 +590,7 @@ class AnthropicMessageOut(TypedDict):
     usage: MessageUsageOut
 
 
-# -- the OpenAI Responses API (CONTRACT §9.2) --------------------------------------------------------
+# -- the OpenAI Responses API ----------------------------------------------------------------------
 
 
 class OutputTextOut(TypedDict):
@@ -606,6 +606,17 @@ class OutputMessageOut(TypedDict):
     role: Literal["assistant"]
     status: Literal["in_progress", "completed", "incomplete"]
     content: list[OutputTextOut]
+
+
+class FunctionCallItemOut(TypedDict):
+    type: Literal["function_call"]
+    id: str
+    call_id: str
+    """what the `function_call_output` answering it names"""
+    name: str
+    arguments: str
+    """a JSON object, as text"""
+    status: Literal["completed"]
 
 
 class InputDetailsOut(TypedDict):
@@ -643,17 +654,18 @@ class ResponseOut(TypedDict):
     status: Literal["in_progress", "completed", "incomplete", "failed"]
     model: str
     """the assistant id"""
-    output: list[OutputMessageOut]
-    """the run's answers, one message each (a structured run's: its validated answer only)"""
+    output: list[OutputMessageOut | FunctionCallItemOut]
+    """the run's answers, one message each (a structured run's: its validated answer only), then the calls
+    of the client's tools it waits for"""
     previous_response_id: str | None
     instructions: str | None
     usage: ResponseUsageOut
     error: ResponseErrorOut | None
     incomplete_details: IncompleteOut | None
     parallel_tool_calls: bool
-    tool_choice: Literal["auto"]
+    tool_choice: str | dict[str, Any]
     tools: list[Any]
-    """always empty: the assistant's tools run on the server"""
+    """the client's function tools, as given (the assistant's own run on the server, unlisted)"""
     temperature: float | None
     top_p: float | None
     max_output_tokens: int | None

@@ -191,6 +191,29 @@ async def test_required_holds_for_the_first_model_call_only(live: Live, provider
     assert [r.body.get("tool_choice") for r in provider.requests] == ["required", None]
 
 
+async def test_a_forcing_tool_choice_is_spent_when_the_client_results_continue(
+    live: Live, provider: FakeProvider
+) -> None:
+    """The continuation resumes the run whose first call was forced: it is not forced again unless the
+    request that continues it says so itself."""
+    provider.enqueue(Reply(tool_calls=(weather_call("c1"),)), Reply(text="Sunny."),
+                     Reply(tool_calls=(weather_call("c2"),)), Reply(tool_calls=(weather_call("c3"),)))  # fmt: skip
+    async with openai_client(live) as client:
+        rounds: list[tuple[Any, Any]] = [("required", None), ("required", "required")]
+        for choice, continued in rounds:
+            first = await client.chat.completions.with_raw_response.create(
+                model="chat", messages=ASK, tools=[WEATHER], tool_choice=choice
+            )
+            [call] = first.parse().choices[0].message.tool_calls or []
+            follow: list[Any] = [*ASK, first.parse().choices[0].message.model_dump(exclude_none=True),
+                                 {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]  # fmt: skip
+            extra: dict[str, Any] = {"tool_choice": continued} if continued else {}
+            chat = {"X-Chat-Id": first.headers["x-chat-id"]}
+            await client.chat.completions.create(model="chat", messages=follow, tools=[WEATHER], extra_headers=chat,
+                                                 **extra)  # fmt: skip
+    assert [r.body.get("tool_choice") for r in provider.requests] == ["required", None, "required", "required"]
+
+
 async def test_a_client_tool_named_like_the_assistants_is_refused(live: Live, provider: FakeProvider) -> None:
     clash: ChatCompletionToolParam = {"type": "function", "function": {"name": "testing__echo"}}
     async with openai_client(live) as client:

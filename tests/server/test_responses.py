@@ -172,8 +172,8 @@ async def test_text_format_json_schema_is_the_runs_output(live: Live, provider: 
 @pytest.mark.parametrize(
     ("fields", "param", "said"),
     [
-        ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools", "function tools"),
-        ({"input": [{"type": "function_call_output", "call_id": "c1", "output": "4"}]}, "input", "function tools"),
+        ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools", "only function tools"),
+        ({"input": [{"type": "function_call_output", "output": "4"}]}, "input", "input[0].call_id"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input", "input[0].role"),
         ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input", "input_file"),
         ({"background": True}, "background", "background"),

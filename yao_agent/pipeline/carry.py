@@ -47,6 +47,7 @@ class Carry:
     create_messages: list[dict[str, Any]] | None = None  # the conversation Create rewrote, if it did
     searched: bool = False  # the search step ran: a resume gives the model the same references
     references: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    forced: bool = False  # a model call had the client's tool_choice forcing a call (client_tools.py)
 
 
 def snapshot(state: RunState) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def snapshot(state: RunState) -> dict[str, Any]:
         hook_calls=root.spend.calls, hook_sent_bytes=root.spend.sent_bytes, created=root.created,
         options=root.options, metadata=dict(root.metadata), locale=root.locale,
         create_messages=None if replied else root.create_messages,
-        searched=root.searched, references=[dict(r) for r in root.references],
+        searched=root.searched, references=[dict(r) for r in root.references], forced=root.forced,
     )  # fmt: skip
     fields_of = {f.name: getattr(carry, f.name) for f in fields(carry)}
     return {"version": VERSION} | fields_of | {"options": carry.options.to_json()}
@@ -83,6 +84,7 @@ def read(stored: Any) -> Carry | None:
         create_messages=[dict(as_mapping(m)) for m in as_list(messages)] or None,
         searched=data.get("searched") is True,
         references=[dict(as_mapping(r)) for r in as_list(data.get("references"))],
+        forced=data.get("forced") is True,
     )  # fmt: skip
 
 
@@ -100,6 +102,8 @@ def restore(state: RunState) -> Carry | None:
     state.created, state.create_messages = carry.created, carry.create_messages
     state.searched, state.references = carry.searched, cast("list[ReferenceOut]", list(carry.references))
     state.options = carry.options.over(state.options)  # what this request says itself wins
+    # A tool_choice that forces a call does so once per request that gives it: the one carried over is spent.
+    state.forced = carry.forced and state.request.tool_choice in (None, "auto", "none")
     state.metadata = dict(carry.metadata) | state.metadata
     if state.request.locale == "en":  # the request's default: the run's own locale holds
         state.locale = carry.locale

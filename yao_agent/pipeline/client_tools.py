@@ -30,7 +30,7 @@ from yao_agent.pipeline.options import RunOptions
 from yao_agent.pipeline.outcomes import Wait
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunRequest, RunState
-from yao_agent.store.records import ResumePoint
+from yao_agent.store.records import ResumePoint, StepRecord
 from yao_agent.store.step_inputs import ToolRound
 from yao_agent.tools import ToolSpec
 
@@ -159,7 +159,12 @@ def pending_calls(point: ResumePoint | None) -> list[ToolCall]:
     """The calls a chat's run waits for the client to run (none unless it waits for them)."""
     if point is None or point.run.status != "waiting" or point.run.reason != REASON:
         return []
-    rounds = [s.input for s in point.steps if s.status == "waiting" and isinstance(s.input, ToolRound)]
+    return waiting_calls(point.steps)
+
+
+def waiting_calls(steps: Sequence[StepRecord]) -> list[ToolCall]:
+    """The calls of the client's tools a run's steps stopped for (its `waiting` tool rounds)."""
+    rounds = [s.input for s in steps if s.status == "waiting" and isinstance(s.input, ToolRound)]
     return [c for r in rounds for c in r.calls]
 
 

@@ -1,9 +1,7 @@
 """What `POST /v1/responses` accepts: OpenAI's Responses request, each field honoured or refused.
 
-* `input` (a string, or items) becomes the run's messages: `message` items (`role` user, assistant,
-  system or developer — a developer message is a system message here) with text or `input_text` /
-  `output_text` / `input_image` parts; `instructions` goes before them as a system message (stored in the
-  chat with the input, as any message the run is given).
+* `input` (a string, or items: responses_items) becomes the run's messages; `instructions` goes before
+  them as a system message (stored in the chat with the input, as any message the run is given).
 * Passed to each model call of the run, over the assistant's options: `temperature`, `top_p`,
   `max_output_tokens` (as `max_tokens`), `parallel_tool_calls`, `reasoning.effort`, and `text.format`,
   which also becomes the run's output schema (`json_schema`, or `json_object`) as `response_format` does on
@@ -12,16 +10,18 @@
 * `store`: every run is kept in this server's history whatever it says (budgets, resume and the chat
   need it), so `false` asks for nothing this server can leave out: the run is stored, and its response
   can be read back and continued by its owner, as any other.
-* Refused with a 400 naming the field: function `tools` and the items that answer them (client tools are
-  not served on this route yet: `CLIENT_TOOLS`), OpenAI's own services (background runs, conversations,
-  stored prompts, `include`, log probabilities, ...), and any field that is not OpenAI's, unless null.
+* Function `tools` are the client's tools (pipeline/client_tools.py), offered beside the assistant's own,
+  with `tool_choice` and `parallel_tool_calls`; the items that call and answer them are read by
+  responses_items.
+* Refused with a 400 naming the field: OpenAI's hosted tools and its own services (background runs,
+  conversations, stored prompts, `include`, log probabilities, ...), and any field that is not OpenAI's,
+  unless null.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,12 +30,11 @@ from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.base.structured import schema_problems
 from yao_agent.errors import UsageError
 from yao_agent.messages import check_text
+from yao_agent.server import responses_items as items
 from yao_agent.server.errors import InvalidParam
 from yao_agent.server.openai_body import Positive, Unit
 
 TO_METADATA = ("user", "safety_identifier")
-CLIENT_TOOLS = ("function tools are not supported on /v1/responses yet (the assistant's own tools run on the "
-                "server); use an assistant whose tools are its own")  # fmt: skip
 
 
 class TextFormat(BaseModel):
@@ -92,9 +91,10 @@ class ResponsesBody(BaseModel):
     parallel_tool_calls: bool | None = None
     reasoning: ReasoningConfig | None = None
     text: TextConfig | None = None
+    tools: list[Any] | None = Field(None, description="the client's function tools, offered beside the "
+                                    "assistant's; the client runs them")  # fmt: skip
+    tool_choice: str | dict[str, Any] | None = Field(None, description="auto, none, required or a function")
     # Refused unless null or at OpenAI's default (REFUSED).
-    tools: list[Any] | None = Field(None, description="not supported yet (an empty list is accepted)")
-    tool_choice: str | dict[str, Any] | None = Field(None, description="auto or none only")
     include: list[Any] | None = Field(None, description="not supported (an empty list is accepted)")
     truncation: str | None = Field(None, description="disabled only")
     background: bool | None = Field(None, description="false only")
@@ -151,59 +151,13 @@ class ResponsesBody(BaseModel):
             return [*first, {"role": "user", "content": self.input}]
         if not self.input:
             raise InvalidParam("input: expected text or a non-empty list of items", param="input")
-        return [*first, *(_item(item, f"input[{index}]") for index, item in enumerate(self.input))]
+        return [*first, *items.to_messages(self.input)]
 
+    def client_tools(self) -> list[dict[str, Any]]:
+        return items.client_tools(self.tools or ())
 
-ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
-# The items that answer or repeat a client tool's call: their place once client tools are served here.
-TOOL_ITEMS = ("function_call", "function_call_output")
-
-
-def _item(raw: object, where: str) -> dict[str, Any]:
-    """One input item as a chat message; a 400 naming the item (and its part) otherwise."""
-    item = as_mapping(raw)
-    kind = item.get("type", "message")
-    if kind in TOOL_ITEMS:
-        raise InvalidParam(f"{where}: a {kind} item: {CLIENT_TOOLS}", param="input", code="unsupported_parameter")
-    if kind != "message" or not isinstance(raw, Mapping):
-        raise InvalidParam(f"{where}: expected a message item ({{role, content}}), got {str(kind)[:40]!r}",
-                           param="input")  # fmt: skip
-    role = ROLES.get(str(item.get("role")))
-    if role is None:
-        raise InvalidParam(f"{where}.role: expected one of {', '.join(ROLES)}", param="input")
-    content = item.get("content")
-    if isinstance(content, str):
-        return {"role": role, "content": content}
-    if not isinstance(content, list) or not content:
-        raise InvalidParam(f"{where}.content: expected text or a non-empty list of parts", param="input")
-    parts = [_part(part, f"{where}.content[{index}]") for index, part in enumerate(cast(list[Any], content))]
-    if role != "user":  # only a user's message may hold images; the others' parts are text
-        if any(p["type"] != "text" for p in parts):
-            raise InvalidParam(f"{where}.content: only a user message may hold images", param="input")
-        return {"role": role, "content": "".join(p["text"] for p in parts)}
-    return {"role": role, "content": parts}
-
-
-def _part(raw: object, where: str) -> dict[str, Any]:
-    part = as_mapping(raw)
-    kind = part.get("type")
-    if kind in ("input_text", "output_text", "text"):
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise InvalidParam(f"{where}.text: expected a string", param="input")
-        return {"type": "text", "text": text}
-    if kind == "input_image":
-        url, detail = part.get("image_url"), part.get("detail")
-        if not isinstance(url, str) or not url:
-            raise InvalidParam(f"{where}.image_url: expected the image's URL (or data: URL); file ids are not "
-                               "supported", param="input")  # fmt: skip
-        image: dict[str, Any] = {"url": url}
-        if detail in ("low", "high"):
-            image["detail"] = detail
-        return {"type": "image_url", "image_url": image}
-    shown = json.dumps(kind)[:40] if kind is not None else "none"
-    raise InvalidParam(f"{where}.type: expected input_text, output_text or input_image, got {shown}",
-                       param="input")  # fmt: skip
+    def choice(self) -> str | dict[str, Any] | None:
+        return items.tool_choice(self.tool_choice)
 
 
 def _never(_value: Any) -> bool:
@@ -218,8 +172,6 @@ UNKNOWN = "unknown field: this server honours or refuses each field of OpenAI's 
 NOT_HERE = "not supported by this server"
 # Refusable fields: (what is harmless besides null — OpenAI's value when absent, why not).
 REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tools": (_one_of([]), CLIENT_TOOLS),
-    "tool_choice": (_one_of("auto", "none"), "only 'auto' or 'none': " + CLIENT_TOOLS),
     "include": (_one_of([]), "no extra output is available (include: [])"),
     "truncation": (_one_of("disabled"), "only 'disabled': the server compacts a long chat itself"),
     "background": (_one_of(False), "background responses are not supported (stream instead)"),

@@ -9,10 +9,15 @@ chat (a chat has one line of turns: an older one is a 409, as is one still in pr
 
 The answer's `output` holds one message per answer of the run (a structured run's: its validated answer
 only, without a code fence, so `parse` reads it); a run that waits for a person's approval answers with
-what waits, as the chat-completions route does. Streamed, the events are those the official SDK parses:
+what waits, as the chat-completions route does. A run whose reply calls the client's own function tools
+(pipeline/client_tools.py) ends its output with one `function_call` item per call; the client sends each
+result as a `function_call_output` item, with the conversation or after `previous_response_id`, and the
+run continues (a new response). Streamed, the events are those the official SDK parses:
 `response.created`, `response.in_progress`, per message `response.output_item.added`,
 `response.content_part.added`, `response.output_text.delta`…, `response.output_text.done`,
-`response.content_part.done`, `response.output_item.done`, and last `response.completed` (or
+`response.content_part.done`, `response.output_item.done`, per call of the client's tools
+`response.output_item.added`, `response.function_call_arguments.delta` and `.done` and
+`response.output_item.done`, and last `response.completed` (or
 `response.incomplete`, or `response.failed` with the error), each with its `sequence_number`.
 Non-streamed, a run that fails is an error with the status the chat-completions route gives it.
 """
@@ -36,8 +41,8 @@ from yao_agent.base.structured import unfenced
 from yao_agent.errors import Conflict, NotFound
 from yao_agent.events import Event, MessageDelta, MessageEnd, StreamEnd
 from yao_agent.identity import Identity
-from yao_agent.messages import ChatMessage, is_json_object, text_of
-from yao_agent.pipeline import RunHandle, RunRequest, output
+from yao_agent.messages import ChatMessage, ToolCall, is_json_object, text_of
+from yao_agent.pipeline import RunHandle, RunRequest, client_tools, output
 from yao_agent.pipeline.permission import CHAT_ID
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
@@ -62,6 +67,7 @@ PREFIX = "resp_"
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 Json = dict[str, Any]
+Item = shapes.OutputMessageOut | shapes.FunctionCallItemOut
 EVENTS = ("`data: <json>` frames of Responses events: `response.created`, `response.in_progress`, the output's "
           "`response.output_item.added` … `response.output_item.done`, and last `response.completed`, "
           "`response.incomplete` or `response.failed`")  # fmt: skip
@@ -94,6 +100,8 @@ class Echo:
     store: bool = True
     text: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+    tools: tuple[Any, ...] = ()
+    tool_choice: str | dict[str, Any] = "auto"
 
     @classmethod
     def of(cls, body: ResponsesBody) -> Echo:
@@ -101,19 +109,19 @@ class Echo:
         text = {"format": given.model_dump(by_alias=True, exclude_none=True)} if given is not None else None
         return cls(body.model, body.previous_response_id, body.instructions, body.temperature, body.top_p,
                    body.max_output_tokens, body.parallel_tool_calls is not False, body.store is not False, text,
-                   body.metadata)  # fmt: skip
+                   body.metadata, tuple(body.tools or ()), body.tool_choice or "auto")  # fmt: skip
 
 
-def response(echo: Echo, rid: str, created: float, status: Status, items: Sequence[shapes.OutputMessageOut],
-             usage: Any, error: shapes.ResponseErrorOut | None = None) -> shapes.ResponseOut:  # fmt: skip
+def response(echo: Echo, rid: str, created: float, status: Status, items: Sequence[Item], usage: Any,
+             error: shapes.ResponseErrorOut | None = None) -> shapes.ResponseOut:  # fmt: skip
     """A `response` object; `status` is `completed`, `incomplete` (`max_turns`), `failed` or `in_progress`."""
     incomplete: shapes.IncompleteOut | None = {"reason": "max_turns"} if status == "incomplete" else None
     return {"id": rid, "object": "response", "created_at": int(created), "status": status,
             "model": echo.model, "output": list(items), "previous_response_id": echo.previous,
             "instructions": echo.instructions, "usage": usage_of(as_mapping(usage)), "error": error,
             "incomplete_details": incomplete, "parallel_tool_calls": echo.parallel_tool_calls,
-            "tool_choice": "auto", "tools": [], "temperature": echo.temperature, "top_p": echo.top_p,
-            "max_output_tokens": echo.max_output_tokens, "store": echo.store,
+            "tool_choice": echo.tool_choice, "tools": list(echo.tools), "temperature": echo.temperature,
+            "top_p": echo.top_p, "max_output_tokens": echo.max_output_tokens, "store": echo.store,
             "text": echo.text or {"format": {"type": "text"}}, "metadata": echo.metadata or {}}  # fmt: skip
 
 
@@ -126,6 +134,12 @@ def usage_of(usage: Any) -> shapes.ResponseUsageOut:
 def message(message_id: str, text: str, status: ItemStatus = "completed") -> shapes.OutputMessageOut:
     return {"type": "message", "id": f"msg_{message_id}", "role": "assistant", "status": status,
             "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
+
+
+def function_call(call: ToolCall) -> shapes.FunctionCallItemOut:
+    """A call of one of the client's tools, as the item the client runs."""
+    return {"type": "function_call", "id": f"fc_{call.id}", "call_id": call.id, "name": call.name,
+            "arguments": call.arguments, "status": "completed"}  # fmt: skip
 
 
 def status_of(status: str, reason: str | None) -> Status:
@@ -148,8 +162,8 @@ async def create(body: ResponsesBody, request: Request, who: Caller) -> Any:
     check_messages(server_settings(request), messages)
     chat_id = await continued(request, who, body.previous_response_id) if body.previous_response_id else None
     ask = RunRequest(body.model, who, messages, chat_id=chat_id, metadata=body.run_metadata(),
-                     options=body.call_options(), chat_must_exist=True,
-                     traceparent=request.headers.get("traceparent"))  # fmt: skip
+                     options=body.call_options(), chat_must_exist=True, client_tools=body.client_tools(),
+                     tool_choice=body.choice(), traceparent=request.headers.get("traceparent"))  # fmt: skip
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
     if body.stream:
@@ -189,9 +203,11 @@ async def retrieve(response_id: str, request: Request, who: Caller) -> shapes.Re
     error: shapes.ResponseErrorOut | None = None
     if status == "failed":
         error = {"code": run.reason or "failed", "message": str(as_mapping(run.error).get("message") or run.reason)}
-    items = [message(mid, text) for mid, text in texts]
+    items: list[Item] = [message(mid, text) for mid, text in texts]
     if texts and is_json_object(unfenced(texts[-1][1])):  # as a structured run answered: its answer only
         items = [message(texts[-1][0], unfenced(texts[-1][1]))]
+    if run.reason == client_tools.REASON:
+        items += [function_call(call) for call in client_tools.waiting_calls(view.steps)]
     return response(Echo(run.assistant_id), response_id, run.started_at, status, items, run.usage, error)
 
 
@@ -212,7 +228,11 @@ async def whole(request: Request, handle: RunHandle, echo: Echo, headers: dict[s
         return refused(request, result.reason, result.status, result.error, headers)
     replies = _answers(handle.state.new_messages)
     last = replies[-1].id if replies else handle.run_id
-    if result.status == WAITING:
+    items: list[Item]
+    if result.reason == client_tools.REASON:  # the reply's words, then the calls the client runs
+        items = [*(message(m.id, text_of(m.content)) for m in replies),
+                 *(function_call(call) for call in handle.state.client_calls)]  # fmt: skip
+    elif result.status == WAITING:
         items = [message(last, waiting_text(handle, result.approvals))]
         headers = {**headers, "X-Yao-Status": WAITING}
     elif output.expected(handle.state) is not None:
@@ -245,7 +265,7 @@ class _Events:
         self.rid, self.created = response_id(handle.chat_id, handle.run_id), time.time()
         self.seq = 0
         self.open: dict[str, tuple[int, list[str]]] = {}  # message id → (output index, its text so far)
-        self.items: list[shapes.OutputMessageOut] = []
+        self.items: list[Item] = []
         self.end: StreamEnd | None = None
         self.structured = output.expected(handle.state) is not None
 
@@ -302,6 +322,18 @@ class _Events:
         """A message sent in one piece: a structured run's answer, or what a waiting run waits for."""
         return [*self.opened(message_id), *self.said(message_id, text), *self.closed(message_id, "completed")]
 
+    def called(self, call: ToolCall) -> list[Json]:
+        """A call of the client's tools, streamed as OpenAI streams one: its arguments in one delta."""
+        index, item = len(self.items), function_call(call)
+        self.items.append(item)
+        where: Json = {"item_id": item["id"], "output_index": index}
+        return [self.event("response.output_item.added", output_index=index, item={**item, "arguments": "",
+                                                                                    "status": "in_progress"}),
+                self.event("response.function_call_arguments.delta", **where, delta=call.arguments),
+                self.event("response.function_call_arguments.done", **where, name=call.name,
+                           arguments=call.arguments),
+                self.event("response.output_item.done", output_index=index, item=item)]  # fmt: skip
+
     def finished(self) -> list[Json]:
         end, out = self.end, list[Json]()
         for message_id in list(self.open):
@@ -312,7 +344,10 @@ class _Events:
             error: shapes.ResponseErrorOut = {"code": reason, "message": said["error"]["message"]}
             failed = response(self.echo, self.rid, self.created, "failed", self.items, {}, error)
             return [*out, self.event("response.failed", response=failed)]
-        if end.status == WAITING:
+        if end.reason == client_tools.REASON:
+            for call in self.handle.state.client_calls:
+                out += self.called(call)
+        elif end.status == WAITING:
             out += self.whole(f"{self.handle.run_id}_waiting", waiting_text(self.handle, end.approvals))
         elif self.structured:
             replies = _answers(self.handle.state.new_messages)
