@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -73,9 +75,10 @@ async def test_the_filters_and_what_is_refused(live: Live) -> None:
         assert actions(await read(admin, "?action=budget.set")) == ["budget.set"]
         assert actions(await read(admin, "?limit=2")) == ["kb.document.delete", "kb.document.add"]
         newest = (await read(admin, "?limit=1"))[0]
-        assert await read(admin, f"?to={newest['at']}&action=kb.document") == (
-            await read(admin, "?action=kb.document.add")
-        )
+        # `to`, a moment: a millisecond before the newest row (a request later than the one before it).
+        moment = (datetime.fromisoformat(newest["at"]) - timedelta(milliseconds=1)).isoformat()
+        older = await read(admin, "?" + urlencode({"to": moment, "action": "kb.document"}))
+        assert older == await read(admin, "?action=kb.document.add")
         assert await read(admin, "?to=2020-01-01") == [] and await read(admin, "?from=2999-01-01") == []
         assert len(await read(admin, f"?from={newest['at'][:10]}&to={newest['at'][:10]}")) == 8  # today, whole
         for query, param in (("?action=nope", "action"), ("?limit=0", "limit"), ("?limit=ten", "limit"),
