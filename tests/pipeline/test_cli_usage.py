@@ -150,8 +150,8 @@ def test_bad_usage_options_exit_2(cli: Cli, capsys: pytest.CaptureFixture[str], 
 
 def test_an_unknown_grouping_is_refused_by_the_parser(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
-        cli("usage", "--by", "team")
-    assert exited.value.code == 2 and "invalid choice: 'team'" in capsys.readouterr().err
+        cli("usage", "--by", "model")
+    assert exited.value.code == 2 and "invalid choice: 'model'" in capsys.readouterr().err
 
 
 def test_budgets_set_sets_the_operators_ceilings_and_list_shows_them_apart_from_admins_budgets(
@@ -238,11 +238,14 @@ def test_tokens_create_admin_and_list(cli: Cli, capsys: pytest.CaptureFixture[st
     assert code == 0 and "carol, member of team acme" in capsys.readouterr().err
     assert cli("tokens", "create", "--user", "alice", "--admin") == (2, "")
     assert "--admin makes a team admin: give the team with --team T" in capsys.readouterr().err
-    code, listed = cli("tokens", "list")
-    lines = listed.splitlines()
-    assert code == 0 and len(lines) == 2
-    assert lines[0].startswith(admin_token[:12]) and lines[0].split()[1:] == ["bob@acme", "admin"]
-    assert lines[1].startswith(member_token[:12]) and lines[1].split()[1:] == ["carol@acme"]
+    code, listed = cli("tokens", "list", "--json")
+    rows = [json.loads(line) for line in listed.splitlines()]
+    assert code == 0 and [(r["user_id"], r["team_id"], r["kind"]) for r in rows] == [
+        ("bob", "acme", "admin"), ("carol", "acme", "member")]  # fmt: skip
+    assert all(r["id"].startswith("tok_") and r["expires_at"] is None and r["last_used_at"] is None for r in rows)
+    assert admin_token.strip() not in listed and admin_token[:12] not in listed  # never a secret, nor its start
+    code, table = cli("tokens", "list")
+    assert code == 0 and rows[0]["id"] in table and "admin" in table and admin_token[:12] not in table
 
     async def identities() -> list[Identity | None]:
         store = SqlStore(await open_engine(store_url(cli.db, cli.app)))

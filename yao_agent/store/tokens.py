@@ -34,7 +34,7 @@ SELECT_OWNER = Sql(
 # The last use, written when the one stored is a minute old or more: of processes marking one token at
 # once, one writes, and a token in use costs one write a minute however many requests it carries.
 MARK_USED = Sql(
-    update(tokens).where(_T.id == bindparam("id"), _T.last_used_at.is_(None) | (_T.last_used_at < bindparam("stale"))),
+    update(tokens).where(_T.id == bindparam("id"), _T.last_used_at.is_(None) | (_T.last_used_at <= bindparam("stale"))),
     columns=("last_used_at",),
 )
 REVOKE_TOKEN = Sql(
