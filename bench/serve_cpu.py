@@ -5,10 +5,11 @@
 A real server (a subprocess, a SQLite file store, an `openai` connector to the loopback fake
 provider in a process of its own) answers streamed requests, `CONCURRENT` at a time, from this
 process, on the OpenAI-compatible route (`POST /v1/chat/completions`), on the native one (`POST
-/api/assistants/{id}/runs`) and on Anthropic's (`POST /v1/messages`, held to 1.2× the OpenAI route's
-figures): batches of replies of 1 chunk and of `LONG` chunks, alternating. The
-provider sends a chunk every `--every-ms`, as a model does, so each one comes to the server on its
-own (a reply sent whole would be read, run and written in a few large pieces). The server's CPU
+/api/assistants/{id}/runs`), on Anthropic's (`POST /v1/messages`) and on the Responses API's (`POST
+/v1/responses`), those two doors held to 1.2× the OpenAI route's figures: batches of replies of 1
+chunk and of `LONG` chunks, alternating. The provider sends a chunk every `--every-ms`, as a model
+does, so each one comes to the server on its own (a reply sent whole would be read, run and written in
+a few large pieces). The server's CPU
 (user + system, from /proc/<pid>/stat) over each batch of N requests gives
 
     per run start = CPU(1-chunk batch) / N
@@ -85,13 +86,18 @@ class Client:
         body: dict[str, object] = {"model": assistant, "messages": ASK, "max_tokens": 1000, "stream": True}
         await self._post("/v1/messages", body, b"event: message_stop")
 
+    async def responses(self, assistant: str) -> None:
+        body: dict[str, object] = {"model": assistant, "input": "Say something.", "stream": True}
+        # (its last event holds the whole response, the long reply's text too: looked for anywhere)
+        await self._post("/v1/responses", body, b'"type": "response.completed"', window=None)
+
     async def native(self, assistant: str) -> None:
         await self._post(f"/api/assistants/{assistant}/runs", {"messages": ASK}, b'"status":"completed"')
 
-    async def _post(self, path: str, body: dict[str, object], ending: bytes) -> None:
+    async def _post(self, path: str, body: dict[str, object], ending: bytes, window: int | None = 400) -> None:
         async with self.session.post(self.base + path, json=body) as response:
             data = await response.read()
-        if response.status != 200 or ending not in data[-400:]:
+        if response.status != 200 or ending not in data[-window if window else 0 :]:
             raise SystemExit(f"{path}: HTTP {response.status}, {data[-400:]!r}")
 
 
@@ -146,7 +152,8 @@ async def measure(fake_url: str, requests: int = 100, rounds: int = 5, every_ms:
             started = time.perf_counter()
             for way in ("openai", "native"):
                 await alternate(list(servers.values()), way, requests, rounds)
-            await alternate([servers["ours"]], "anthropic", requests, rounds)  # (a door the baseline may lack)
+            for door in ("anthropic", "responses"):  # (doors the baseline may lack)
+                await alternate([servers["ours"]], door, requests, rounds)
             took = time.perf_counter() - started
     how = f"{rounds} rounds of {requests} requests, {CONCURRENT} at a time ({took:.0f} s)"
     if baseline_tree:
@@ -160,7 +167,9 @@ async def serving(stack: contextlib.AsyncExitStack, app: Path, db: str, tree: Pa
     stack.callback(stop, process)
     session = await stack.enter_async_context(aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}))
     client = Client(session, base)
-    return Server(process, {"openai": client.openai, "native": client.native, "anthropic": client.anthropic})
+    ways = {"openai": client.openai, "native": client.native, "anthropic": client.anthropic,
+            "responses": client.responses}  # fmt: skip
+    return Server(process, ways)
 
 
 async def alternate(servers: list[Server], way: str, requests: int, rounds: int) -> None:
@@ -178,7 +187,8 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def rows(figures: Figures, baseline: Figures, how: str) -> list[Row]:
-    names = {"openai": "OpenAI route", "native": "native SSE route", "anthropic": "Anthropic route"}
+    names = {"openai": "OpenAI route", "native": "native SSE route", "anthropic": "Anthropic route",
+             "responses": "Responses route"}  # fmt: skip
     out: list[Row] = []
     for way, (start_ms, chunk_us) in figures.items():
         if way not in BASELINE:  # another door: held to the OpenAI route's figures, measured beside it

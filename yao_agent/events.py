@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from yao_agent.vocabulary import EndStatus, MessageStatus, TerminalReason
 
 if TYPE_CHECKING:  # (not at run time: every command imports this module, and shapes costs ~10 ms to load)
-    from yao_agent.shapes import ApprovalOut, ReferenceOut, UsageOut
+    from yao_agent.shapes import ApprovalOut, ClientWaitOut, ReferenceOut, UsageOut
 
 Kind = str  # text | reasoning | tool_call | error | a hook's own kind
 
@@ -139,6 +139,7 @@ class StreamEnd:
     next: Any = None
     output: Any = None  # the final answer's value when the run has an output schema (CONTRACT §4 item 7)
     approvals: list[ApprovalOut] | None = None  # the calls waiting for a person, when the run ends `waiting`
+    client_calls: list[ClientWaitOut] | None = None  # the calls waiting for the client, when it ends `client_tools`
     type: Literal["stream_end"] = "stream_end"
 
 

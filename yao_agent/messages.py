@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -206,6 +206,8 @@ def canonical(message: Mapping[str, Any]) -> str:
     parts = as_list(content)
     if len(parts) == 1 and as_mapping(parts[0]).get("type") == "text":
         content = as_mapping(parts[0]).get("text")
+    if content == "" and message.get("role") == "assistant":
+        content = None  # a reply that only calls tools: clients write its empty text either way
     calls = [
         (as_mapping(c).get("id"), as_mapping(as_mapping(c).get("function")).get("name"))
         for c in as_list(message.get("tool_calls"))
@@ -225,6 +227,26 @@ def overlap(history: Sequence[Mapping[str, Any]], given: Sequence[Mapping[str, A
         if tail[-size:] == head[:size]:
             return size
     return 0
+
+
+def as_client_saw(history: Sequence[Mapping[str, Any]], unseen: Collection[str]) -> list[Mapping[str, Any]]:
+    """The history as a client that runs tools of its own resends it: the reply that called them (`unseen`:
+    calls it sent no result for) with those calls only, and none of that reply's results (the server's ran
+    out of its sight; its own it never sent)."""
+    if not unseen:
+        return list(history)
+    out: list[Mapping[str, Any]] = []
+    hidden: set[object] = set()
+    for message in history:
+        calls = as_list(message.get("tool_calls"))
+        ids = {as_mapping(c).get("id") for c in calls}
+        if message.get("role") == "assistant" and ids & set(unseen):
+            hidden |= ids
+            message = {**message, "tool_calls": [c for c in calls if as_mapping(c).get("id") in unseen]}
+        elif message.get("role") == "tool" and message.get("tool_call_id") in hidden:
+            continue
+        out.append(message)
+    return out
 
 
 def parse_input(raw: object, *, where: str = "messages") -> list[dict[str, Any]]:

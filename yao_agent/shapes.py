@@ -125,6 +125,15 @@ class ApprovalOut(TypedDict):
     arguments: Any
 
 
+class ClientWaitOut(TypedDict):
+    """A call of a tool the client brought, which the run waits for the client to run."""
+
+    tool_call_id: str
+    name: str
+    arguments: Any
+    """the JSON object the model wrote (its very text when it wrote none)"""
+
+
 class ApprovalsOut(TypedDict):
     chat_id: str
     run_id: str
@@ -150,6 +159,8 @@ class RunOut(TypedDict):
     """the final answer's JSON value, for an assistant with an output schema"""
     approvals: NotRequired[list[ApprovalOut]]
     """the calls waiting for a person (status waiting)"""
+    client_calls: NotRequired[list[ClientWaitOut]]
+    """the calls waiting for the client to run its own tools (status waiting, reason client_tools)"""
     usage: UsageOut
 
 
@@ -612,6 +623,15 @@ class TextBlockOut(TypedDict):
     text: str
 
 
+class ToolUseBlockOut(TypedDict):
+    """A call of one of the client's own tools, for the client to run."""
+
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
 class MessageUsageOut(TypedDict):
     input_tokens: int
     output_tokens: int
@@ -622,9 +642,9 @@ class AnthropicMessageOut(TypedDict):
     type: Literal["message"]
     role: Literal["assistant"]
     model: str
-    content: list[TextBlockOut]
+    content: list[TextBlockOut | ToolUseBlockOut]
     stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
-    """max_tokens: a limit (max_turns) cut the run short"""
+    """max_tokens: a limit (max_turns) cut the run short; tool_use: the client is to run the `tool_use` blocks"""
     stop_sequence: str | None
     usage: MessageUsageOut
 

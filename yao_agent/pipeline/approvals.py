@@ -45,7 +45,7 @@ def needing(state: RunState, calls: Sequence[ToolCall], tools: Sequence[ToolSpec
         spec = next((t for t in tools if t.name == call.name), None)
         if spec is None or call.id in decided or not _needs(rules, spec):
             continue
-        out.append(Approval(state.run_id, call.id, spec.server, spec.tool, _arguments(call), state.thread_id))
+        out.append(Approval(state.run_id, call.id, spec.server, spec.tool, shown_arguments(call), state.thread_id))
     return out
 
 
@@ -150,7 +150,7 @@ def _needs(rules: tuple[tuple[McpUse, ...], frozenset[str]], spec: ToolSpec) -> 
     return any(use.server == spec.server and use.needs_approval(spec.tool) for use in uses)
 
 
-def _arguments(call: ToolCall) -> Any:
+def shown_arguments(call: ToolCall) -> Any:
     """The call's arguments as a person reads them: the JSON object the model wrote, or — when it wrote
     none, or one that readers could read differently (NaN, `1e999`, a key given twice) — its very text,
     so the person sees what the model sent (such a call runs no tool: it is answered with an error)."""

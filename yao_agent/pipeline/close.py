@@ -86,14 +86,15 @@ def pair_open_calls(rt: Runtime, state: RunState) -> list[ToolResult]:
     status = state.run.status
     unrun: ToolCallOutcome = status if status in ("waiting", "cancelled") else "not_run"
     events: list[ToolResult] = []
-    clients = {c.id for c in state.client_calls} if status == "waiting" else set[str]()
+    theirs = client_tools.names(state) if status == "waiting" else frozenset[str]()
     for message in list(state.buffer.messages):
         for call in message.tool_calls:
             if call.id in answered:
                 continue
             answered.add(call.id)
             state.buffer.unrun[call.id] = unrun
-            said = client_tools.STAND_IN if call.id in clients else why
+            # A client's call waits for its client, also while the reply's other calls wait for a person.
+            said = client_tools.STAND_IN if message.thread_id is None and call.name in theirs else why
             state.buffer.add(ChatMessage(
                 id=rt.ids.new("msg"), role="tool", content=said, run_id=state.run_id, tool_call_id=call.id,
                 thread_id=message.thread_id, created_at=rt.clock()))  # fmt: skip
@@ -130,7 +131,8 @@ def stream_end(state: RunState) -> StreamEnd:
         run_id=run.id, status=end_status(run.status), reason=run.reason or "internal_error",
         usage=cast("UsageOut", run.usage),  # what `settle` wrote: the run's usage, `RunUsage.as_dict`
         duration_ms=run.duration_ms or 0, error=run.error, next=run.next, output=output_of(state),
-        approvals=[a.request() for a in state.waiting] if run.status == "waiting" else None,
+        approvals=[a.request() for a in state.waiting] if run.reason == "approval_required" else None,
+        client_calls=client_tools.shown(state) if run.reason == client_tools.REASON else None,
     )  # fmt: skip
 
 

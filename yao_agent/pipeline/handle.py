@@ -17,7 +17,7 @@ from yao_agent.pipeline.state import RunState
 from yao_agent.vocabulary import EndStatus, TerminalReason
 
 if TYPE_CHECKING:
-    from yao_agent.shapes import ApprovalOut, MessageOut, RunOut, UsageOut
+    from yao_agent.shapes import ApprovalOut, ClientWaitOut, MessageOut, RunOut, UsageOut
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class RunResult:
     error: Any = None
     output: Any = None  # the final answer's JSON value, when the run has an output schema
     approvals: list[ApprovalOut] | None = None  # the calls waiting for a person, when the run ends `waiting`
+    client_calls: list[ClientWaitOut] | None = None  # the calls waiting for the client (reason `client_tools`)
 
     def to_api(self) -> RunOut:
         out: RunOut = {"run_id": self.run_id, "chat_id": self.chat_id, "status": self.status, "reason": self.reason,
@@ -47,6 +48,8 @@ class RunResult:
             out["output"] = self.output
         if self.approvals is not None:
             out["approvals"] = self.approvals
+        if self.client_calls is not None:
+            out["client_calls"] = self.client_calls
         return out
 
 
@@ -105,5 +108,5 @@ class RunHandle:
         return RunResult(
             run_id=end.run_id, chat_id=self.state.run.chat_id, status=end.status, reason=end.reason,
             messages=[m.to_api() for m in self.state.new_messages], usage=end.usage, next=end.next, error=end.error,
-            output=end.output, approvals=end.approvals,
+            output=end.output, approvals=end.approvals, client_calls=end.client_calls,
         )  # fmt: skip

@@ -2,7 +2,9 @@
 
 Clients often resend the conversation. The longest suffix of the history that equals a prefix of the
 input (role and content, multimodal content by value) is dropped from the input; only the remaining
-clean input is stored — before any model is called (write-ahead), so a crash never loses it.
+clean input is stored — before any model is called (write-ahead), so a crash never loses it. After a run
+that waited for the client's own tools, the history is compared as that client has it
+(`messages.as_client_saw`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ A run that waits for a person to approve a tool call (CONTRACT §4 item 8) is no
 200 with `finish_reason: "stop"` and a short text naming the calls that wait, the chat, and the route
 that decides them, since an OpenAI client has no other place to show it; non-streamed, the header
 `X-Yao-Status: waiting` says so to a program. A stream's headers leave before the run ends, so a
-streamed answer carries the text only (as its last content chunk).
+streamed answer carries the text only (as its last content chunk). A reply that also called the client's
+tools keeps those calls until the person decided: the notice names them, and the decision's continuation
+then waits for the client (`client_notice`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.base.structured import unfenced
 from yao_agent.events import Event, MessageDelta, StreamEnd
 from yao_agent.messages import ChatMessage, text_of
-from yao_agent.pipeline import RunHandle, RunRequest, RunResult, output
+from yao_agent.pipeline import RunHandle, RunRequest, RunResult, client_tools, output
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_body, retry_after
@@ -79,6 +81,15 @@ def waiting_notice(chat_id: str, approvals: object) -> str:
     named = ", ".join(f"{c.get('server')}__{c.get('tool')} (call {c.get('tool_call_id')})" for c in calls)
     return (f"Waiting for approval: {named}. The run continues once a person decides in chat {chat_id}: "
             f"POST /api/chats/{chat_id}/approvals.")  # fmt: skip
+
+
+def client_notice(handle: RunHandle) -> str:
+    """What follows a person's decision, when the reply that waits for one also called the client's tools."""
+    calls = client_tools.after_approvals(handle.state)
+    if not calls:
+        return ""
+    named = ", ".join(f"{c.name} (call {c.id})" for c in calls)
+    return f" Then the run waits for this client's results of {named}, sent on chat {handle.chat_id}."
 
 
 @router.get("/v1/models", tags=["openai"], response_model=None, responses=doc.answers(shapes.ModelsOut, 401))
@@ -196,7 +207,7 @@ class _Seen:
         if end is None or not answered(end.status, end.reason) or end.reason == CLIENT_TOOLS:
             return ""
         if end.status == WAITING:
-            notice = waiting_notice(handle.chat_id, end.approvals)
+            notice = waiting_notice(handle.chat_id, end.approvals) + client_notice(handle)
             return "\n\n" + notice if self.texted else notice
         return final_text(handle) if output.expected(handle.state) is not None else ""
 
@@ -294,7 +305,7 @@ def final_text(handle: RunHandle) -> str:
 def waiting_text(handle: RunHandle, approvals: object) -> str:
     """A waiting run's answer: what the model said with the calls that wait (its words, not a structured
     run's, which are no answer yet), then the notice."""
-    notice = waiting_notice(handle.chat_id, approvals)
+    notice = waiting_notice(handle.chat_id, approvals) + client_notice(handle)
     asked = [m for m in handle.state.new_messages if m.role == "assistant" and not m.hidden][-1:]
     said = text_of(asked[0].content) if asked and asked[0].tool_calls else ""
     return f"{said}\n\n{notice}" if said and output.expected(handle.state) is None else notice

@@ -53,6 +53,18 @@ ANSWER_STAND_IN = Sql(
     columns=("content",),
 )
 
+# The latest result of a call in the chat: a client's call waiting after a decision has its stand-in in the
+# run that waited for the decision, not in the decision's continuation, which is the run that waits now.
+LATEST_RESULT = (
+    select(messages.c.id)
+    .where(messages.c.chat_id == bindparam("chat_id"), messages.c.role == "tool",
+           messages.c.tool_call_id == bindparam("call_id"))
+    .order_by(messages.c.seq.desc())
+    .limit(1)
+    .scalar_subquery()
+)  # fmt: skip
+ANSWER_LATEST = Sql(update(messages).where(messages.c.id == LATEST_RESULT), columns=("content",))
+
 
 def add(tx: Tx, chat_id: str, waiting: Sequence[Approval], now: float) -> None:
     """The calls a run stopped for, pending."""
@@ -100,15 +112,16 @@ def deny_pending(tx: Tx, chat_id: str, user_id: str, now: float) -> None:
                 tx.execute(ANSWER_STAND_IN, {"content": said, "chat_id": chat_id, "run_id": run_id, "call_id": call_id})
 
 
-def close_client_calls(tx: Tx, chat_id: str, run_id: str | None) -> None:
+def close_client_calls(tx: Tx, chat_id: str, run_id: str | None) -> set[str]:
     """A new user message on a chat whose last run waits for the client's tool results (CONTRACT §9.2):
-    the stand-ins of those calls say that none came, so the chat stays valid and the model knows why."""
+    the stand-ins of those calls say that none came, so the chat stays valid and the model knows why.
+    Returns the ids of the calls it closed."""
     if run_id is None or tx.scalar(RUN_REASON, {"run_id": run_id}) != "client_tools":
-        return
-    for row in tx.all(WAITING_ROUNDS, {"run_id": run_id}):
-        for call_id in _round(row.input).ids:
-            tx.execute(ANSWER_STAND_IN, {"content": NO_CLIENT_RESULT, "chat_id": chat_id, "run_id": run_id,
-                                         "call_id": call_id})  # fmt: skip
+        return set()
+    closed = {call_id for row in tx.all(WAITING_ROUNDS, {"run_id": run_id}) for call_id in _round(row.input).ids}
+    for call_id in closed:
+        tx.execute(ANSWER_LATEST, {"content": NO_CLIENT_RESULT, "chat_id": chat_id, "call_id": call_id})
+    return closed
 
 
 def round_ids(stored: Any) -> list[str]:

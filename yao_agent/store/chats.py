@@ -174,14 +174,15 @@ class ChatStore:
 
         def work(tx: Tx) -> Loaded:
             chat = _locked(tx, identity, run)
+            unseen = set[str]()  # the calls the client was to run: what it resends has none of their results
             if chat is not None and chat.last_status == "waiting" and run.resumed_from is None:
                 approvals.deny_pending(tx, run.chat_id, identity.user_id, now)  # a new message (CONTRACT §4.8)
-                approvals.close_client_calls(tx, run.chat_id, chat.last_run_id)  # (§9.2)
+                unseen = approvals.close_client_calls(tx, run.chat_id, chat.last_run_id)  # (§9.2)
             try:
                 past = self.read_history(tx, run.chat_id, limit, since_summary=True) if chat is not None else []
             except Exception as exc:
                 raise HistoryUnavailable(str(exc) or type(exc).__name__) from exc
-            sent, repeated = runlog.fresh_input(past, given)
+            sent, repeated = runlog.fresh_input(past, given, unseen)
             fresh = list(given[repeated:])
             runlog.start(tx, identity, run, chat, fresh, now)
             return Loaded(past, sent, fresh)

@@ -9,14 +9,14 @@ database, run on the driver's cursor); they are gathered here because they are t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Integer, bindparam, select, update
 
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
-from yao_agent.messages import ChatMessage, Cited, ToolCall, overlap, provider_messages
+from yao_agent.messages import ChatMessage, Cited, ToolCall, as_client_saw, overlap, provider_messages
 from yao_agent.store import ledger, step_inputs
 from yao_agent.store.records import ChatRecord, RunRecord, StepRecord
 from yao_agent.store.schema import SUMMARY_ROLE, chats, messages, role_settings, runs, steps
@@ -131,10 +131,13 @@ def context_of(tx: Tx, chat_id: str, limit: int) -> list[ChatMessage]:
     return [summary, *(_message(row) for row in reversed(rows))]
 
 
-def fresh_input(history: Sequence[ChatMessage], given: Sequence[ChatMessage]) -> tuple[list[dict[str, Any]], int]:
-    """The history as a model is sent it, and how many of the given messages merely repeat its end."""
+def fresh_input(
+    history: Sequence[ChatMessage], given: Sequence[ChatMessage], unseen: Collection[str] = ()
+) -> tuple[list[dict[str, Any]], int]:
+    """The history as a model is sent it, and how many of the given messages merely repeat its end (as
+    the client has it: `unseen` are the calls it was to run and sent no result for, `as_client_saw`)."""
     known = provider_messages(history)
-    return known, (overlap(known, [m.to_provider() for m in given]) if known else 0)
+    return known, (overlap(as_client_saw(known, unseen), [m.to_provider() for m in given]) if known else 0)
 
 
 def start(tx: Tx, identity: Identity, run: RunRecord, chat: ChatRecord | None, new: Sequence[ChatMessage],
