@@ -106,7 +106,7 @@ async def test_an_expired_token_is_a_401_that_says_it_expired(usage_live: Live, 
     assert beta["gus"]["expired"] is True and beta["dave"]["expired"] is False
 
 
-MISUSES = {
+MISUSES: dict[str, tuple[str, dict[str, Any]]] = {
     "a member mints a token for a new member": ("carol", {"user": "mallory"}),
     "a member mints a token for themselves": ("carol", {"user": "carol"}),
     "a member mints an admin token": ("carol", {"user": "carol", "admin": True}),
@@ -128,7 +128,7 @@ async def test_minting_what_the_caller_may_not_is_a_403_and_makes_nothing(
     assert await made(usage_live) == before
 
 
-BAD_BODIES = {
+BAD_BODIES: dict[str, tuple[dict[str, Any], str]] = {
     "no user": ({}, "user"),
     "a user id with a slash": ({"user": "acme/mallory"}, "user"),
     "a team id with a space": ({"user": "x", "team": "a team"}, "team"),
@@ -157,7 +157,7 @@ async def test_revoking_a_token_the_caller_may_not_see_is_a_404_and_it_keeps_wor
                 ("carol", ids[("bob", "admin")]), ("bob", ids[("carol", "member")]),
                 ("bob_admin", ids[("ops", "operator")]), ("bob_admin", ids[("dave", "member")]),
                 ("alice", ids[("bob", "member")]), ("bob_admin", "tok_never-was")]  # fmt: skip
-    messages = set()
+    messages: set[str] = set()
     for who, token_id in attempts:
         error = assert_error(await call(usage_live, who, "DELETE", f"/api/tokens/{token_id}"), 404, "not_found")
         messages.add(error["message"].replace(token_id, "ID"))

@@ -174,8 +174,8 @@ async def test_tokens_made_before_token_kinds_keep_working_with_an_id_of_their_o
     store = SqlStore(await open_engine(store_url(url, tmp_path)))
     try:
         found = await store.list_tokens(OPERATOR)
-        assert {(t.user_id, t.team_id, t.kind, t.expires_at) for t in found} == {("bob", "acme", "admin", None),
-                                                                                 ("alice", None, "member", None)}  # fmt: skip
+        kinds = {(t.user_id, t.team_id, t.kind, t.expires_at) for t in found}
+        assert kinds == {("bob", "acme", "admin", None), ("alice", None, "member", None)}
         assert len({t.id for t in found}) == 2 and all(t.id.startswith("tok_") for t in found)
         owner = await store.db.read_tx(lambda tx: tx.all(tokens.SELECT_OWNER, {"hash": "a" * 64}))
         assert (owner[0].user_id, owner[0].admin, owner[0].operator) == ("bob", True, False)
