@@ -292,7 +292,7 @@ def test_an_expiry_that_is_no_span_is_refused_by_the_parser(
     cli: Cli, capsys: pytest.CaptureFixture[str], span: str
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        cli("tokens", "create", "--user", "x", "--expires-in", span)
+        cli("tokens", "create", "--user", "x", f"--expires-in={span}")
     assert exited.value.code == 2 and "expected a span such as 30d" in capsys.readouterr().err
 
 

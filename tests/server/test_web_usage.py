@@ -251,4 +251,5 @@ async def test_the_operator_sees_every_teams_usage_by_team(
         ["Total", "6", "16,600", "2,300", "$0.051 150 tokens without a known price"],
     ]
     await expect(page.locator("#usage-chart-summary")).to_contain_text("$0.051 over 6 runs of every team")
+    await expect(page.locator("#usage-chart")).to_be_hidden()  # no chart: its days would be the operator's own
     await page.screenshot(path=str(artifact("web-usage-operator.png")), full_page=True)

@@ -269,6 +269,8 @@
     const label = (key) => (grouped.by === "team" && key === "" ? "(no team)" : key);
     ui.rows.replaceChildren(...rows.map((r) => row(label(r.key), r, "td")));
     ui.total.replaceChildren(row("Total", total, "th"));
+    // By team there is no chart (its days would be the operator's own scope's): the figure goes.
+    ui.chart.closest("figure").hidden = grouped.by === "team";
     if (grouped.by === "team") {
       destroyChart();
       ui.chartSummary.textContent =
