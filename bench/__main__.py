@@ -28,6 +28,7 @@ from bench import (
     quota,
     serve_cpu,
     server,
+    tokens,
     traces,
 )
 from bench.common import Row, fake_provider, print_table
@@ -70,6 +71,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "cold_chat": with_fake_sync(cold_chat.measure, runs=7 // scale + 1),
         "context": lambda: context.measure(200 // scale),
         "quota": lambda: asyncio.run(quota.measure(2000 // scale, quota.CALLS, flush.PG)),
+        "tokens": lambda: asyncio.run(tokens.measure(5000 // scale, flush.PG)),
         "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
         "knowledge": lambda: asyncio.run(
             knowledge.measure(

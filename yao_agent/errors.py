@@ -15,6 +15,7 @@
     ├── Refused              a run may not start now; not the caller's mistake (HTTP 429; CLI exit 1)
     │   ├── BudgetExceeded   the team's or user's spend reached a budget in its current window
     │   └── RateLimited      the team or user started too many runs, or used too many tokens, this minute
+    ├── TokenExpired         an API token past its expiry (HTTP 401, code `token_expired`)
     ├── CannotListen         `serve` cannot listen on its address
     ├── EnvVarMissing        a `$ENV.NAME` value was used while NAME is unset
     ├── HistoryUnavailable   a chat's history could not be read (the run goes on without it)
@@ -280,6 +281,14 @@ class Draining(Refused):
 
 class Forbidden(PermissionDenied):
     """The caller is known but may not do this: a team-wide change or view by a member (HTTP 403)."""
+
+
+class TokenExpired(YaoAgentError):
+    """An API token that was valid until `expires_at` (epoch seconds): the caller needs a new one."""
+
+    def __init__(self, expires_at: float) -> None:
+        super().__init__("token expired")
+        self.expires_at = expires_at
 
 
 class CannotListen(YaoAgentError):

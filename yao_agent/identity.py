@@ -20,6 +20,10 @@ class Identity:
     # A team admin (a token made with --admin) changes the team's role mappings and budgets and sees its
     # usage. It is not part of who the caller is: an admin's chats are the same person's chats.
     admin: bool = field(default=False, compare=False)
+    # The operator (a token made with --operator) acts on every team: it sees the whole deployment's usage,
+    # any team's budgets (and sets their ceilings) and makes tokens for anyone. It is not a team admin:
+    # `admin` says that, apart. Like `admin`, it is not part of who the caller is.
+    operator: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.user_id, str) or not _NAME.fullmatch(self.user_id):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -37,6 +41,11 @@ class Identity:
         """Whether the caller may change what is the whole team's (a caller without a team administers
         their own scope)."""
         return self.admin or self.team_id is None
+
+    @property
+    def kind(self) -> Literal["member", "admin", "operator"]:
+        """What the caller's token makes it: the operator, a team admin, or a member."""
+        return "operator" if self.operator else "admin" if self.admin else "member"
 
     def __str__(self) -> str:
         return f"{self.user_id}@{self.team_id}" if self.team_id else self.user_id

@@ -315,9 +315,9 @@ class RoleDeletedOut(TypedDict):
 
 class UsageScopeOut(TypedDict):
     team_id: NotRequired[str]
-    """absent for a caller without a team"""
+    """absent for a caller without a team (and for the whole deployment's report)"""
     user_id: NotRequired[str]
-    """absent when the report is the whole team's"""
+    """absent when the report is the whole team's (or the whole deployment's)"""
 
 
 class UsageTotalOut(TypedDict):
@@ -335,7 +335,8 @@ class UsageRowOut(UsageTotalOut):
     """One row of a report: what its `key` used, counted as in the report's `total`."""
 
     key: str
-    """the day (YYYY-MM-DD, UTC), assistant id, connector id or user id"""
+    """the day (YYYY-MM-DD, UTC), assistant id, connector id, user id or team id ("" for the users without
+    a team)"""
 
 
 # `from` is a Python keyword: the two days are declared in the functional form, and described below.
@@ -346,7 +347,7 @@ class UsageReportOut(_Span):
     """Usage and cost over a span of days: `from` the first day (YYYY-MM-DD), `to` the last, included."""
 
     scope: UsageScopeOut
-    by: Literal["day", "assistant", "connector", "user"]
+    by: Literal["day", "assistant", "connector", "user", "team"]
     rows: list[UsageRowOut]
     total: UsageTotalOut
     """the whole span (a run in several rows counts once)"""
@@ -382,6 +383,53 @@ class BudgetsOut(TypedDict):
 
     scope: UsageScopeOut
     budgets: list[BudgetOut]
+
+
+# -- tokens ------------------------------------------------------------------------------------------
+
+
+class TokenOut(TypedDict):
+    """An API token as it is listed: never its secret."""
+
+    id: str
+    """its public id (for DELETE /api/tokens/{id}); nothing of the secret"""
+    user_id: str
+    team_id: str | None
+    kind: Literal["member", "admin", "operator"]
+    admin: bool
+    """a team admin's token"""
+    label: str
+    created_at: str
+    """ISO 8601, UTC, as every time below"""
+    expires_at: str | None
+    """null: it never expires"""
+    last_used_at: str | None
+    """noted at most once a minute; null: never used"""
+    expired: bool
+
+
+class TokensOut(TypedDict):
+    tokens: list[TokenOut]
+    """oldest first; revoked tokens are not listed"""
+
+
+class TokenMadeOut(TypedDict):
+    """A token just made. `token` is its secret, shown this once: only its hash is stored."""
+
+    id: str
+    token: str
+    user_id: str
+    team_id: str | None
+    kind: Literal["member", "admin", "operator"]
+    admin: bool
+    label: str
+    created_at: str
+    expires_at: str | None
+
+
+class TokenRevokedOut(TypedDict):
+    id: str
+    revoked: Literal[True]
 
 
 # -- the audit log -----------------------------------------------------------------------------------

@@ -122,6 +122,18 @@ def test_usage_of_one_user_of_a_team_or_without_one(cli: Cli, spent: str) -> Non
     assert report(cli)["scope"] == {"user_id": "local"}  # as `chat` does, by default the CLI is user local
 
 
+def test_usage_by_team_is_the_whole_deployments(cli: Cli, spent: str) -> None:
+    every = report(cli, "--from", PAST, "--by", "team")
+    assert every["scope"] == {} and keyed(every) == {
+        "acme": (3, 1510, 355, 0.0058, 15),
+        "beta": (1, 2000, 500, 0.008, 0),
+    }
+    assert every["total"]["runs"] == 4
+    assert keyed(report(cli, "--team", "beta", "--by", "team")) == {"beta": (1, 2000, 500, 0.008, 0)}
+    code, shown = cli("usage", "--from", PAST, "--by", "team")
+    assert code == 0 and shown.splitlines()[0] == f"usage of every team, {PAST} to {spent} (UTC), by team"
+
+
 def test_usage_prints_a_table_with_its_total(cli: Cli, spent: str) -> None:
     code, shown = cli("usage", "--team", "acme", "--from", PAST, "--by", "assistant")
     assert code == 0, shown
@@ -150,8 +162,8 @@ def test_bad_usage_options_exit_2(cli: Cli, capsys: pytest.CaptureFixture[str], 
 
 def test_an_unknown_grouping_is_refused_by_the_parser(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
-        cli("usage", "--by", "team")
-    assert exited.value.code == 2 and "invalid choice: 'team'" in capsys.readouterr().err
+        cli("usage", "--by", "model")
+    assert exited.value.code == 2 and "invalid choice: 'model'" in capsys.readouterr().err
 
 
 def test_budgets_set_sets_the_operators_ceilings_and_list_shows_them_apart_from_admins_budgets(
@@ -238,11 +250,14 @@ def test_tokens_create_admin_and_list(cli: Cli, capsys: pytest.CaptureFixture[st
     assert code == 0 and "carol, member of team acme" in capsys.readouterr().err
     assert cli("tokens", "create", "--user", "alice", "--admin") == (2, "")
     assert "--admin makes a team admin: give the team with --team T" in capsys.readouterr().err
-    code, listed = cli("tokens", "list")
-    lines = listed.splitlines()
-    assert code == 0 and len(lines) == 2
-    assert lines[0].startswith(admin_token[:12]) and lines[0].split()[1:] == ["bob@acme", "admin"]
-    assert lines[1].startswith(member_token[:12]) and lines[1].split()[1:] == ["carol@acme"]
+    code, listed = cli("tokens", "list", "--json")
+    rows = [json.loads(line) for line in listed.splitlines()]
+    assert code == 0 and [(r["user_id"], r["team_id"], r["kind"]) for r in rows] == [
+        ("bob", "acme", "admin"), ("carol", "acme", "member")]  # fmt: skip
+    assert all(r["id"].startswith("tok_") and r["expires_at"] is None and r["last_used_at"] is None for r in rows)
+    assert admin_token.strip() not in listed and admin_token[:12] not in listed  # never a secret, nor its start
+    code, table = cli("tokens", "list")
+    assert code == 0 and rows[0]["id"] in table and "admin" in table and admin_token[:12] not in table
 
     async def identities() -> list[Identity | None]:
         store = SqlStore(await open_engine(store_url(cli.db, cli.app)))
@@ -254,3 +269,34 @@ def test_tokens_create_admin_and_list(cli: Cli, capsys: pytest.CaptureFixture[st
     admin, member = asyncio.run(identities())
     assert admin is not None and member is not None and (admin.admin, member.admin) == (True, False)
     assert admin == Identity("bob", "acme")  # the same person as bob's member token: the same chats
+
+
+def test_tokens_create_an_operator_token_that_expires_and_revoke_it_by_id(
+    cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = time.time()
+    code, token = cli("tokens", "create", "--user", "ops", "--operator", "--expires-in", "12h", "--label", "on call")
+    assert code == 0 and "ops, the operator (every team), valid until " in capsys.readouterr().err
+    code, listed = cli("tokens", "list", "--json")
+    [row] = [json.loads(line) for line in listed.splitlines()]
+    assert (row["user_id"], row["team_id"], row["kind"], row["label"]) == ("ops", None, "operator", "on call")
+    expires = datetime.fromisoformat(row["expires_at"]).timestamp()
+    assert made + 12 * 3600 - 1 <= expires <= time.time() + 12 * 3600 and token.strip() not in listed
+    assert cli("tokens", "revoke", row["id"]) == (0, "revoked\n")
+    assert json.loads(cli("tokens", "list", "--json")[1])["revoked_at"] is not None
+    assert cli("tokens", "revoke", row["id"]) == (2, "")  # revoked already: no active token of that id
+
+
+@pytest.mark.parametrize("span", ["5x", "0d", "-1d", "3651d", "soon"])
+def test_an_expiry_that_is_no_span_is_refused_by_the_parser(
+    cli: Cli, capsys: pytest.CaptureFixture[str], span: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli("tokens", "create", "--user", "x", f"--expires-in={span}")
+    assert exited.value.code == 2 and "expected a span such as 30d" in capsys.readouterr().err
+
+
+def test_admin_and_operator_are_one_kind_or_the_other(cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli("tokens", "create", "--user", "x", "--team", "acme", "--admin", "--operator")
+    assert exited.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

@@ -286,7 +286,7 @@ def test_every_operation_of_the_openapi_document(served: Served) -> None:
                     fuzz_one(served, session, operation, mode)
                     count += 1
     assert (
-        count == 35 + 16
+        count == 38 + 17
     )  # every operation (test_tenants.py checks they are every route), and those with inputs negatively
 
 

@@ -270,8 +270,22 @@ async def knowledge(api: Api) -> None:
     await api.call("POST", "/v1/embeddings", 400, body={"input": [""]})
 
 
+async def tokens(api: Api) -> None:
+    """Tokens listed, made and revoked by a team admin; refused to a member; a foreign team's views refused."""
+    await api.call("GET", "/api/tokens", 200, who="bob_admin")
+    await api.call("GET", "/api/tokens", 400, query="?bogus=1")
+    made = await api.call("POST", "/api/tokens", 200, who="bob_admin", body={"user": "dan", "expires_in_days": 7})
+    await api.call("POST", "/api/tokens", 403, who="carol", body={"user": "dan"})
+    await api.call("POST", "/api/tokens", 400, who="bob_admin", body={"user": "dan", "expires_in_days": 0})
+    await api.call("DELETE", "/api/tokens/{token_id}", 200, who="bob_admin", token_id=made["id"])
+    await api.call("DELETE", "/api/tokens/{token_id}", 404, who="bob_admin", token_id=made["id"])
+    await api.call("GET", "/api/usage", 403, who="bob_admin", query="?by=team")
+    await api.call("GET", "/api/budgets", 403, who="bob_admin", query="?team=beta")
+
+
 async def test_every_route_answers_as_the_document_says(api: Api) -> None:
     await knowledge(api)
+    await tokens(api)
     chat = await runs_and_chats(api)
     await busy_chat(api, chat)
     await resumed(api, chat)

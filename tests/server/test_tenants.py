@@ -388,11 +388,14 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("POST", "/v1/messages", {"model": "chat", "max_tokens": 100, "messages": says("hi")}),
     ("POST", "/v1/responses", {"model": "chat", "input": "hi"}),
     ("GET", f"/v1/responses/resp_run_1.{CHAT}", None),
+    ("GET", "/api/tokens", None),
+    ("POST", "/api/tokens", {"user": "mallory"}),
+    ("DELETE", "/api/tokens/tok_1", None),
 ]
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/")}
 
 
-def bad_authorizations(valid: str, revoked: str) -> dict[str, str | None]:
+def bad_authorizations(valid: str, revoked: str, expired: str) -> dict[str, str | None]:
     return {
         "missing": None,
         "empty": "",
@@ -404,6 +407,7 @@ def bad_authorizations(valid: str, revoked: str) -> dict[str, str | None]:
         "unknown token": "Bearer ya_not-a-token-anybody-was-given",
         "valid token plus a byte": f"Bearer {valid}x",
         "revoked token": f"Bearer {revoked}",
+        "expired token": f"Bearer {expired}",
     }
 
 
@@ -422,16 +426,17 @@ async def test_every_route_needs_a_valid_token(
         probe = await alice.get("/api/chats", headers={"Authorization": f"Bearer {revoked}"})
         assert probe.status_code == 200  # it worked until it was revoked
         assert await live.rt.store.revoke_token(OPERATOR, revoked) == 1
+        expired = await live.rt.store.create_token(OPERATOR, ALICE, expires_at=live.rt.clock() - 1)
         before = await snapshot(live, ALICE, alice, chat_id)
     calls = len(provider.requests)
     async with httpx.AsyncClient(base_url=live.url, timeout=30) as anonymous:
-        for name, header in bad_authorizations(live.tokens["alice"], revoked).items():
+        for name, header in bad_authorizations(live.tokens["alice"], revoked, expired).items():
             headers = {} if header is None else {"Authorization": header}
             response = await anonymous.request(method, path, json=body, headers=headers)
             assert "authorization" not in anonymous.headers
             error = assert_error(response, 401, "unauthorized")
             assert response.headers.get("www-authenticate") == "Bearer", name
-            assert live.tokens["alice"] not in error["message"] and revoked not in error["message"]
+            assert all(secret not in error["message"] for secret in (live.tokens["alice"], revoked, expired))
     async with live.client("alice") as alice:
         assert await snapshot(live, ALICE, alice, chat_id) == before
         assert await chat_ids(alice) == [chat_id]
@@ -486,6 +491,7 @@ async def test_the_route_list_above_is_every_route_of_the_api(live: Live) -> Non
     tested = {(m, p.replace("/runs/run_1", "/runs/{run_id}")) for m, p in tested}
     tested = {(m, p.replace("/responses/resp_run_1.{chat_id}", "/responses/{response_id}")) for m, p in tested}
     tested = {(m, p.replace("/handbook/", "/{collection_id}/").replace("/doc_1", "/{document_id}")) for m, p in tested}
+    tested = {(m, p.replace("/tok_1", "/{token_id}")) for m, p in tested}
     assert declared - PUBLIC == tested
     assert (health.status_code, health.json()) == (200, {"status": "ok"})
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

@@ -166,7 +166,7 @@ async def test_a_member_asking_for_the_teams_usage_is_forbidden(spread: Live, wh
         ("from=2026-02-30", "from", "2026-02-30"),
         ("to=2026W014", "to", "YYYY-MM-DD"),
         ("from=2026-04-02&to=2026-04-01", "from", "after"),
-        ("by=team", "by", "day, assistant, connector, user"),
+        ("by=model", "by", "day, assistant, connector, user, team"),
         ("by=", "by", "day"),
         ("when=today", "when", "unknown query parameter"),
         ("by=day&by=user", "by", "more than once"),

@@ -231,3 +231,25 @@ async def test_a_member_sees_only_their_own_usage(
     await expect(page.locator("#usage")).to_be_hidden()
     await expect(page.locator("#usage-rows tr")).to_have_count(0)
     await expect(page.locator("#usage-scope")).to_have_text("")
+
+
+async def test_the_operator_sees_every_teams_usage_by_team(
+    priced: Live, provider: FakeProvider, ticking_clock: Clock, page: Page
+) -> None:
+    await make_usage(priced, provider, ticking_clock)
+    priced.tokens["ops"] = await priced.rt.store.create_token(OPERATOR, Identity("ops", operator=True))
+    await open_usage(page, priced, "ops")
+    # The operator's own scope has no runs; grouping by team is offered: the API answers it for this token.
+    await expect(page.locator("#usage-by option")).to_have_text(["Day", "Assistant", "Connector", "Team"])
+    await page.select_option("#usage-by", "team")
+    await expect(page.locator("#usage-key-head")).to_have_text("Team")
+    await expect(page.locator("#usage-scope")).to_have_text("Every team: the whole deployment's usage")
+    await expect(page.locator("#usage-rows tr")).to_have_count(2)
+    assert await table(page) == [
+        ["(no team)", "1", "10,000", "0", "$0.02"],
+        ["acme", "5", "6,600", "2,300", "$0.031 150 tokens without a known price"],
+        ["Total", "6", "16,600", "2,300", "$0.051 150 tokens without a known price"],
+    ]
+    await expect(page.locator("#usage-chart-summary")).to_contain_text("$0.051 over 6 runs of every team")
+    await expect(page.locator("#usage-chart")).to_be_hidden()  # no chart: its days would be the operator's own
+    await page.screenshot(path=str(artifact("web-usage-operator.png")), full_page=True)

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any, cast, get_type_hints
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import Column, bindparam, select
+from sqlalchemy import Column, bindparam, create_engine, select, text
 
-from yao_agent.identity import Identity
-from yao_agent.store import HEAD, SqlStore, Store, chats, kbsql, leases, runlog, sql, tokens
+from yao_agent.identity import OPERATOR, Identity
+from yao_agent.store import HEAD, SqlStore, Store, chats, kbsql, leases, open_engine, runlog, sql, store_url, tokens
 from yao_agent.store.protocol import RunStore
 from yao_agent.store.schema import metadata, steps
 from yao_agent.store.tx import Sql
@@ -77,6 +79,9 @@ def statements() -> Iterator[tuple[str, Sql]]:
         for name, value in vars(module).items():
             if isinstance(value, Sql):
                 yield f"{module.__name__}.{name}", value
+            elif isinstance(value, dict):  # statements kept by what they are for (tokens.LISTS)
+                kept = {k: v for k, v in cast(dict[object, object], value).items() if isinstance(v, Sql)}
+                yield from ((f"{module.__name__}.{name}[{k}]", v) for k, v in kept.items())
             elif isinstance(value, tuple):
                 kept = [v for v in cast(tuple[object, ...], value) if isinstance(v, Sql)]
                 yield from ((f"{module.__name__}.{name}[{i}]", v) for i, v in enumerate(kept))
@@ -148,3 +153,31 @@ async def test_both_leases_are_leases(store: SqlStore) -> None:
         assert (await lease.cancel_counted("c1"), lease.sweep_s) == (0, None)
         assert await lease.append_elsewhere("c1", Identity("alice"), [{"role": "user", "content": "hi"}]) is None
         await lease.release("c1", "r1")
+
+
+async def test_tokens_made_before_token_kinds_keep_working_with_an_id_of_their_own(tmp_path: Path) -> None:
+    """Migration 0013 on a database holding tokens: each gets a public id of its own, none expires or is an
+    operator's, and each still names its identity."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    old = [("a" * 64, "ya_oldtoken1", "bob", "acme", True), ("b" * 64, "ya_oldtoken2", "alice", "", False)]
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(VERSIONS.parent))
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0012")
+        for hashed, prefix, user, team, admin in old:
+            conn.execute(text("INSERT INTO tokens (hash, prefix, user_id, team_id, label, created_at, admin) "
+                              "VALUES (:h, :p, :u, :t, '', 1.0, :a)"), {"h": hashed, "p": prefix, "u": user, "t": team,
+                                                                       "a": admin})  # fmt: skip
+    engine.dispose()
+    store = SqlStore(await open_engine(store_url(url, tmp_path)))
+    try:
+        found = await store.list_tokens(OPERATOR)
+        kinds = {(t.user_id, t.team_id, t.kind, t.expires_at) for t in found}
+        assert kinds == {("bob", "acme", "admin", None), ("alice", None, "member", None)}
+        assert len({t.id for t in found}) == 2 and all(t.id.startswith("tok_") for t in found)
+        owner = await store.db.read_tx(lambda tx: tx.all(tokens.SELECT_OWNER, {"hash": "a" * 64}))
+        assert (owner[0].user_id, owner[0].admin, owner[0].operator) == ("bob", True, False)
+    finally:
+        await store.aclose()

@@ -1,13 +1,36 @@
-"""`yao-agent tokens create|revoke|list`: the API tokens the HTTP server takes (only their hashes are kept)."""
+"""`yao-agent tokens create|revoke|list`: the API tokens the HTTP server takes (only their hashes are kept).
+
+The CLI is the trusted operator: it makes any kind of token (a member's, a team admin's with `--admin`,
+an operator's with `--operator`), lists every one, and revokes any. Never a secret is shown but the new
+token's, once.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
-from typing import TextIO
+import time
+from typing import TYPE_CHECKING, Any, TextIO
 
 from yao_agent.cli.common import Commands, app_of, open_store, printable, run_async
 from yao_agent.errors import Exit, NotFound, UsageError
+
+if TYPE_CHECKING:
+    from yao_agent.store.tokens import TokenRecord
+
+SPAN = re.compile(r"(\d+(?:\.\d+)?)([mhdw])")
+UNIT_S = {"m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def duration(text: str) -> float:
+    """`--expires-in`: a span as 30d, 12h, 90m or 2w, in seconds."""
+    found = SPAN.fullmatch(text.strip().lower())
+    seconds = float(found[1]) * UNIT_S[found[2]] if found else 0.0
+    if not 0 < seconds <= 3650 * 86_400:
+        raise argparse.ArgumentTypeError(f"expected a span such as 30d, 12h, 90m or 2w, up to 3650d (got {text!r})")
+    return seconds
 
 
 def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
@@ -15,23 +38,36 @@ def cmd_tokens_create(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.admin and not args.team:  # a caller without a team administers their own scope already
         raise UsageError("--admin makes a team admin: give the team with --team T")
-    who = Identity(args.user, args.team or None, admin=args.admin)
+    who = Identity(args.user, args.team or None, admin=args.admin, operator=args.operator)
     if args.label and not args.label.isprintable():
         raise UsageError(f"--label: a label is one line of printable text (got {printable(args.label)})")
+    expires_at = time.time() + args.expires_in if args.expires_in else None
 
     async def work() -> str:
         store = await open_store(args, app_of(args))
         try:
-            return await store.create_token(OPERATOR, who, args.label or "")
+            return await store.create_token(OPERATOR, who, args.label or "", expires_at)
         finally:
             await store.aclose()
 
     token = run_async(work())
     print(token, file=out)
-    role = "admin of team" if who.admin else "member of team"
-    said = f"{who.user_id}, {role} {who.team_id}" if who.team_id else str(who)
-    print(f"token for {said} (shown once; only its hash is stored)", file=sys.stderr)
+    print(f"token for {described(who.user_id, who.team_id, who.kind)}{until(expires_at)} "
+          "(shown once; only its hash is stored)", file=sys.stderr)  # fmt: skip
     return Exit.OK
+
+
+def described(user_id: str, team_id: str | None, kind: str) -> str:
+    if kind == "operator":
+        return f"{user_id}{'@' + team_id if team_id else ''}, the operator (every team)"
+    role = "admin of team" if kind == "admin" else "member of team"
+    return f"{user_id}, {role} {team_id}" if team_id else user_id
+
+
+def until(expires_at: float | None) -> str:
+    from yao_agent.messages import iso_time
+
+    return f", valid until {iso_time(expires_at)}" if expires_at is not None else ""
 
 
 def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
@@ -45,7 +81,7 @@ def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
             await store.aclose()
 
     if not run_async(work()):
-        raise NotFound("no active token with that value or prefix")
+        raise NotFound("no active token with that id, value or prefix")
     print("revoked", file=out)
     return Exit.OK
 
@@ -53,19 +89,44 @@ def cmd_tokens_revoke(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_tokens_list(args: argparse.Namespace, out: TextIO) -> int:
     from yao_agent.identity import OPERATOR
 
-    async def work() -> list[str]:
+    async def work() -> list[TokenRecord]:
         store = await open_store(args, app_of(args))
         try:
-            found = await store.list_tokens(OPERATOR)
+            return await store.list_tokens(OPERATOR)
         finally:
             await store.aclose()
-        return [printable(f"{t.prefix}…  {t.user_id}{'@' + t.team_id if t.team_id else ''}"
-                          f"{'  admin' if t.admin else ''}  {t.label}")
-                + ("  (revoked)" if t.revoked_at else "") for t in found]  # fmt: skip
 
-    for line in run_async(work()):
-        print(line, file=out)
+    found = run_async(work())
+    listed = [listed_token(t) for t in found]
+    if args.json:
+        for one in listed:
+            print(json.dumps(one), file=out)
+        return Exit.OK
+    from yao_agent.cli.usage import print_rows
+
+    header = ("id", "user", "team", "kind", "label", "created", "expires", "last used", "revoked")
+    keys = ("id", "user_id", "team_id", "kind", "label", "created_at", "expires_at", "last_used_at", "revoked_at")
+    print_rows(header, [tuple(shown(one[k]) for k in keys) for one in listed], out)
     return Exit.OK
+
+
+def listed_token(t: TokenRecord) -> dict[str, Any]:
+    from yao_agent.messages import iso_time
+
+    def at(value: float | None) -> str | None:
+        return None if value is None else iso_time(value)
+
+    return {"id": t.id, "user_id": t.user_id, "team_id": t.team_id, "kind": t.kind, "label": t.label,
+            "created_at": at(t.created_at), "expires_at": at(t.expires_at), "last_used_at": at(t.last_used_at),
+            "revoked_at": at(t.revoked_at)}  # fmt: skip
+
+
+def shown(value: Any) -> str:
+    """A cell: a time to the second, none as '-'."""
+    if value is None:
+        return "-"
+    text = str(value)
+    return text[:19] + "Z" if re.fullmatch(r"\d{4}-\d\d-\d\dT.*Z", text) else text
 
 
 def add_commands(cmds: Commands) -> None:
@@ -74,8 +135,14 @@ def add_commands(cmds: Commands) -> None:
     p.add_argument("--user", metavar="U", required=True)
     p.add_argument("--team", metavar="T")
     p.add_argument("--label", metavar="TEXT", help="a note to tell tokens apart")
-    p.add_argument("--admin", action="store_true",
-                   help="a team admin: changes the team's roles and budgets, sees its usage (with --team)")  # fmt: skip
-    p = actions.command("revoke", cmd_tokens_revoke, "revoke a token (give the token or its first 12 characters)")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--admin", action="store_true",
+                      help="a team admin: the team's roles, budgets, usage and tokens (with --team)")  # fmt: skip
+    kind.add_argument("--operator", action="store_true",
+                      help="the operator: every team's usage, budgets and ceilings, and tokens for anyone")  # fmt: skip
+    p.add_argument("--expires-in", type=duration, metavar="SPAN",
+                   help="it expires after this span: 30d, 12h, 90m, 2w (default: never)")  # fmt: skip
+    p = actions.command("revoke", cmd_tokens_revoke, "revoke a token (its id, the token, or its first 12 characters)")
     p.add_argument("token", metavar="TOKEN")
-    actions.command("list", cmd_tokens_list, "list tokens (prefix, identity, admin, label)")
+    p = actions.command("list", cmd_tokens_list, "list tokens: id, identity, kind, label, created, expires, last used")
+    p.add_argument("--json", action="store_true", help="one JSON object a line")

@@ -2,7 +2,8 @@
 and user used and spent, and their budgets.
 
 The CLI is the trusted operator: it reads and sets any scope. Without `--team` or `--user`, `usage` is
-that of user `local`, the identity `chat` acts as by default. `--team T --user U` is user U of team T:
+that of user `local`, the identity `chat` acts as by default; `--by team` without them is the whole
+deployment's, a row per team. `--team T --user U` is user U of team T:
 a team's member is a user of that team (`chat --team T --user U` runs as them). The report is the same
 object `GET /api/usage` answers (`--json`), or a table.
 """
@@ -39,8 +40,9 @@ def scope_of(args: argparse.Namespace, default_user: str | None) -> Scope:
 def usage(args: argparse.Namespace, out: TextIO) -> int:
     from yao_agent.service import teams
 
-    scope = scope_of(args, "local")
     by = teams.group(args.by)
+    # By team, the report is the deployment's (every team), unless the options name one scope.
+    scope = teams.DEPLOYMENT if by == "team" and not args.team and not args.user else scope_of(args, "local")
     first, last = teams.span(args.first, args.last, time.time())
     app = app_of(args)
 
@@ -65,12 +67,13 @@ def print_report(report: UsageReportOut, out: TextIO) -> None:
 
     who = report["scope"]
     parts = [f"user {who['user_id']}" if "user_id" in who else "", f"team {who['team_id']}" if "team_id" in who else ""]
-    named = " of ".join(part for part in parts if part)
+    named = " of ".join(part for part in parts if part) or "every team"
     print(printable(f"usage of {named}, {report['from']} to {report['to']} (UTC), by {report['by']}"), file=out)
     table = Table(report["by"], "runs", "input tokens", "output tokens", "cost USD", "unpriced tokens", box=None,
                   header_style="bold")  # fmt: skip
     for row in [*report["rows"], {"key": "total", **report["total"]}]:
-        table.add_row(printable(str(row["key"])), str(row["runs"]), f"{row['input_tokens']:,}",
+        key = row["key"] if row["key"] or report["by"] != "team" else "(no team)"
+        table.add_row(printable(str(key)), str(row["runs"]), f"{row['input_tokens']:,}",
                       f"{row['output_tokens']:,}", f"{row['cost_usd']:.6f}", f"{row['unpriced_tokens']:,}")  # fmt: skip
     Console(file=out, width=max(100, Console(file=out).width)).print(table)
     if report["total"]["unpriced_tokens"]:
@@ -170,7 +173,8 @@ def add_commands(cmds: Commands) -> None:
     p.add_argument("--user", metavar="U", help="the user (default without --team: local)")
     p.add_argument("--from", dest="first", metavar="DATE", help="first day, YYYY-MM-DD (default: 1st of --to's month)")
     p.add_argument("--to", dest="last", metavar="DATE", help="last day, included (default: today, UTC)")
-    p.add_argument("--by", choices=["day", "assistant", "connector", "user"], default="day")
+    p.add_argument("--by", choices=["day", "assistant", "connector", "user", "team"], default="day",
+                   help="team: every team of the deployment (unless --team or --user names one)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the report as one JSON object (as GET /api/usage)")
     actions = cmds.family("budgets", "spend limits per team and user", "Spend limits (USD).")
     p = actions.command("set", budgets_set, "set a team's or user's budget ceiling",

@@ -21,6 +21,7 @@ from yao_agent.server import (
     operating,
     responses_door,
     schemas,
+    tokens,
 )
 from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
@@ -46,6 +47,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(native.router)
     app.include_router(operating.router)
+    app.include_router(tokens.router)
     app.include_router(lifecycle.router)
     app.include_router(openai_compat.router)
     app.include_router(responses_door.router)

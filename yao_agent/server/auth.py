@@ -14,9 +14,11 @@ from fastapi.security import HTTPBearer
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from yao_agent.errors import TokenExpired
 from yao_agent.identity import Identity
 from yao_agent.server.errors import Unauthorized, error_response, unauthorized
 from yao_agent.service.runs import Runs
+from yao_agent.service.tokens import expired_message
 
 log = logging.getLogger("yao_agent.server")
 MISSING = "missing bearer token (expected the header Authorization: Bearer <token>)"
@@ -24,7 +26,7 @@ MISSING_KEY = "missing API key (expected the header x-api-key: <token>, or Autho
 # The routes of Anthropic's API, whose clients send the key as `x-api-key`: there it is taken when the
 # request has no Authorization header (which wins when both are sent).
 API_KEY_ROUTES = frozenset({"/v1/messages"})
-INVALID = "invalid or revoked token"
+INVALID = "invalid or revoked token"  # (an expired one is told so: `token_expired`)
 SCOPE_KEY = "yao_agent.identity"  # where `Authenticate` leaves the identity for the route's `caller`
 
 
@@ -62,7 +64,10 @@ async def authenticate(runs: Runs, header: str, missing: str = MISSING) -> Ident
     token = token_of(header)
     if token is None:
         raise Unauthorized(missing)
-    identity = await runs.tenancy.identity_for(token)
+    try:
+        identity = await runs.tenancy.identity_for(token)
+    except TokenExpired as exc:
+        raise Unauthorized(expired_message(exc), code="token_expired") from None
     if identity is None:
         raise Unauthorized(INVALID)
     return identity
@@ -111,7 +116,7 @@ class Authenticate:
             try:
                 identity = await authenticate(self.runs, *authorization(scope))
             except Unauthorized as exc:
-                await unauthorized(str(exc))(scope, receive, send)
+                await unauthorized(str(exc), exc.code)(scope, receive, send)
                 return
             except Exception:  # the store failing is the server's fault, and says so in our error shape
                 log.exception("token check failed on %s", scope["path"])

@@ -40,7 +40,11 @@ log = logging.getLogger("yao_agent.server")
 
 
 class Unauthorized(YaoAgentError):
-    """No valid bearer token."""
+    """No valid bearer token; `code` says why when a client can act on it (`token_expired`)."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class TooLarge(YaoAgentError):
@@ -73,8 +77,9 @@ def error_response(status: int, kind: str, message: str, headers: dict[str, str]
     return JSONResponse(error_body(kind, message), status_code=status, headers=headers)
 
 
-def unauthorized(message: str) -> JSONResponse:
-    return error_response(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+def unauthorized(message: str, code: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body("unauthorized", message, code), status_code=401,
+                        headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
 
 
 def retry_after(seconds: float) -> str:
@@ -187,8 +192,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(YaoAgentError)
     async def ours(request: Request, exc: YaoAgentError) -> JSONResponse:  # pyright: ignore[reportUnusedFunction]
         status, kind = classify(exc)
-        if status == 401:
-            return unauthorized(str(exc))
+        if isinstance(exc, Unauthorized):
+            return unauthorized(str(exc), exc.code)
         message = (str(exc).splitlines() or [kind])[0]
         if isinstance(exc, InvalidParam):
             return JSONResponse(error_body(kind, message, exc.code, exc.param), status_code=status)

@@ -5,8 +5,8 @@ elsewhere; `/healthz` (liveness) stays 200 to the end. `GET /api/app` shows a te
 being served and, when the files on disk did not validate, why they are not served.
 
 The whole list of problems names every file of the app — hidden assistants, every connector — which is
-the operator's to see (the server log and `yao-agent validate` have it all). Until operator tokens exist
-(§9.3), a caller sees the problems in the files of what it may use: the folders of the assistants whose
+the operator's to see (with an operator token; the server log and `yao-agent validate` have it all too).
+A team admin sees the problems in the files of what it may use: the folders of the assistants whose
 `access` admits it, their hook files, the connectors whose `access` admits it; the rest is a count.
 """
 
@@ -55,14 +55,18 @@ async def readyz_head(request: Request) -> Response:
 @router.get("/api/app", tags=["app"], response_model=None, responses=doc.answers(shapes.AppStateOut, 401, 403))
 async def app_state(request: Request, who: Caller) -> shapes.AppStateOut:
     """The app being served (its version, since when) and, when its files changed into something that does
-    not validate, every problem as `file:line …` (the last good version keeps serving). Team admins only."""
+    not validate, every problem as `file:line …` (the last good version keeps serving). Team admins (the
+    problems of the files of what they may use) and the operator (every problem) only."""
     if not who.administers_team:
         raise Forbidden(f"only a team admin sees the app's state: use {ADMIN_TOKEN}")
     return reloader_of(request).view(readable(runs_of(request).app, who))
 
 
 def readable(app: App, who: Identity) -> Callable[[str], bool]:
-    """Whether a file of the app is one of what `who` may use (its problems are then theirs to see)."""
+    """Whether a file of the app is one of what `who` may use (its problems are then theirs to see); the
+    operator sees every file's."""
+    if who.operator:
+        return lambda _file: True
     assistants = {PurePosixPath(a.file).parent: a.id for a in app.assistants.values()}
     mine = set(app.assistants_for(who.user_id, who.team_id))
     files = {

@@ -22,7 +22,7 @@ Search = Annotated[
 
 WHY = {
     400: "invalid input: malformed JSON, a wrong type, a value out of range, an unknown field",
-    401: "no valid bearer token (checked before the body is read)",
+    401: "no valid bearer token (checked before the body is read); an expired one says so (code token_expired)",
     403: "forbidden: a team-wide change or view (another member's) with a member's token; team admins only",
     404: "no such chat, assistant, resume point or role setting for this caller (another tenant's is the same 404)",
     408: "the request body did not arrive in time (server.body_timeout_s)",

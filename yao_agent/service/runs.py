@@ -76,6 +76,7 @@ class Runs:
 
     async def aclose(self) -> None:
         """Cancel what still runs (each run flushes), then let go of the chats and close the runtime."""
+        await self.tenancy.tokens.aclose()
         await self.process.aclose()
 
     @property

@@ -3,9 +3,11 @@ and budgets are shown (CONTRACT §6 "Roles of tokens", §8.2).
 
 A team admin (a token made with `--admin`) sees the whole team's usage and budgets — or one member's,
 with `user` — and changes the team's budgets and a member's, at or below the operator's ceilings, and
-the team's role mappings. A member sees their own usage and the budgets their runs are held to, and
-changes nothing of the team's. A caller without a team is their own admin, of their own scope only —
-except for budgets, which only the operator sets for them: a budget binds those who cannot change it.
+the team's role mappings. The operator (a token made with `--operator`) sees and sets any team's or
+user's: the whole deployment's usage by team, any scope's budgets, whose ceilings it sets. A member
+sees their own usage and the budgets their runs are held to, and changes nothing of the team's. A
+caller without a team is their own admin, of their own scope only — except for budgets, which only
+the operator sets for them: a budget binds those who cannot change it.
 
 The HTTP API (through the `Tenancy` service, tenancy.py) and the CLI (the trusted operator, any scope)
 show the same report and the same budget view, built here.
@@ -33,17 +35,20 @@ if TYPE_CHECKING:
 
 DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 ADMIN_TOKEN = "a team admin token (`yao-agent tokens create --admin`)"
+OPERATOR_TOKEN = "an operator token (`yao-agent tokens create --operator`)"
 
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """Whose usage or budgets: a whole team (no `user_id`), one user of a team, or a user without a team."""
+    """Whose usage or budgets: a whole team (no `user_id`), one user of a team, a user without a team, or
+    (usage only, `everyone`) the whole deployment."""
 
     team_id: str | None
     user_id: str | None
+    everyone: bool = False
 
     def __post_init__(self) -> None:
-        if self.team_id is None and self.user_id is None:
+        if self.team_id is None and self.user_id is None and not self.everyone:
             raise ValueError("a scope names a team, a user, or both")
 
     @property
@@ -82,9 +87,19 @@ def named(team_id: str | None, user_id: str | None) -> Scope:
     return Scope(team_id, user_id)
 
 
-def scope_for(identity: Identity, user: str | None, what: str, *, change: bool = False) -> Scope:
-    """The scope the caller asks for `what` of: their own, or (a team admin) the team's or one member's.
-    Forbidden for what a member may not see or change; nobody reaches another team's."""
+DEPLOYMENT = Scope(None, None, everyone=True)
+
+
+def scope_for(
+    identity: Identity, user: str | None, what: str, *, change: bool = False, team: str | None = None
+) -> Scope:
+    """The scope the caller asks for `what` of: their own, or (a team admin) the team's or one member's,
+    or (the operator) any team's (`team`) or user's. Forbidden for what a member may not see or change;
+    nobody but the operator reaches another team's."""
+    if identity.operator:
+        return operator_scope(identity, user, team)
+    if team is not None and team != identity.team_id:
+        raise Forbidden(f"team: only the operator sees another team's {what}: use {OPERATOR_TOKEN}")
     if identity.team_id is None:  # their own admin, of nobody else
         if user is not None and user != identity.user_id:
             raise Forbidden(f"{what}: a caller without a team has only their own")
@@ -96,6 +111,15 @@ def scope_for(identity: Identity, user: str | None, what: str, *, change: bool =
     if user is not None and user != identity.user_id:
         raise Forbidden(f"only a team admin sees another member's {what}: use {ADMIN_TOKEN}")
     return Scope(identity.team_id, identity.user_id)
+
+
+def operator_scope(identity: Identity, user: str | None, team: str | None) -> Scope:
+    """The operator's: team `team` (default: its own), or user `user` of it (or without a team, when it has
+    none); without either, the operator's own scope."""
+    in_team = team if team is not None else identity.team_id
+    if user is not None or team is not None:
+        return named(in_team, user)
+    return Scope(in_team, None) if in_team is not None else Scope(None, identity.user_id)
 
 
 def require_admin(identity: Identity, what: str) -> None:
@@ -113,8 +137,12 @@ def group(by: str) -> Group:
     return by
 
 
-def usage_scope(identity: Identity, user: str | None, by: Group) -> Scope:
-    scope = scope_for(identity, user, "usage")
+def usage_scope(identity: Identity, user: str | None, by: Group, team: str | None = None) -> Scope:
+    if by == "team" and not identity.operator:
+        raise Forbidden(f"usage by team shows every team of the deployment: use {OPERATOR_TOKEN}")
+    if identity.operator and by == "team" and team is None and user is None:
+        return DEPLOYMENT
+    scope = scope_for(identity, user, "usage", team=team)
     if by == "user" and scope.user_id is not None and not identity.administers_team:
         raise Forbidden(f"usage by user shows every member of team {identity.team_id}: use {ADMIN_TOKEN}")
     return scope
@@ -145,8 +173,10 @@ def span(first: str | None, last: str | None, now: float) -> tuple[date, date]:
 
 
 async def usage_report(store: TenancyStore, scope: Scope, first: date, last: date, by: Group) -> UsageReportOut:
-    """The report of CONTRACT §8.2: `{scope, from, to, by, rows: [{key, …}], total}`."""
-    rows, total = await store.usage_report(scope.team_id or "", scope.user_id, first.isoformat(), last.isoformat(), by)
+    """The report of CONTRACT §8.2: `{scope, from, to, by, rows: [{key, …}], total}` (the whole deployment's:
+    `scope` {})."""
+    team_id = None if scope.everyone else scope.team_id or ""
+    rows, total = await store.usage_report(team_id, scope.user_id, first.isoformat(), last.isoformat(), by)
     return {"scope": scope.to_api(), "from": first.isoformat(), "to": last.isoformat(), "by": by, "rows": rows,
             "total": total}  # fmt: skip
 
@@ -169,14 +199,16 @@ def check_limits(limits: Mapping[str, Any]) -> dict[str, float | None]:
     return checked
 
 
-def changing_budget(identity: Identity, user: str | None) -> Scope:
-    """The scope whose budget the caller asks to change: a team admin's team's, or one member's. The
-    operator sets ceilings (app.yml, the CLI); a caller without a team changes no budget, not even their
-    own (it would lift the one that holds them)."""
+def changing_budget(identity: Identity, user: str | None, team: str | None = None) -> Scope:
+    """The scope whose budget the caller asks to change: a team admin's team's, or one member's; the
+    operator's, any team's or user's (whose ceiling it sets). A caller without a team changes no budget,
+    not even their own (it would lift the one that holds them)."""
+    if identity.operator:
+        return operator_scope(identity, user, team)
     if identity.team_id is None:
         raise Forbidden("a caller without a team cannot change budgets: the operator sets them (app.yml's "
                         "`budgets`, `yao-agent budgets set`)")  # fmt: skip
-    return scope_for(identity, user, "budgets", change=True)
+    return scope_for(identity, user, "budgets", change=True, team=team)
 
 
 def within_ceiling(scope: Scope, defaults: Budgets, limits: Mapping[str, float | None]) -> Callable[[Own], None]:

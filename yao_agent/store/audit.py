@@ -12,7 +12,7 @@ Appending reads and moves the head: on PostgreSQL under a row lock on it (`FOR U
 writers — two processes — never chain onto the same row; SQLite's write lock, taken when a writing
 transaction begins, serialises them already.
 
-Secrets are never stored: a token is named by its public prefix, and whatever looks like a secret in a
+Secrets are never stored: a token is named by its public id, and whatever looks like a secret in a
 row — a value under a key such as `token` or `password`, a token, an API key, a bearer credential or a
 JWT in any text — is replaced by `[redacted]` before the row is hashed and written.
 """
@@ -81,9 +81,8 @@ def actor_of(caller: Identity | Operator) -> Actor:
 
 
 def _kind(identity: Identity) -> ActorKind:
-    # (getattr: the operator flag comes with the token kinds; until an identity has it, none is an operator.)
     # An OIDC sign-in is told apart here too, by what its identity says of how it signed in: "oidc".
-    if getattr(identity, "operator", False):
+    if identity.operator:
         return "operator"
     return "admin" if identity.admin else "member"
 
@@ -265,12 +264,14 @@ def logged(
     return run
 
 
-# --- what rows say of tokens (named by their public prefix: never the secret, nor its hash) ----------
+# --- what rows say of tokens (named by their public id: never the secret, nor its hash) -------------
 
-TOKEN_FIELDS = ("prefix", "user_id", "team_id", "admin", "label")
+TOKEN_FIELDS = ("id", "user_id", "team_id", "admin", "operator", "label", "expires_at")
 REVOKED_NOW = Sql(
     select(*(tokens.c[name] for name in TOKEN_FIELDS)).where(
-        (tokens.c.hash == bindparam("hash")) | (tokens.c.prefix == bindparam("prefix")),
+        (tokens.c.hash == bindparam("hash"))
+        | (tokens.c.prefix == bindparam("prefix"))
+        | (tokens.c.id == bindparam("id")),
         tokens.c.revoked_at == bindparam("revoked_at"),
     )
 )
@@ -279,7 +280,7 @@ REVOKED_NOW = Sql(
 def token_made(values: Mapping[str, Any]) -> Change:
     """The row of a token made (`values`: its row in `tokens`)."""
     shown = {name: values[name] for name in TOKEN_FIELDS}
-    return Change("token.create", f"token/{values['prefix']}", values["team_id"], None, shown)
+    return Change("token.create", f"token/{values['id']}", values["team_id"], None, shown)
 
 
 def tokens_revoked(params: Mapping[str, Any]) -> Callable[[Tx, int], list[Change]]:
@@ -288,8 +289,8 @@ def tokens_revoked(params: Mapping[str, Any]) -> Callable[[Tx, int], list[Change
     def found(tx: Tx, count: int) -> list[Change]:
         if not count:
             return []
-        revoked = tx.all(REVOKED_NOW, {name: params[name] for name in ("hash", "prefix", "revoked_at")})
-        return [Change("token.revoke", f"token/{r.prefix}", r.team_id, {**r._asdict(), "revoked": False},
+        revoked = tx.all(REVOKED_NOW, {name: params[name] for name in ("hash", "prefix", "id", "revoked_at")})
+        return [Change("token.revoke", f"token/{r.id}", r.team_id, {**r._asdict(), "revoked": False},
                        {**r._asdict(), "revoked": True}) for r in revoked]  # fmt: skip
 
     return found

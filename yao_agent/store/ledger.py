@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from yao_agent.shapes import UsageRowOut, UsageTotalOut
 
 ScopeKind = Literal["team", "user"]
-GROUPS = ("day", "assistant", "connector", "user")
-Group = Literal["day", "assistant", "connector", "user"]
+GROUPS = ("day", "assistant", "connector", "user", "team")
+Group = Literal["day", "assistant", "connector", "user", "team"]
+Whose = Literal["all", "team", "user"]  # what a report covers: the deployment, a team, or one user of it
 
 INSERT = Sql(usage_ledger.insert())
 _C = usage_ledger.c
@@ -140,38 +141,47 @@ def _measures() -> list[ColumnElement[Any]]:
             func.coalesce(unpriced, 0).cast(Integer).label("unpriced_tokens")]  # fmt: skip
 
 
-def _where(per_user: bool) -> list[ColumnElement[bool]]:
-    where = [_C.team_id == bindparam("team_id"), _C.day >= bindparam("first"), _C.day <= bindparam("last")]
-    if per_user:
+def _where(whose: Whose) -> list[ColumnElement[bool]]:
+    where = [_C.day >= bindparam("first"), _C.day <= bindparam("last")]
+    if whose != "all":
+        where.append(_C.team_id == bindparam("team_id"))
+    if whose == "user":
         where.append(_C.user_id == bindparam("user_id"))
     return where
 
 
-def _report(by: Group, per_user: bool) -> Sql:
+def _report(by: Group, whose: Whose) -> Sql:
     key: ColumnElement[Any] = {"day": _C.day, "assistant": _C.assistant_id, "connector": _C.connector,
-                               "user": _C.user_id}[by]  # fmt: skip
-    return Sql(select(key.label("key"), *_measures()).where(*_where(per_user)).group_by(key).order_by(key))
+                               "user": _C.user_id, "team": _C.team_id}[by]  # fmt: skip
+    return Sql(select(key.label("key"), *_measures()).where(*_where(whose)).group_by(key).order_by(key))
 
 
-REPORTS = {(by, per_user): _report(by, per_user) for by in GROUPS for per_user in (False, True)}
+WHOSE: tuple[Whose, ...] = ("all", "team", "user")
+REPORTS = {(by, whose): _report(by, whose) for by in GROUPS for whose in WHOSE}
 # A report's total is summed apart, not from its rows: a run that used two connectors, or crossed
 # midnight, is one run of the total but a run of each of its rows.
-TOTALS = {per_user: Sql(select(*_measures()).where(*_where(per_user))) for per_user in (False, True)}
+TOTALS = {whose: Sql(select(*_measures()).where(*_where(whose))) for whose in WHOSE}
 
 
-def report(tx: Tx, team_id: str, user_id: str | None, first: str, last: str, by: Group) -> list[UsageRowOut]:
-    """Usage of a team (or of one of its users) from day `first` to `last` (inclusive), grouped `by`."""
-    rows = tx.all(REPORTS[(by, user_id is not None)], _params(team_id, user_id, first, last))
+def report(tx: Tx, team_id: str | None, user_id: str | None, first: str, last: str, by: Group) -> list[UsageRowOut]:
+    """Usage of a team (or of one of its users; `team_id` None: of the whole deployment) from day `first`
+    to `last` (inclusive), grouped `by` (by team, the users without one are the row keyed "")."""
+    rows = tx.all(REPORTS[(by, _whose(team_id, user_id))], _params(team_id, user_id, first, last))
     return [{"key": r.key, **_sums(r)} for r in rows]
 
 
-def total(tx: Tx, team_id: str, user_id: str | None, first: str, last: str) -> UsageTotalOut:
+def total(tx: Tx, team_id: str | None, user_id: str | None, first: str, last: str) -> UsageTotalOut:
     """What `report` counts, over the whole span: its total (each run counted once)."""
-    return _sums(tx.all(TOTALS[user_id is not None], _params(team_id, user_id, first, last))[0])
+    return _sums(tx.all(TOTALS[_whose(team_id, user_id)], _params(team_id, user_id, first, last))[0])
 
 
-def _params(team_id: str, user_id: str | None, first: str, last: str) -> dict[str, str]:
-    return {"team_id": team_id, "first": first, "last": last} | ({"user_id": user_id} if user_id else {})
+def _whose(team_id: str | None, user_id: str | None) -> Whose:
+    return "all" if team_id is None else "team" if user_id is None else "user"
+
+
+def _params(team_id: str | None, user_id: str | None, first: str, last: str) -> dict[str, str]:
+    given = {"team_id": team_id, "user_id": user_id, "first": first, "last": last}
+    return {k: v for k, v in given.items() if v is not None}  # (team "": the users without one)
 
 
 def _sums(r: Any) -> UsageTotalOut:

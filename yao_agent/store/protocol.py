@@ -12,7 +12,7 @@ typed by the narrowest face it needs, so what it may reach is written down:
   (`recover_interrupted` asks its `is_dead` between transactions, never inside one.)
 - `ChatQueries`, what the owner of chats asks about them (the chats service, `yao-agent runs`).
 - `TenancyStore`, who may use which connectors and what it costs: role mappings, budgets, usage, and
-  whose token is whose (the tenancy service).
+  whose token is whose, and the tokens a caller's `TokenSight` reaches (the tenancy service).
 - `OperatorStore`, what only the operator does (the CLI): tokens made and revoked, budget ceilings.
 - `KnowledgeFace`, the knowledge base's collections, documents and chunks (the knowledge service); every
   call but declaring and creating collections takes the caller's `Sight`, which the SQL enforces.
@@ -45,7 +45,7 @@ from yao_agent.store.records import (
     RunView,
     StepRecord,
 )
-from yao_agent.store.tokens import TokenRecord
+from yao_agent.store.tokens import Issued, TokenOwner, TokenRecord, TokenSight
 
 
 class RunStore(Protocol):
@@ -139,7 +139,7 @@ class TenancyStore(Protocol):
     ) -> dict[ScopeKind, tuple[Own, dict[str, float]]]: ...
 
     async def usage_report(
-        self, team_id: str, user_id: str | None, first: str, last: str, by: Group
+        self, team_id: str | None, user_id: str | None, first: str, last: str, by: Group
     ) -> tuple[list[UsageRowOut], UsageTotalOut]: ...
 
     async def set_budget(
@@ -148,11 +148,25 @@ class TenancyStore(Protocol):
 
     async def identity_for(self, token: str) -> Identity | None: ...
 
+    async def token_owner(self, token: str) -> TokenOwner | None: ...
+
+    async def mark_token_used(self, token_id: str, now: float, every_s: float) -> bool: ...
+
+    async def issue_token(
+        self, sight: TokenSight, identity: Identity, label: str = "", expires_at: float | None = None, by: Actor = ...
+    ) -> Issued: ...
+
+    async def token_list(self, sight: TokenSight, revoked: bool = False) -> list[TokenRecord]: ...
+
+    async def revoke_token_id(self, sight: TokenSight, token_id: str, by: Actor = ...) -> TokenRecord | None: ...
+
 
 class OperatorStore(Protocol):
-    async def create_token(self, operator: Operator, identity: Identity, label: str = "") -> str: ...
+    async def create_token(
+        self, operator: Operator, identity: Identity, label: str = "", expires_at: float | None = None
+    ) -> str: ...
 
-    async def revoke_token(self, operator: Operator, token_or_prefix: str) -> int: ...
+    async def revoke_token(self, operator: Operator, token_or_id: str) -> int: ...
 
     async def list_tokens(self, operator: Operator) -> list[TokenRecord]: ...
 

@@ -165,10 +165,11 @@ class QuotaStore:
         return await self.db.read_tx(work)
 
     async def usage_report(
-        self, team_id: str, user_id: str | None, first: str, last: str, by: ledger.Group
+        self, team_id: str | None, user_id: str | None, first: str, last: str, by: ledger.Group
     ) -> tuple[list[UsageRowOut], UsageTotalOut]:
         """A team's (or one of its users') usage from day `first` to `last`, grouped `by`, and its total;
-        read in one transaction, so that they agree (`team_id` "": the users without a team)."""
+        read in one transaction, so that they agree (`team_id` "": the users without a team; None: the
+        whole deployment's)."""
 
         def work(tx: Tx) -> tuple[list[UsageRowOut], UsageTotalOut]:
             return ledger.report(tx, team_id, user_id, first, last, by), ledger.total(tx, team_id, user_id, first, last)

@@ -1,4 +1,4 @@
-"""What every request reads and every run writes: its token, role settings, write-ahead and flush.
+"""What every request reads and every run writes: role settings, write-ahead and flush.
 
 Each run opens two transactions (CONTRACT §4 step 3): one before the model is called, one at the end;
 in between, the step journal commits each step as it completes (`journal`), in a small one of its own.
@@ -19,7 +19,7 @@ from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, Cited, ToolCall, as_client_saw, overlap, provider_messages
 from yao_agent.store import ledger, step_inputs
 from yao_agent.store.records import ChatRecord, RunRecord, StepRecord
-from yao_agent.store.schema import SUMMARY_ROLE, chats, messages, role_settings, runs, steps, tokens
+from yao_agent.store.schema import SUMMARY_ROLE, chats, messages, role_settings, runs, steps
 from yao_agent.store.tx import Sql, Tx
 
 TITLE_CHARS = 80
@@ -69,11 +69,6 @@ _OF_CHAT_ROW = update(chats).where(chats.c.id == bindparam("chat_id"))
 START_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status", "last_run_id"))
 FINISH_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count", "updated_at", "last_status"))
 COUNT_CHAT = Sql(_OF_CHAT_ROW, columns=("message_count",))
-SELECT_TOKEN = Sql(
-    select(tokens.c.user_id, tokens.c.team_id, tokens.c.admin).where(
-        tokens.c.hash == bindparam("hash"), tokens.c.revoked_at.is_(None)
-    )
-)
 SELECT_ROLE = Sql(
     select(role_settings.c.connectors).where(
         role_settings.c.scope_kind == bindparam("kind"),
@@ -90,12 +85,6 @@ def team_of(identity: Identity) -> str:
 def plain_text(value: str | None) -> str | None:
     """Text for a plain text column: PostgreSQL refuses NUL in text, so it is dropped everywhere alike."""
     return value.replace("\x00", "") if value and "\x00" in value else value
-
-
-def token_owner(tx: Tx, hashed: str) -> tuple[str, str, bool] | None:
-    """(user_id, team_id, admin) of a token that is not revoked, by its hash."""
-    found = tx.tuples(SELECT_TOKEN, {"hash": hashed})
-    return (found[0][0], found[0][1], bool(found[0][2])) if found else None
 
 
 def role_connectors(tx: Tx, kind: str, owner: str, role: str) -> tuple[str, ...] | None:

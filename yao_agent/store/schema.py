@@ -174,6 +174,12 @@ tokens = Table(
     Column("created_at", Float, nullable=False),
     Column("revoked_at", Float, nullable=True),
     Column("admin", Boolean, nullable=False, server_default=false()),  # a team admin's (CONTRACT §6 roles of tokens)
+    # What a token is called in public (lists, DELETE /api/tokens/{id}): random, nothing of the secret.
+    Column("id", String(40), nullable=False),
+    Column("operator", Boolean, nullable=False, server_default=false()),  # acts on every team (CONTRACT §9.3)
+    Column("expires_at", Float, nullable=True),  # none: it never expires
+    Column("last_used_at", Float, nullable=True),  # written at most once a minute per token
+    Index("ux_tokens_id", "id", unique=True),
 )
 
 # The usage ledger: one row per model call (CONTRACT §8.2). Its rows outlive the chats they were spent in

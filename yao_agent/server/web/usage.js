@@ -1,6 +1,7 @@
 // The usage panel of the web page (CONTRACT §8.2): what the signed-in caller's scope used and spent —
 // a member's own usage, a team admin's whole team — from GET /api/usage, as a chart by day (uPlot,
-// vendor/uplot.min.js) and a table grouped by day, assistant, connector or (admins only) user.
+// vendor/uplot.min.js) and a table grouped by day, assistant, connector or (admins only) user; the
+// operator's token also groups by team, over every team of the deployment (a table, no chart).
 // Every piece of data is set as text (textContent), never as HTML.
 "use strict";
 
@@ -9,7 +10,7 @@
   if (!chat) return;
 
   const DAY_S = 86400;
-  const GROUPS = { day: "Day", assistant: "Assistant", connector: "Connector", user: "User" };
+  const GROUPS = { day: "Day", assistant: "Assistant", connector: "Connector", user: "User", team: "Team" };
   const COST_COLOUR = "#2f5fd0"; // the page's accent (style.css --accent)
   const TOKENS_COLOUR = "#c2570c";
   // The x axis steps through whole days (never hours, even for a one-day range): a row of the ledger is a day.
@@ -44,6 +45,8 @@
     open: false,
     // Whether this token may group by user: null until the API has said (a member's 403 says no).
     userGrouping: null,
+    // Whether it may group by team (the operator's, over every team): null until the API has said.
+    teamGrouping: null,
     asked: 0, // the number of the latest load: an older answer arriving late is dropped
     plot: null, // the uPlot chart on the page
   };
@@ -122,15 +125,35 @@
     }
   }
 
+  /** Whether this token may group by team: only the operator's may (anyone else gets 403). */
+  async function learnTeamGrouping(from, to) {
+    try {
+      await usage(from, to, "team");
+      return true;
+    } catch (err) {
+      if (err instanceof chat.ApiError && err.status === 403) return false;
+      return null;
+    }
+  }
+
   function offerUsers(yes) {
     state.userGrouping = yes;
-    const option = ui.by.querySelector("option[value='user']");
+    offer("user", yes);
+  }
+
+  function offerTeams(yes) {
+    state.teamGrouping = yes;
+    offer("team", yes);
+  }
+
+  function offer(value, yes) {
+    const option = ui.by.querySelector(`option[value='${value}']`);
     if (yes && !option) {
-      const added = h("option", null, GROUPS.user);
-      added.value = "user";
+      const added = h("option", null, GROUPS[value]);
+      added.value = value;
       ui.by.append(added);
     } else if (!yes && option) {
-      if (ui.by.value === "user") ui.by.value = "day";
+      if (ui.by.value === value) ui.by.value = "day";
       option.remove();
     }
   }
@@ -155,14 +178,25 @@
     let daily;
     let grouped;
     try {
-      // The chart is always by day; the table follows the grouping picked.
-      [daily, grouped] = await Promise.all([usage(from, to, "day"), by === "day" ? null : usage(from, to, by)]);
+      // The chart is by day, the table follows the grouping picked; by team (the operator's view of every
+      // team) there is no chart: the days are the operator's own scope's, not the deployment's.
+      if (by === "team") {
+        grouped = await usage(from, to, "team");
+        daily = grouped;
+      } else {
+        [daily, grouped] = await Promise.all([usage(from, to, "day"), by === "day" ? null : usage(from, to, by)]);
+      }
     } catch (err) {
       if (number !== state.asked) return;
       ui.panel.setAttribute("aria-busy", "false");
       if (err instanceof chat.ApiError && err.status === 403 && by === "user") {
         offerUsers(false); // an admin token revoked for a member's, say: the grouping goes, the day's view comes back
         say("Usage by user is for team admins.", "error");
+        return;
+      }
+      if (err instanceof chat.ApiError && err.status === 403 && by === "team") {
+        offerTeams(false);
+        say("Usage by team is the operator's view.", "error");
         return;
       }
       showNothing();
@@ -174,6 +208,11 @@
       const known = await learnUserGrouping(daily.scope || {}, from, to);
       if (number !== state.asked) return;
       if (known !== null) offerUsers(known);
+    }
+    if (state.teamGrouping === null) {
+      const known = await learnTeamGrouping(from, to);
+      if (number !== state.asked) return;
+      if (known !== null) offerTeams(known);
     }
     ui.panel.setAttribute("aria-busy", "false");
     render(daily, grouped || daily, from, to);
@@ -196,7 +235,7 @@
     if (scope.user_id && scope.team_id) return `Your own usage (${scope.user_id} in team ${scope.team_id})`;
     if (scope.user_id) return `Your own usage (${scope.user_id})`;
     if (scope.team_id) return `Team ${scope.team_id}: everyone's usage`;
-    return "";
+    return "Every team: the whole deployment's usage";
   }
 
   /** A total with every field: the API's, else the sum of the rows (a field it leaves out). */
@@ -213,7 +252,7 @@
   function render(daily, grouped, from, to) {
     const scope = daily.scope || {};
     ui.scope.textContent = scopeText(scope);
-    ui.scope.dataset.scope = scope.user_id ? "user" : "team";
+    ui.scope.dataset.scope = scope.user_id ? "user" : scope.team_id ? "team" : "deployment";
     const rows = grouped.rows || [];
     const total = totalOf(grouped);
     const empty = rows.length === 0;
@@ -227,8 +266,19 @@
     const group = GROUPS[grouped.by] || GROUPS[ui.by.value] || "Key";
     ui.keyHead.textContent = group;
     ui.tableCaption.textContent = `Usage by ${group.toLowerCase()}, ${from} to ${to}`;
-    ui.rows.replaceChildren(...rows.map((r) => row(r.key, r, "td")));
+    const label = (key) => (grouped.by === "team" && key === "" ? "(no team)" : key);
+    ui.rows.replaceChildren(...rows.map((r) => row(label(r.key), r, "td")));
     ui.total.replaceChildren(row("Total", total, "th"));
+    // By team there is no chart (its days would be the operator's own scope's): the figure goes.
+    ui.chart.closest("figure").hidden = grouped.by === "team";
+    if (grouped.by === "team") {
+      destroyChart();
+      ui.chartSummary.textContent =
+        `${usd(total.cost_usd)} over ${count(total.runs)} ${Number(total.runs) === 1 ? "run" : "runs"} of every team, ` +
+        `${from} to ${to}; the table below has each team.`;
+      say(`Showing ${from} to ${to}.`);
+      return;
+    }
     drawChart(daily, from, to);
     ui.chartSummary.textContent =
       `${usd(total.cost_usd)} and ${count(Number(total.input_tokens) + Number(total.output_tokens))} tokens ` +
@@ -400,7 +450,9 @@
     state.asked++;
     if (state.open) close(false);
     offerUsers(false);
+    offerTeams(false);
     state.userGrouping = null;
+    state.teamGrouping = null;
     destroyChart();
     showNothing();
     say("");
