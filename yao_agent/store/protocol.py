@@ -16,6 +16,7 @@ typed by the narrowest face it needs, so what it may reach is written down:
 - `OperatorStore`, what only the operator does (the CLI): tokens made and revoked, budget ceilings.
 - `KnowledgeFace`, the knowledge base's collections, documents and chunks (the knowledge service); every
   call but declaring and creating collections takes the caller's `Sight`, which the SQL enforces.
+- `WebSessions`, the web page's sign-ins through the identity provider (server/oidc_web.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from yao_agent.store.records import (
     RunView,
     StepRecord,
 )
+from yao_agent.store.sessions import WebSession
 from yao_agent.store.tokens import TokenRecord
 
 
@@ -193,5 +195,13 @@ class KnowledgeFace(Protocol):
     async def kb_chunks(self, sight: Sight, chunk_ids: Sequence[int], filter: Mapping[str, str]) -> list[ChunkHit]: ...
 
 
-class Store(RunStore, ChatQueries, TenancyStore, OperatorStore, KnowledgeFace, Protocol):
+class WebSessions(Protocol):
+    async def create_session(self, identity: Identity, lifetime_s: float) -> tuple[str, WebSession]: ...
+
+    async def session(self, session_id: str) -> WebSession | None: ...
+
+    async def end_session(self, session_id: str) -> bool: ...
+
+
+class Store(RunStore, ChatQueries, TenancyStore, OperatorStore, KnowledgeFace, WebSessions, Protocol):
     """Everything a store is for: what `Runtime.store` holds (`SqlStore` is one)."""
