@@ -70,6 +70,7 @@ class Verifier:
         self._discovery: Discovery | None = None
         self._fetched_at: float | None = None  # the last attempt to fetch the key set, failed or not
         self._failure: str | None = None  # why the last attempt failed, if it did
+        self._attempts = 0  # fetches of the key set begun and ended, to tell a waiting request one happened
         self._lock: asyncio.Lock | None = None
         self._client: httpx.AsyncClient | None = None
 
@@ -142,7 +143,8 @@ class Verifier:
         if kid is not None and not isinstance(kid, str):
             raise Unauthorized("the token's key id (kid) is not a string")
         found = self._known(kid)
-        if found is None and self._may_fetch():
+        fetching = self._lock is not None and self._lock.locked()  # then wait for that fetch, whatever its age
+        if found is None and (fetching or self._may_fetch()):
             await self._refresh()
             found = self._known(kid)
         if found is None and not self.keys and self._failure is not None:
@@ -163,10 +165,12 @@ class Verifier:
     async def _refresh(self) -> None:
         """Fetch the key set, once for all the requests waiting on it."""
         self._lock = self._lock or asyncio.Lock()
-        started = self.clock()
+        seen = self._attempts
         async with self._lock:
-            if self._fetched_at is not None and self._fetched_at >= started:
-                return  # another request fetched it while this one waited
+            if self._attempts != seen:
+                if not self.keys and self._failure is not None:
+                    raise IssuerUnavailable(self._failure)
+                return  # another request fetched it while this one waited: that answer is this one's too
             self._fetched_at = self.clock()
             try:
                 discovery = await self.discovery()
@@ -177,6 +181,8 @@ class Verifier:
                 log.warning("OIDC key set not fetched: %s", exc)
                 if not self.keys:
                     raise
+            finally:
+                self._attempts += 1
 
     async def discovery(self) -> Discovery:
         """The provider's discovery document (fetched once, then kept)."""

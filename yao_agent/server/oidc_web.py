@@ -128,7 +128,7 @@ def _pending(request: Request) -> dict[str, str]:
     try:
         pending = as_mapping(json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))) if raw else None)
     except ValueError:
-        pending = {}
+        pending = as_mapping(None)
     if not all(isinstance(pending.get(k), str) for k in PENDING):
         raise UsageError("no sign-in was started in this browser, or it took too long: start again at /auth/login")
     if not secrets.compare_digest(request.query_params.get("state", ""), pending["state"]):
@@ -172,7 +172,7 @@ async def _exchange(verifier: Verifier, request: Request, code: str, code_verifi
     try:
         body = as_mapping(answer.json())
     except ValueError:
-        body = {}
+        body = as_mapping(None)
     id_token = body.get("id_token")
     if answer.status_code != 200 or not isinstance(id_token, str):
         said = str(body.get("error_description") or body.get("error") or "no id_token")[:200]
