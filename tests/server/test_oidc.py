@@ -180,7 +180,12 @@ async def test_a_provider_that_is_down_is_a_503_and_never_stalls_the_server(serv
 async def test_a_provider_that_hangs_is_a_503_after_the_timeout_while_others_are_served(
     tmp_path: Path, store: SqlStore, provider: FakeProvider
 ) -> None:
-    silent = await asyncio.start_server(lambda r, w: asyncio.sleep(3600), "127.0.0.1", 0)  # accepts, never answers
+
+    async def silent_provider(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts, reads, never answers; done when the caller gives up and hangs up
+        writer.close()
+
+    silent = await asyncio.start_server(silent_provider, "127.0.0.1", 0)
     port = silent.sockets[0].getsockname()[1]
     files = server_files(provider.base_url)
     files["app.yml"] += oidc_yaml(f"http://127.0.0.1:{port}")
@@ -201,7 +206,9 @@ async def test_a_provider_that_hangs_is_a_503_after_the_timeout_while_others_are
     finally:
         server.should_exit = True
         await task
+        await verifier_of(server).aclose()
         silent.close()
+        await silent.wait_closed()
 
 
 # --- the page's sign-in --------------------------------------------------------------------------------
