@@ -23,6 +23,7 @@ from bench import (
     load_app,
     logs,
     metrics,
+    oidc,
     pipeline,
     proxy,
     quota,
@@ -70,6 +71,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "cold_chat": with_fake_sync(cold_chat.measure, runs=7 // scale + 1),
         "context": lambda: context.measure(200 // scale),
         "quota": lambda: asyncio.run(quota.measure(2000 // scale, quota.CALLS, flush.PG)),
+        "oidc": lambda: asyncio.run(oidc.measure(2000 // scale)),
         "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
         "knowledge": lambda: asyncio.run(
             knowledge.measure(

@@ -22,6 +22,7 @@ import jwt
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from playwright.async_api import Page, expect
 
 from tests.support.apps import make_app
 from tests.support.clock import Clock
@@ -32,7 +33,7 @@ from yao_agent.identity import OPERATOR, Identity
 from yao_agent.server.oidc import REFETCH_S, Verifier
 from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
-from yao_agent.testing import FakeProvider
+from yao_agent.testing import FakeProvider, Reply
 from yao_agent.testing.fake_idp import FakeIdP, SigningKey
 
 BOB = Identity("bob@example.com", "acme")
@@ -290,6 +291,28 @@ async def test_without_oidc_the_page_is_told_so(tmp_path: Path, store: SqlStore,
     finally:
         server.should_exit = True
         await task
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("store_raw_url", ["sqlite"], indirect=True)  # the store does not matter to the page
+async def test_the_page_signs_in_through_the_provider_and_chats(
+    served: Served, provider: FakeProvider, page: Page
+) -> None:
+    await page.goto(served.url + "/")
+    await expect(page.locator("#token-form")).to_be_hidden()  # no pasted token when the provider signs in
+    await page.click("#oidc-login")
+    await expect(page.locator("#signed-in-label")).to_have_text("Signed in as bob@example.com")
+    assert "yao_session" not in await page.evaluate("document.cookie")  # HttpOnly: no script reads it
+    await page.select_option("#assistant", "chat")
+    provider.enqueue(Reply(text="Hello Bob."))
+    await page.fill("#message", "Hi")
+    await page.click("#send")  # a write: the page sends the session's CSRF token with it
+    await expect(page.locator("#transcript .turn").last.locator(".kind-text .bubble")).to_have_text("Hello Bob.")
+    assert len(await served.runs.rt.store.list_chats(BOB)) == 1
+    await page.click("#sign-out")
+    await expect(page.locator("#oidc-login")).to_be_visible()
+    await page.reload()
+    await expect(page.locator("#oidc-login")).to_be_visible()  # the session ended on the server, not just here
 
 
 # --- app.yml -------------------------------------------------------------------------------------------

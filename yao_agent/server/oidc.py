@@ -36,7 +36,17 @@ log = logging.getLogger("yao_agent.server")
 ALGORITHMS = ("RS256", "ES256")
 LEEWAY_S = 60.0  # clocks of the provider and of this server may differ this much
 REFETCH_S = 30.0  # the key set is fetched again at most this often (an unknown key, a failed fetch)
+SEEN_MAX = 4096  # verified bearer tokens kept (a client sends the same one until it expires)
 TIMEOUT_S = 5.0  # for each request to the provider
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """A bearer token verified before: whom it stands for, until when, and by which key."""
+
+    identity: Identity
+    until: float  # its `exp` (with the leeway), wall-clock seconds
+    kid: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +83,34 @@ class Verifier:
         self._attempts = 0  # fetches of the key set begun and ended, to tell a waiting request one happened
         self._lock: asyncio.Lock | None = None
         self._client: httpx.AsyncClient | None = None
+        self._seen: dict[str, _Seen] = {}
 
     # --- tokens -----------------------------------------------------------------------------------
 
     async def identity(self, token: str) -> Identity:
-        """The caller an API bearer JWT stands for; `Unauthorized` saying what is wrong with it."""
-        return self.identity_of(await self.claims(token, self.settings.audience))
+        """The caller an API bearer JWT stands for; `Unauthorized` saying what is wrong with it.
+
+        A token verified before is known until it expires — a client sends the same one with every
+        request — unless its key has left the provider's set meanwhile.
+        """
+        seen = self._seen.get(token)
+        if seen is not None and time.time() < seen.until:
+            return seen.identity
+        claims, kid = await self._verified(token, self.settings.audience, None)
+        identity = self.identity_of(claims)
+        if len(self._seen) >= SEEN_MAX:
+            self._seen = {t: s for t, s in self._seen.items() if time.time() < s.until}
+            if len(self._seen) >= SEEN_MAX:
+                del self._seen[next(iter(self._seen))]  # the oldest
+        self._seen[token] = _Seen(identity, float(claims["exp"]) + LEEWAY_S, kid)
+        return identity
 
     async def claims(self, token: str, audience: str, nonce: str | None = None) -> dict[str, Any]:
         """The verified claims of `token`; an id_token is checked against `nonce` too."""
+        return (await self._verified(token, audience, nonce))[0]
+
+    async def _verified(self, token: str, audience: str, nonce: str | None) -> tuple[dict[str, Any], str]:
+        """(the verified claims, the id of the key that signed them)."""
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:
@@ -89,13 +118,13 @@ class Verifier:
         alg = header.get("alg")
         if alg not in ALGORITHMS:
             raise Unauthorized(f"the token's algorithm {alg!r} is not accepted (only {' or '.join(ALGORITHMS)})")
-        key = await self._key(header.get("kid"))
+        kid, key = await self._key(header.get("kid"))
         if key.algorithm_name != alg:
             raise Unauthorized(f"the token's algorithm {alg} does not fit its key {header.get('kid')!r}")
         claims = self._decode(token, key, audience)
         if nonce is not None and claims.get("nonce") != nonce:
             raise Unauthorized("the id_token's nonce is not the one this sign-in sent")
-        return claims
+        return claims, kid
 
     def _decode(self, token: str, key: jwt.PyJWK, audience: str) -> dict[str, Any]:
         issuer = self.settings.issuer
@@ -139,7 +168,7 @@ class Verifier:
 
     # --- keys -------------------------------------------------------------------------------------
 
-    async def _key(self, kid: Any) -> jwt.PyJWK:
+    async def _key(self, kid: Any) -> tuple[str, jwt.PyJWK]:
         if kid is not None and not isinstance(kid, str):
             raise Unauthorized("the token's key id (kid) is not a string")
         found = self._known(kid)
@@ -154,10 +183,10 @@ class Verifier:
             raise Unauthorized(f"the token's signing key {named} is not among the issuer's keys")
         return found
 
-    def _known(self, kid: str | None) -> jwt.PyJWK | None:
+    def _known(self, kid: str | None) -> tuple[str, jwt.PyJWK] | None:
         if kid is not None:
-            return self.keys.get(kid)
-        return next(iter(self.keys.values())) if len(self.keys) == 1 else None  # no kid: only if there is one key
+            return (kid, self.keys[kid]) if kid in self.keys else None
+        return next(iter(self.keys.items())) if len(self.keys) == 1 else None  # no kid: only if there is one key
 
     def _may_fetch(self) -> bool:
         return self._fetched_at is None or self.clock() - self._fetched_at >= REFETCH_S
@@ -176,6 +205,7 @@ class Verifier:
                 discovery = await self.discovery()
                 self.keys = _usable_keys(await self._get_json(discovery.jwks_uri))
                 self._failure = None
+                self._seen = {t: s for t, s in self._seen.items() if s.kid in self.keys}  # a retired key's go
             except IssuerUnavailable as exc:
                 self._failure = str(exc)
                 log.warning("OIDC key set not fetched: %s", exc)
