@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,7 +216,7 @@ async def test_a_provider_that_hangs_is_a_503_after_the_timeout_while_others_are
 
 
 @asynccontextmanager
-async def signed_in(served: Served) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, Any]]]:
+async def signed_in(served: Served) -> AsyncGenerator[tuple[httpx.AsyncClient, dict[str, Any]]]:
     """A browser-less sign-in (redirects followed, cookies kept): the client and its /auth/session."""
     async with httpx.AsyncClient(base_url=served.url, timeout=30, follow_redirects=True) as browser:
         yield browser, await sign_in(browser)
