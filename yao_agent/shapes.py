@@ -575,6 +575,15 @@ class TextBlockOut(TypedDict):
     text: str
 
 
+class ToolUseBlockOut(TypedDict):
+    """A call of one of the client's own tools, for the client to run."""
+
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
 class MessageUsageOut(TypedDict):
     input_tokens: int
     output_tokens: int
@@ -585,9 +594,9 @@ class AnthropicMessageOut(TypedDict):
     type: Literal["message"]
     role: Literal["assistant"]
     model: str
-    content: list[TextBlockOut]
+    content: list[TextBlockOut | ToolUseBlockOut]
     stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
-    """max_tokens: a limit (max_turns) cut the run short"""
+    """max_tokens: a limit (max_turns) cut the run short; tool_use: the client is to run the `tool_use` blocks"""
     stop_sequence: str | None
     usage: MessageUsageOut
 

@@ -26,7 +26,7 @@ BLOCKS = every_block()
 LANGUAGES = {"yaml", "bash", "python", "js", "json", "text"}  # text: what a command prints, not code
 # Run by the tests that name them: test_examples.py, tests/testing/test_model.py, tests/server/test_hardening.py.
 RUN_BY_NAME = {"python-api", "openai-client", "scripted-model", "server-defaults"}
-NOT_RUN = 4  # blocks that say why they cannot run here; a new one is a decision, so this count changes with it
+NOT_RUN = 5  # blocks that say why they cannot run here; a new one is a decision, so this count changes with it
 APP_FILE = re.compile(
     r"# (?P<path>(app\.yml|assistants/[\w./-]+/assistant\.yml|connectors/[\w./-]+\.yml|mcps/[\w.-]+\.yml))\n"
 )

@@ -168,7 +168,7 @@ async def test_errors_reach_the_client_as_its_own_exception_classes(live: Live, 
             await client.messages.create(model="nobody", max_tokens=100, messages=HI)
         with pytest.raises(anthropic.BadRequestError) as tooled:
             await client.messages.create(model="chat", max_tokens=100, messages=HI, tools=[
-                {"name": "lookup", "description": "Look it up.", "input_schema": {"type": "object"}}])  # fmt: skip
+                {"type": "web_search_20250305", "name": "web_search"}])  # fmt: skip
         with pytest.raises(anthropic.BadRequestError) as wrong_block:
             document: Any = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}
             await client.messages.create(model="chat", max_tokens=100,
@@ -177,7 +177,8 @@ async def test_errors_reach_the_client_as_its_own_exception_classes(live: Live, 
         with pytest.raises(anthropic.InternalServerError) as failed:
             await client.messages.create(model="chat", max_tokens=100, messages=HI)
     assert (unknown.value.status_code, unknown.value.type) == (404, "not_found_error")
-    assert tooled.value.type == "invalid_request_error" and "tools: not supported yet" in str(tooled.value.message)
+    assert tooled.value.type == "invalid_request_error"
+    assert "tools[0].type: 'web_search_20250305': Anthropic's server tools" in str(tooled.value.message)
     assert "messages[0].content[0].type: 'document' is not supported" in str(wrong_block.value.message)
     assert (failed.value.status_code, failed.value.type) == (502, "api_error")
     assert failed.value.error_code == "model_error" and failed.value.response.headers.get("x-should-retry") is None

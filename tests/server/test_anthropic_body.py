@@ -1,5 +1,5 @@
 """Anthropic's request shapes as ours, as pure functions: turns with tool use and results, client tools,
-the tool choice, and our calls as `tool_use` blocks (ready for the client-tools machinery)."""
+the tool choice, and our calls as `tool_use` blocks."""
 
 from __future__ import annotations
 
@@ -79,11 +79,13 @@ def test_a_wrong_block_is_a_400_naming_its_place(messages: list[dict[str, Any]],
 def test_client_tools_become_function_tools() -> None:
     tools: list[dict[str, Any]] = [
              {"name": "forecast", "description": "The weather.", "input_schema": {"type": "object"}},
-             {"type": "custom", "name": "clock", "input_schema": {"type": "object", "properties": {}}}]  # fmt: skip
+             {"type": "custom", "name": "clock", "input_schema": {"type": "object", "properties": {}},
+              "strict": True, "cache_control": {"type": "ephemeral"}, "eager_input_streaming": True}]  # fmt: skip
     assert function_tools(tools) == [
         {"type": "function", "function": {"name": "forecast", "parameters": {"type": "object"},
                                           "description": "The weather."}},
-        {"type": "function", "function": {"name": "clock", "parameters": {"type": "object", "properties": {}}}},
+        {"type": "function", "function": {"name": "clock", "parameters": {"type": "object", "properties": {}},
+                                          "strict": True}},
     ]  # fmt: skip
     with pytest.raises(InvalidParam, match="server tools are not available"):
         function_tools([{"type": "web_search_20250305", "name": "web_search"}])
@@ -111,7 +113,7 @@ def body(**fields: Any) -> MessagesBody:
 
 
 REFUSED: list[tuple[dict[str, Any], str]] = [
-     ({"tools": [{"name": "x", "input_schema": {}}]}, "tools"), ({"tool_choice": {"type": "any"}}, "tool_choice"),
+     ({"tool_choice": {"type": "some"}}, "tool_choice"),
      ({"thinking": {"type": "enabled", "budget_tokens": 2000}}, "thinking"), ({"top_k": 5}, "top_k"),
      ({"container": "c"}, "container"), ({"service_tier": "priority"}, "service_tier"), ({"n": 2}, "n"),
      ({"inference_geo": "us"}, "inference_geo"), ({"speed": "fast"}, "speed")]  # fmt: skip
@@ -122,6 +124,32 @@ def test_what_this_door_cannot_honour_is_refused_by_name(fields: dict[str, Any],
     with pytest.raises(InvalidParam) as refused:
         body(**fields).check()
     assert refused.value.param == param and str(refused.value).startswith(f"{param}: ")
+
+
+TOOLS_REFUSED: list[tuple[dict[str, Any], str]] = [
+     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+      "tools[0].type: 'web_search_20250305': Anthropic's server tools are not available here"),
+     ({"tools": [{"name": "x", "input_schema": {}, "defer_loading": True}]}, "tools[0].defer_loading: only false"),
+     ({"tools": [{"name": "x", "input_schema": {}, "input_examples": [{}]}]}, "tools[0].input_examples: not"),
+     ({"tools": [{"name": "x", "input_schema": {}, "color": "red"}]}, "tools[0].color: unknown field"),
+     ({"tools": [{"name": "x", "input_schema": {}}, {"name": "x", "input_schema": {}}]},
+      "tools[1].name: 'x' is given twice"),
+     ({"tools": [{"name": "a b", "input_schema": {}}]}, "tools[0].name: expected 1 to 64 letters"),
+     ({"tools": [{"name": "x", "input_schema": "object"}]}, "tools[0].input_schema: expected a JSON Schema"),
+     ({"tools": [{"name": "x", "input_schema": {}, "strict": "yes"}]}, "tools[0].strict: expected a boolean"),
+     ({"tools": [{"name": "x", "input_schema": {"description": "\ud800"}}]}, "tools[0].input_schema.description: text"),
+     ({"tool_choice": {"type": "none", "disable_parallel_tool_use": True}},
+      "tool_choice.disable_parallel_tool_use: unknown field for a tool_choice of type none"),
+     ({"tool_choice": {"type": "tool", "name": ""}}, "tool_choice.name: expected the name of the tool to call"),
+     ({"tool_choice": {"type": "any", "disable_parallel_tool_use": 1}},
+      "tool_choice.disable_parallel_tool_use: expected a boolean")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fields", "said"), TOOLS_REFUSED)
+def test_a_tool_or_tool_choice_it_cannot_honour_is_refused_at_its_place(fields: dict[str, Any], said: str) -> None:
+    with pytest.raises(InvalidParam) as refused:
+        body(**fields).check()
+    assert refused.value.param == next(iter(fields)) and str(refused.value).startswith(said)
 
 
 def test_harmless_values_pass_and_options_reach_the_model_call() -> None:

@@ -362,3 +362,22 @@ async def test_the_runs_turn_limit_holds_across_round_trips(
     assert len(provider.requests) == 2  # the third model call would have been the run's third turn
     [last, *_] = await rt.store.runs_of(ALICE, chat_id)
     assert (last.status, last.reason) == ("failed", "max_turns")
+
+
+async def test_a_user_message_after_the_results_follows_them(live: Live, provider: FakeProvider) -> None:
+    """Results, then the user's words: the results continue the run and the model reads the words after them."""
+    provider.enqueue(Reply(tool_calls=(weather_call(),)), Reply(text="Sunny; rain tomorrow."))
+    async with live.client() as client:
+        first = await client.post("/v1/chat/completions", json=ask_with())
+        chat_id, message = first.headers["x-chat-id"], first.json()["choices"][0]["message"]
+        sent = [*ASK, message, {"role": "tool", "tool_call_id": "call_w1", "content": "sunny"},
+                {"role": "user", "content": "And tomorrow?"}]  # fmt: skip
+        again = await client.post("/v1/chat/completions", headers={"X-Chat-Id": chat_id},
+                                  json={"model": "chat", "messages": sent, "tools": [WEATHER]})  # fmt: skip
+    assert again.json()["choices"][0]["message"]["content"] == "Sunny; rain tomorrow."
+    assert [m["role"] for m in provider.requests[1].messages][-3:] == ["assistant", "tool", "user"]
+    history = await live.rt.store.history(ALICE, chat_id)
+    assert [(m.role, m.content) for m in history][2:] == [
+        ("tool", "sunny"), ("user", "And tomorrow?"), ("assistant", "Sunny; rain tomorrow.")]  # fmt: skip
+    runs = await live.rt.store.runs_of(ALICE, chat_id)
+    assert runs[0].resumed_from == runs[1].id

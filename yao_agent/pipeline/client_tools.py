@@ -7,10 +7,12 @@ a client tool, the reply's server-side calls run first, then the run stops `wait
 and get stand-in results at close, so the stored chat stays valid to send. The client's next request on
 the chat brings their results (`RunRequest.client_results`): the run continues as a resume of the one
 that waited — its budgets, turn counts and journal carry over — each result taking its stand-in's
-place. A new user message instead closes the calls: their stand-ins say why no result came
-(store/approvals.py `close_client_calls`). The run's end names the calls it waits for (`shown`). A reply
-that also calls a tool needing a person's approval waits for the person first (none of its calls runs);
-the decision's continuation runs the decided calls, then waits for the client (`after_approvals`).
+place; user messages sent after those results (an Anthropic client's words in the turn of its
+results) are stored after them and read by the model after them. A new user message instead closes the
+calls: their stand-ins say why no result came (store/approvals.py `close_client_calls`). The run's end
+names the calls it waits for (`shown`). A reply that also calls a tool needing a person's approval waits
+for the person first (none of its calls runs); the decision's continuation runs the decided calls, then
+waits for the client (`after_approvals`).
 
 `tool_choice`: `none` holds for every model call of the run; `required` or a named function for its
 first model call only (the server's own tool loop answers freely after it, or it would never end).
@@ -172,7 +174,7 @@ async def continuation(rt: Runtime, request: RunRequest) -> RunRequest:
     if missing:
         raise UsageError(f"messages: the chat waits for the result of every call it made; missing: "
                          f"{', '.join(missing)} (a `tool` message each, after the assistant message)")  # fmt: skip
-    return replace(request, chat_id=chat_id, messages=(), resume=point,
+    return replace(request, chat_id=chat_id, messages=after_results(request.messages), resume=point,
                    client_results={c.id: given[c.id] for c in pending})  # fmt: skip
 
 
@@ -190,13 +192,25 @@ def waiting_calls(steps: Sequence[StepRecord]) -> list[ToolCall]:
 
 
 def results(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The tool results that end a request's messages (after its last assistant message), by call id."""
+    """The tool results that end a request's messages (after its last assistant message; user messages
+    may follow them, `after_results`), by call id."""
     out: dict[str, str] = {}
-    for message in reversed(messages):
+    for message in reversed(messages[: len(messages) - len(after_results(messages))]):
         if message.get("role") != "tool":
             break
         out.setdefault(str(message.get("tool_call_id")), _text(message.get("content")))
     return out
+
+
+def after_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The user messages after the tool results that end a request (an Anthropic client sends words beside
+    its results in one turn): a continuation stores them and the model reads them after those results."""
+    held = 0
+    while held < len(messages) and messages[len(messages) - 1 - held].get("role") == "user":
+        held += 1
+    before = messages[len(messages) - 1 - held] if held < len(messages) else None
+    after_tools = held > 0 and before is not None and before.get("role") == "tool"
+    return list(messages[len(messages) - held :]) if after_tools else []
 
 
 def _text(content: object) -> str:

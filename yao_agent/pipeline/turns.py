@@ -275,9 +275,14 @@ async def _resume_round(rt: Runtime, state: RunState, given: ToolRound) -> Outco
         return await client_tools.wait(state, theirs, given.attempt)
     ids = {c.id for c in calls}
     stored = {m.tool_call_id: m.id for m in state.root.history if m.role == "tool" and m.tool_call_id in ids}
-    state.conversation = [m for m in state.conversation if not (m["role"] == "tool" and m.get("tool_call_id") in ids)]
+    # What a continuation says after the client's results (client_tools.after_results) follows the results.
+    held = len(state.written) if state.parent is None else 0
+    words = state.conversation[len(state.conversation) - held :] if held else []
+    state.conversation = [m for m in state.conversation[: len(state.conversation) - held]
+                          if not (m["role"] == "tool" and m.get("tool_call_id") in ids)]  # fmt: skip
     reply = ChatMessage(rt.ids.new("msg"), "assistant", None, run_id=state.run_id, tool_calls=calls)
     executed = await tool_round.run_round(rt, state, reply, replacing=stored)
+    state.conversation += words
     if theirs:
         return await client_tools.wait(state, theirs, given.attempt)
     if isinstance(executed, tool_round.Correct):

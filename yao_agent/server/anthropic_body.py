@@ -19,9 +19,15 @@ Like the OpenAI door, every field is honoured or refused with a 400 naming it, n
   model sees), `speed: standard`, `thinking` disabled or adaptive (the assistant's options decide).
 * `metadata.user_id` goes to the run's metadata as `user`, as OpenAI's `user` does. It is never an
   identity: the caller is who the key says.
-* Refused: `tools` and a `tool_choice` other than `auto`/`none` until the client-tools machinery serves
-  this door (the mapping below is ready for it: `function_tools`, `openai_tool_choice`,
-  `tool_use_block`), extended `thinking`, `top_k`, and Anthropic's own services (`container`,
+* `tools`: the client's custom tools, as OpenAI function tools (`function_tools`): offered beside the
+  assistant's, run by the client (pipeline/client_tools.py). `strict` is passed on; `cache_control`
+  and `eager_input_streaming` are hints (an input comes whole here); a server tool of Anthropic's,
+  `defer_loading`, `input_examples` and `allowed_callers` other than `["direct"]` are refused.
+  `tool_choice` (`openai_tool_choice`): `auto`, `any` as `required`, `tool` as that function, `none`;
+  `disable_parallel_tool_use: true` as `parallel_tool_calls: false`. A call the run waits for is a
+  `tool_use` block (`tool_use_block`); the `tool_result` turn that answers it continues the run, and
+  words in that turn after the results follow them (client_tools.after_results).
+* Refused: extended `thinking`, `top_k`, and Anthropic's own services (`container`,
   `mcp_servers`, `inference_geo`, `workspace_id`, `user_profile_id`, a
   `service_tier` other than `auto`/`standard_only`, a `speed` other than `standard`).
 """
@@ -30,11 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from yao_agent import shapes
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.base.structured import schema_problems
 from yao_agent.errors import UsageError
@@ -84,10 +92,14 @@ class MessagesBody(BaseModel):
     context_management: dict[str, Any] | None = Field(
         None, description="accepted; the assistant's history settings and compaction decide what the model sees"
     )
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="the client's custom tools, offered beside the assistant's; the client runs them"
+    )
+    tool_choice: dict[str, Any] | None = Field(
+        None, description="auto, any, none or {type: tool, name}; disable_parallel_tool_use"
+    )
     # Refused unless null or harmless (REFUSED).
     top_k: int | None = Field(None, description="not supported")
-    tools: list[dict[str, Any]] | None = Field(None, description="not supported yet (an empty list is accepted)")
-    tool_choice: dict[str, Any] | None = Field(None, description="auto or none only")
     thinking: dict[str, Any] | None = Field(None, description="disabled only")
     service_tier: str | None = Field(None, description="auto or standard_only")
     container: Any = Field(None, description="not supported")
@@ -104,6 +116,8 @@ class MessagesBody(BaseModel):
             harmless, why = REFUSED.get(name, (_never, UNKNOWN))
             if value is not None and not harmless(value):
                 raise InvalidParam(f"{name if name.isidentifier() else json.dumps(name)}: {why}", param=name)
+        self.client_tools()
+        self.choice()
         texts = {"stop_sequences": self.stop_sequences, "metadata": _plain(self.metadata), "system": self.system}
         for name, value in texts.items():
             try:
@@ -126,7 +140,17 @@ class MessagesBody(BaseModel):
         if config is not None and config.format is not None:
             schema = {"name": "output", "schema": config.format.schema_}
             options["response_format"] = {"type": "json_schema", "json_schema": schema}
+        if openai_tool_choice(self.tool_choice)[1] is False:
+            options["parallel_tool_calls"] = False  # (several calls at once is every model's default)
         return options
+
+    def client_tools(self) -> list[dict[str, Any]]:
+        """The client's tools as the model is offered them (OpenAI function tools)."""
+        return function_tools(self.tools or [])
+
+    def choice(self) -> str | dict[str, Any] | None:
+        """The `tool_choice` as OpenAI's (none when absent)."""
+        return openai_tool_choice(self.tool_choice)[0]
 
     async def check_output_schema(self) -> None:
         """A format whose schema is no JSON Schema this server applies is the caller's mistake, said before
@@ -163,13 +187,9 @@ def _typed(*kinds: str) -> Callable[[Any], bool]:
         cast(dict[str, Any], value)["type"] in kinds)  # fmt: skip
 
 
-TOOLS = ("not supported yet: this door runs the assistant's own tools on the server, and does not yet hand "
-         "tools the client brings back to it")  # fmt: skip
 UNKNOWN = "unknown field: this server honours or refuses each field of Anthropic's Messages request, and not this one"
 REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "top_k": (_never, "not supported (the models behind an assistant take temperature and top_p)"),
-    "tools": (lambda value: value == [], TOOLS),
-    "tool_choice": (_typed("auto", "none"), "only auto or none: the client sends no tools"),
     "thinking": (_typed("disabled", "adaptive"), "extended thinking is not supported (the assistant's options decide)"),
     "service_tier": (lambda value: value in ("auto", "standard_only"), "only auto or standard_only"),
     "container": (_never, "not supported by this server"),
@@ -334,25 +354,70 @@ def tool_result_message(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": check_text(text, f"{where}.content")}
 
 
-# --- tools the client brings (ready for the client-tools machinery) ------------------------------------
+# --- tools the client brings ----------------------------------------------------------------------------
+
+
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a tool name every provider behind an assistant takes
+TOOL_FIELDS = ("type", "name", "description", "input_schema", "strict")
+# A client tool's other fields, harmless at these values (a `tool_use` input always comes whole here).
+TOOL_HINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "cache_control": (lambda _value: True, ""),
+    "eager_input_streaming": (lambda value: value is None or isinstance(value, bool), "expected a boolean"),
+    "defer_loading": (lambda value: value in (None, False), "only false: every tool is offered to the model"),
+    "allowed_callers": (lambda value: value is None or value == ["direct"], 'only ["direct"]: the model calls it'),
+    "input_examples": (lambda value: value in (None, []), "not supported (say it in the description)"),
+}
 
 
 def function_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Anthropic's client tools `{name, description?, input_schema}` as function tools; a server tool
-    (one with a `type` of Anthropic's own, such as web search) is refused."""
+    """Anthropic's client tools `{name, description?, input_schema, strict?}` as function tools; a server
+    tool (one with a `type` of Anthropic's own, such as web search), a name given twice or a field this
+    door cannot honour is a 400 naming its place."""
     out: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
-        kind, name, schema = tool.get("type", "custom"), tool.get("name"), tool.get("input_schema")
-        if kind != "custom":
-            raise _bad(f"{where}.type", f"{kind!r}: Anthropic's server tools are not available here")
-        if not isinstance(name, str) or not name or not isinstance(schema, dict):
-            raise _bad(where, "expected {name, input_schema, description?}")
-        function: dict[str, Any] = {"name": name, "parameters": schema}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
+        try:
+            check_text(tool, where)
+        except UsageError as exc:  # its message names the place inside the tool
+            raise InvalidParam(str(exc), param="tools") from None
+        function = _function(as_mapping(tool), where)
+        if function["name"] in seen:
+            raise _bad(f"{where}.name", f"'{function['name']}' is given twice")
+        seen.add(function["name"])
         out.append({"type": "function", "function": function})
     return out
+
+
+def _function(tool: Mapping[str, Any], where: str) -> dict[str, Any]:
+    kind = tool.get("type") or "custom"
+    if kind != "custom":
+        raise _bad(f"{where}.type", f"{kind!r}: Anthropic's server tools are not available here (custom tools, "
+                                    "which the client runs, are)")  # fmt: skip
+    for key in sorted(set(tool) - set(TOOL_FIELDS)):
+        harmless, why = TOOL_HINTS.get(key, (_never, "unknown field (a tool has name, description, input_schema)"))
+        if not harmless(tool[key]):
+            raise _bad(f"{where}.{key}", why)
+    name, schema, description = tool.get("name"), tool.get("input_schema"), tool.get("description")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise _bad(f"{where}.name", "expected 1 to 64 letters, digits, _ or -")
+    if not isinstance(schema, dict):
+        raise _bad(f"{where}.input_schema", "expected a JSON Schema (an object)")
+    function: dict[str, Any] = {"name": name, "parameters": schema}
+    if description is not None:
+        if not isinstance(description, str):
+            raise _bad(f"{where}.description", "expected a string")
+        function["description"] = description
+    strict = tool.get("strict")
+    if strict is not None:
+        if not isinstance(strict, bool):
+            raise _bad(f"{where}.strict", "expected a boolean")
+        function["strict"] = strict
+    return function
+
+
+CHOICE_FIELDS = {"auto": {"disable_parallel_tool_use"}, "any": {"disable_parallel_tool_use"},
+                 "tool": {"name", "disable_parallel_tool_use"}, "none": set[str]()}  # fmt: skip
 
 
 def openai_tool_choice(choice: Mapping[str, Any] | None) -> tuple[str | dict[str, Any] | None, bool | None]:
@@ -361,20 +426,28 @@ def openai_tool_choice(choice: Mapping[str, Any] | None) -> tuple[str | dict[str
     if choice is None:
         return None, None
     kind = choice.get("type")
+    if not isinstance(kind, str) or kind not in CHOICE_FIELDS:
+        raise _bad("tool_choice", "expected {type: auto | any | none} or {type: tool, name}")
+    extra = sorted(set(choice) - CHOICE_FIELDS[kind] - {"type"})
+    if extra:
+        raise _bad(f"tool_choice.{extra[0]}", f"unknown field for a tool_choice of type {kind}")
     mapped: str | dict[str, Any]
-    if kind in ("auto", "none"):
-        mapped = str(kind)
-    elif kind == "any":
+    if kind == "any":
         mapped = "required"
-    elif kind == "tool" and isinstance(choice.get("name"), str):
+    elif kind == "tool":
+        if not isinstance(choice.get("name"), str) or not choice["name"]:
+            raise _bad("tool_choice.name", "expected the name of the tool to call")
         mapped = {"type": "function", "function": {"name": choice["name"]}}
     else:
-        raise _bad("tool_choice", "expected {type: auto | any | none} or {type: tool, name}")
+        mapped = kind
     single = choice.get("disable_parallel_tool_use")
-    return mapped, (not single) if isinstance(single, bool) else None
+    if single is not None and not isinstance(single, bool):
+        raise _bad("tool_choice.disable_parallel_tool_use", "expected a boolean")
+    return mapped, (not single) if single is not None else None
 
 
-def tool_use_block(call: ToolCall) -> dict[str, Any]:
-    """One of our tool calls as the `tool_use` block a client runs."""
+def tool_use_block(call: ToolCall) -> shapes.ToolUseBlockOut:
+    """One of our tool calls as the `tool_use` block a client runs (an input that is no JSON object, which a
+    model may write, as an empty one)."""
     arguments: dict[str, Any] = json.loads(call.arguments) if is_json_object(call.arguments) else {}
     return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}

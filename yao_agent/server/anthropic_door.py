@@ -10,11 +10,16 @@ The answer is one `message` with a text block, or its stream: `message_start`, a
 as `content_block_start`, `content_block_delta` (`text_delta`) and `content_block_stop`, then
 `message_delta` (`stop_reason`, the run's usage) and `message_stop`; each frame with its `event:` line,
 which Anthropic's clients dispatch on. The assistant's tools run on the server, so none of its calls
-reaches the client, and its reasoning stays out (Anthropic's thinking blocks carry a signature only
-Anthropic makes). As on the OpenAI door, a structured run's answer comes whole once validated, a run cut
-short by `max_turns` ends `max_tokens`, and a run waiting for approvals says what waits (header
-`X-Yao-Status: waiting`). `stop_sequence` stays null: the providers behind an assistant do not say
-which stop sequence ended a reply, so that reply ends `end_turn`.
+reaches the client. The client's own `tools` are offered beside them: a run that waits for the client
+to run some (reason `client_tools`) answers its reply's text block, if it said anything, then a
+`tool_use` block per call, `stop_reason: "tool_use"`; streamed, each call is a block of its own after
+the text's (index 0 only when there is text): `content_block_start` with an empty `input`, one
+`input_json_delta` with the whole input's JSON, `content_block_stop`. The client's `tool_result` turn
+continues the run (pipeline/client_tools.py). The model's reasoning stays out (Anthropic's thinking
+blocks carry a signature only Anthropic makes). As on the OpenAI door, a structured run's answer comes
+whole once validated, a run cut short by `max_turns` ends `max_tokens`, and a run waiting for approvals
+says what waits (header `X-Yao-Status: waiting`). `stop_sequence` stays null: the providers behind an
+assistant do not say which stop sequence ended a reply, so that reply ends `end_turn`.
 
 Errors on this route are in Anthropic's shape, `{"type": "error", "error": {"type", "message"}}` with
 Anthropic's kinds (`AnthropicErrors` rewrites every error answer of the route, those of the layers in
@@ -37,14 +42,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from yao_agent import shapes
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.events import Event, MessageDelta, StreamEnd
+from yao_agent.messages import text_of
 from yao_agent.pipeline import RunHandle, RunRequest, output
 from yao_agent.server import schemas as doc
-from yao_agent.server.anthropic_body import MessagesBody
+from yao_agent.server.anthropic_body import MessagesBody, tool_use_block
 from yao_agent.server.auth import API_KEY_ROUTES, Caller, local_path
 from yao_agent.server.errors import retry_after
 from yao_agent.server.limits import check_messages
 from yao_agent.server.native import runs_of, server_settings, to_the_end
 from yao_agent.server.openai_compat import (
+    CLIENT_TOOLS,
     CUT_SHORT,
     FAILURE_STATUS,
     RETRYABLE,
@@ -102,7 +109,8 @@ async def messages(body: MessagesBody, request: Request, who: Caller) -> Any:
     given = request.headers.get("x-chat-id") or None
     ask = RunRequest(body.model, who, ours, chat_id=given, metadata=body.run_metadata(),
                      options=body.call_options(), chat_must_exist=True,
-                     traceparent=request.headers.get("traceparent"))  # fmt: skip
+                     traceparent=request.headers.get("traceparent"), client_tools=body.client_tools(),
+                     tool_choice=body.choice())  # fmt: skip
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
     if body.stream:
@@ -110,10 +118,12 @@ async def messages(body: MessagesBody, request: Request, who: Caller) -> Any:
     return await whole(request, handle, body.model, headers)
 
 
-StopReason = Literal["end_turn", "max_tokens"]
+StopReason = Literal["end_turn", "max_tokens", "tool_use"]
 
 
 def stop_reason(reason: str) -> StopReason:
+    if reason == CLIENT_TOOLS:
+        return "tool_use"
     return "max_tokens" if reason in CUT_SHORT else "end_turn"
 
 
@@ -124,7 +134,9 @@ def usage_of(usage: Mapping[str, Any]) -> shapes.MessageUsageOut:
 def message(
     handle: RunHandle, model: str, text: str, reason: str, usage: Mapping[str, Any]
 ) -> shapes.AnthropicMessageOut:
-    content: list[shapes.TextBlockOut] = [{"type": "text", "text": text}] if text else []
+    content: list[shapes.TextBlockOut | shapes.ToolUseBlockOut] = [{"type": "text", "text": text}] if text else []
+    if reason == CLIENT_TOOLS:
+        content += [tool_use_block(call) for call in handle.state.client_calls]
     return {"id": f"msg_{handle.run_id}", "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop_reason(reason), "stop_sequence": None,
             "usage": usage_of(usage)}  # fmt: skip
@@ -133,6 +145,9 @@ def message(
 async def whole(request: Request, handle: RunHandle, model: str, headers: dict[str, str]) -> JSONResponse:
     await to_the_end(request, handle)
     result = handle.result()
+    if result.reason == CLIENT_TOOLS:  # the reply's words, and the calls for the client to run
+        answer = message(handle, model, asking_text(handle), result.reason, result.usage)
+        return JSONResponse(answer, headers=headers)
     if result.status == WAITING:
         answer = message(handle, model, waiting_text(handle, result.approvals), result.reason, result.usage)
         return JSONResponse(answer, headers={**headers, "X-Yao-Status": WAITING})
@@ -148,6 +163,12 @@ async def whole(request: Request, handle: RunHandle, model: str, headers: dict[s
             headers["Retry-After"] = retry_after(seconds)
         return JSONResponse(anthropic_error(status, result.reason, said), status_code=status, headers=headers)
     return JSONResponse(message(handle, model, final_text(handle), result.reason, result.usage), headers=headers)
+
+
+def asking_text(handle: RunHandle) -> str:
+    """What the reply that called the client's tools said with its calls (as openai_compat's `_calling`)."""
+    asked = [m for m in handle.state.new_messages if m.role == "assistant" and m.tool_calls][-1:]
+    return text_of(asked[0].content) if asked else ""
 
 
 def failure(reason: str, status: str, error: object) -> tuple[int, str]:
@@ -223,19 +244,36 @@ def _last(handle: RunHandle, text: _Text) -> list[str]:
         status, said = failure(end.reason, end.status, end.error)
         return [frame(anthropic_error(status, end.reason, said))]
     out: list[str] = []
-    if end is not None and end.status == WAITING:
-        notice = waiting_notice(handle.chat_id, end.approvals)
-        out += text.said("\n\n" + notice if text.opened else notice)
-    elif text.structured:
-        answer = final_text(handle)
-        out += text.said(answer) if answer else []
-    if text.opened:
-        out.append(CLOSE)
     reason = end.reason if end is not None else ""
+    if reason == CLIENT_TOOLS:  # the calls follow the text block, each a block of its own
+        out += [CLOSE] if text.opened else []
+        out += tool_use_frames(handle, first=1 if text.opened else 0)
+    else:
+        if end is not None and end.status == WAITING:
+            notice = waiting_notice(handle.chat_id, end.approvals)
+            out += text.said("\n\n" + notice if text.opened else notice)
+        elif text.structured:
+            answer = final_text(handle)
+            out += text.said(answer) if answer else []
+        out += [CLOSE] if text.opened else []
     usage = dict(usage_of(end.usage if end is not None else {}))
     stop = {"type": "message_delta", "delta": {"stop_reason": stop_reason(reason), "stop_sequence": None},
             "usage": usage}  # fmt: skip
     return [*out, frame(stop), frame({"type": "message_stop"})]
+
+
+def tool_use_frames(handle: RunHandle, first: int) -> list[str]:
+    """The client's calls as Anthropic streams `tool_use` blocks, from block index `first`: each opened with
+    an empty input, its input's JSON in one `input_json_delta`, closed."""
+    out: list[str] = []
+    for index, call in enumerate(handle.state.client_calls, start=first):
+        block = tool_use_block(call)
+        opened: dict[str, Any] = {**block, "input": {}}
+        given = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
+        out += [frame({"type": "content_block_start", "index": index, "content_block": opened}),
+                frame({"type": "content_block_delta", "index": index, "delta": given}),
+                frame({"type": "content_block_stop", "index": index})]  # fmt: skip
+    return out
 
 
 # --- errors in Anthropic's shape -----------------------------------------------------------------------
