@@ -23,6 +23,7 @@ from bench import (
     load_app,
     logs,
     metrics,
+    oidc,
     pipeline,
     proxy,
     quota,
@@ -72,6 +73,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "context": lambda: context.measure(200 // scale),
         "quota": lambda: asyncio.run(quota.measure(2000 // scale, quota.CALLS, flush.PG)),
         "tokens": lambda: asyncio.run(tokens.measure(5000 // scale, flush.PG)),
+        "oidc": lambda: asyncio.run(oidc.measure(2000 // scale)),
         "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
         "knowledge": lambda: asyncio.run(
             knowledge.measure(

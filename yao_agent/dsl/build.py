@@ -33,6 +33,8 @@ from .specs import (
     McpServerSpec,
     McpSettings,
     McpUse,
+    OidcAdmin,
+    OidcSettings,
     OutputSpec,
     PerScope,
     Pricing,
@@ -87,15 +89,33 @@ def build_app_config(doc: Document) -> AppConfig:
             requests_per_minute=PerScope(**cast(Data, limits.get("requests_per_minute", {}))),
             tokens_per_minute=PerScope(**cast(Data, limits.get("tokens_per_minute", {}))),
         ),
-        server=_server(cast(Data, data.get("server", {}))),
+        server=_server(doc, cast(Data, data.get("server", {}))),
         budgets=_budgets(cast(Data, data.get("budgets", {}))),
     )
 
 
-def _server(data: Data) -> ServerSettings:
+def _server(doc: Document, data: Data) -> ServerSettings:
     settings: dict[str, Any] = dict(data)
     settings["cors_origins"] = tuple(str(o) for o in cast(list[Any], data.get("cors_origins", [])))
+    if data.get("oidc") is not None:
+        settings["oidc"] = _oidc(doc, cast(Data, data["oidc"]))
     return ServerSettings(**settings)
+
+
+def _oidc(doc: Document, data: Data) -> OidcSettings:
+    where = ("server", "oidc", "client_secret")
+    secret = _env(doc, where, data["client_secret"], secret=True) if "client_secret" in data else None
+    admin = cast(Data | None, data.get("admin", {}))
+    return OidcSettings(
+        issuer=str(data["issuer"]).rstrip("/"),
+        audience=data["audience"],
+        client_id=data["client_id"],
+        client_secret=secret,
+        user_claim=data.get("user_claim", "email"),
+        team_claim=data.get("team_claim", "org"),
+        admin=OidcAdmin(**admin) if admin is not None else None,
+        session_hours=float(data.get("session_hours", 8)),
+    )
 
 
 def _budgets(data: Data) -> Budgets:

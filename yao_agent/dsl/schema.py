@@ -27,7 +27,7 @@ SUPPORTED_KEYWORDS = frozenset(
         "$schema", "$id", "$ref", "$defs", "title", "description", "default", "examples",
         "type", "properties", "additionalProperties", "required", "propertyNames", "items",
         "minItems", "uniqueItems", "enum", "const", "minimum", "maximum", "exclusiveMinimum",
-        "minLength", "pattern", "anyOf", "if", "then", "else",
+        "minLength", "pattern", "anyOf", "if", "then", "else", "writeOnly",
     }
 )  # fmt: skip
 
@@ -156,7 +156,8 @@ def _check_value(value: object, schema: Schema, path: Path) -> Iterator[tuple[Pa
         pattern = schema.get("pattern")
         if pattern is not None and not _regex(pattern).search(value):
             hint = schema.get("description", f"matching {pattern}")
-            yield path, f"{value!r} is not a valid value (expected {hint})"
+            shown = "the value written" if schema.get("writeOnly") else repr(value)  # a secret is not repeated
+            yield path, f"{shown} is not a valid value (expected {hint})"
 
 
 def _check_mapping(value: dict[str, Any], schema: Schema, root: Schema, path: Path) -> Iterator[tuple[Path, str]]:

@@ -74,6 +74,28 @@ class Budgets:
 
 
 @dataclass(frozen=True, slots=True)
+class OidcAdmin:
+    """Who is a team admin: a caller whose `claim` holds `value` (or a list of them that includes it)."""
+
+    claim: str = "roles"
+    value: str = "yao-admin"
+
+
+@dataclass(frozen=True, slots=True)
+class OidcSettings:
+    """`server.oidc`: sign-in with an OpenID Connect identity provider, for the API and the web page."""
+
+    issuer: str  # as the provider's tokens name it in `iss`; its discovery document is under it
+    audience: str  # what the tokens' `aud` must hold
+    client_id: str  # the page's client at the provider (authorization-code flow with PKCE)
+    client_secret: EnvValue | None = None  # a confidential client's secret: only ever `$ENV.NAME`
+    user_claim: str = "email"
+    team_claim: str | None = "org"  # None: callers have no team
+    admin: OidcAdmin | None = OidcAdmin()
+    session_hours: float = 8.0  # how long the page's sign-in lasts
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     """`yao-agent serve`'s settings: where it listens, and what one client may take of it."""
 
@@ -88,6 +110,7 @@ class ServerSettings:
     max_connections: int = 4096  # open at once; more are closed as they come
     max_requests: int = 2048  # in progress at once, streams included; more are a 503 (health checks never)
     cors_origins: tuple[str, ...] = ()  # origins whose pages may call the API from a browser (`*`: any); none
+    oidc: OidcSettings | None = None  # sign-in with an identity provider besides the app's own tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from yao_agent.server import (
     lifecycle,
     metrics_route,
     native,
+    oidc_web,
     openai_compat,
     operating,
     responses_door,
@@ -27,6 +28,7 @@ from yao_agent.server.access import AccessLog
 from yao_agent.server.auth import Authenticate
 from yao_agent.server.browser import BrowserHeaders
 from yao_agent.server.limits import Admission, RequestBody
+from yao_agent.server.oidc import Verifier
 from yao_agent.server.reload import Reloader
 from yao_agent.service.runs import Runs
 
@@ -44,6 +46,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.state.runs = runs
     app.state.settings = settings
     app.state.reloader = Reloader(runs)  # (it watches the files only once `serve` starts it)
+    app.state.oidc = Verifier(settings.oidc) if settings.oidc is not None else None
     errors.install(app)
     app.include_router(native.router)
     app.include_router(operating.router)
@@ -54,6 +57,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(knowledge.router)
     app.include_router(anthropic_door.router)
     app.include_router(audit.router)
+    app.include_router(oidc_web.router)
     metrics_route.install(app)
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
@@ -72,7 +76,7 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
         timeout_s=settings.body_timeout_s,
         upload_limit=settings.max_upload_bytes,
     )
-    app.add_middleware(Authenticate, runs=runs)
+    app.add_middleware(Authenticate, runs=runs, oidc=app.state.oidc)
     app.add_middleware(Admission, limit=settings.max_requests)
     app.add_middleware(anthropic_door.AnthropicErrors)
     app.add_middleware(BrowserHeaders, origins=settings.cors_origins)

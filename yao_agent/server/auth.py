@@ -16,7 +16,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from yao_agent.errors import TokenExpired
 from yao_agent.identity import Identity
-from yao_agent.server.errors import Unauthorized, error_response, unauthorized
+from yao_agent.server import oidc_web
+from yao_agent.server.errors import IssuerUnavailable, Unauthorized, error_response, unauthorized
+from yao_agent.server.oidc import Verifier, looks_like_jwt
 from yao_agent.service.runs import Runs
 from yao_agent.service.tokens import expired_message
 
@@ -60,10 +62,12 @@ def authorization(scope: Scope) -> tuple[str, str]:
     return (f"Bearer {key}" if key else ""), MISSING_KEY
 
 
-async def authenticate(runs: Runs, header: str, missing: str = MISSING) -> Identity:
+async def authenticate(runs: Runs, header: str, missing: str = MISSING, oidc: Verifier | None = None) -> Identity:
     token = token_of(header)
     if token is None:
         raise Unauthorized(missing)
+    if oidc is not None and looks_like_jwt(token):  # the identity provider's; ours never hold a dot
+        return await oidc.identity(token)
     try:
         identity = await runs.tenancy.identity_for(token)
     except TokenExpired as exc:
@@ -78,17 +82,18 @@ async def caller(request: Request, _scheme: Annotated[None, Depends(bearer)]) ->
     known = request.scope.get(SCOPE_KEY)
     if isinstance(known, Identity):
         return known  # checked by `Authenticate` for this very request
-    return await authenticate(request.app.state.runs, *authorization(request.scope))
+    return await authenticate(request.app.state.runs, *authorization(request.scope), oidc=request.app.state.oidc)
 
 
 Caller = Annotated[Identity, Depends(caller)]
 
 
 # What may be fetched without a user token: liveness, metrics (their own token: metrics_route.py), the page
-# and its files, the API's documentation. Anything else needs one, even a path no route serves: a route
-# added later is closed until it is listed here.
+# and its files, its sign-in (oidc_web.py), the API's documentation. Anything else needs one, even a path
+# no route serves: a route added later is closed until it is listed here.
 PUBLIC = frozenset(
     {"/", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+    | oidc_web.ROUTES
 )
 PUBLIC_UNDER = ("/static/",)
 
@@ -105,18 +110,33 @@ def needs_token(scope: Scope) -> bool:
 
 
 class Authenticate:
-    """The outermost layer: a request outside `PUBLIC` is refused (401) without a valid token."""
+    """The outermost layer: a request outside `PUBLIC` is refused (401) without a valid token — or, with
+    sign-in by an identity provider (`oidc`), without its JWT or the page's session cookie."""
 
-    def __init__(self, app: ASGIApp, runs: Runs) -> None:
+    def __init__(self, app: ASGIApp, runs: Runs, oidc: Verifier | None = None) -> None:
         self.app = app
         self.runs = runs
+        self.oidc = oidc
+
+    async def identity(self, scope: Scope) -> Identity:
+        header, missing = authorization(scope)
+        session_id = oidc_web.cookie_of(scope, oidc_web.SESSION_COOKIE) if self.oidc and not header else None
+        if session_id is not None:
+            return await oidc_web.session_identity(self.runs, scope, session_id)
+        return await authenticate(self.runs, header, missing, self.oidc)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and needs_token(scope):
             try:
-                identity = await authenticate(self.runs, *authorization(scope))
+                identity = await self.identity(scope)
             except Unauthorized as exc:
                 await unauthorized(str(exc), exc.code)(scope, receive, send)
+                return
+            except oidc_web.CsrfRefused as exc:
+                await error_response(403, "forbidden", str(exc))(scope, receive, send)
+                return
+            except IssuerUnavailable as exc:
+                await error_response(503, "unavailable", str(exc), {"Retry-After": "5"})(scope, receive, send)
                 return
             except Exception:  # the store failing is the server's fault, and says so in our error shape
                 log.exception("token check failed on %s", scope["path"])

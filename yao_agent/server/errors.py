@@ -47,6 +47,10 @@ class Unauthorized(YaoAgentError):
         self.code = code
 
 
+class IssuerUnavailable(YaoAgentError):
+    """The identity provider did not answer, or answered nonsense: no token of it can be told good (503)."""
+
+
 class TooLarge(YaoAgentError):
     """A request over one of the server's limits (413); the message names the setting."""
 
@@ -106,6 +110,7 @@ def classify(exc: BaseException) -> tuple[int, str]:
         (BudgetExceeded, 429, "budget_exceeded"),
         (RateLimited, 429, "rate_limited"),
         (Draining, 503, "unavailable"),
+        (IssuerUnavailable, 503, "unavailable"),
         (Forbidden, 403, "forbidden"),
         (NotFound, 404, "not_found"),
         (PermissionDenied, 403, "permission_denied"),

@@ -107,6 +107,9 @@ class Server(uvicorn.Server):
             await super().shutdown(sockets)
         finally:
             cut.cancel()
+        app = self.config.app
+        if isinstance(app, FastAPI) and app.state.oidc is not None:
+            await app.state.oidc.aclose()  # its connections to the identity provider
 
     def _cut_stalled(self) -> None:
         stalled = [c for c in list(self.server_state.connections) if isinstance(c, GuardedH11)]

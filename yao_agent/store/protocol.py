@@ -19,6 +19,7 @@ typed by the narrowest face it needs, so what it may reach is written down:
 - `AuditFace`, the audit log: reading it (an `AuditSight`), checking its chain, and recording an app
   reload. Every change the other faces make is written with its audit row, in its transaction, by
   whom `by` names (the CLI's when not named: the store's own callers are trusted, the CLI among them).
+- `WebSessions`, the web page's sign-ins through the identity provider (server/oidc_web.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from yao_agent.store.records import (
     RunView,
     StepRecord,
 )
+from yao_agent.store.sessions import WebSession
 from yao_agent.store.tokens import Issued, TokenOwner, TokenRecord, TokenSight
 
 
@@ -226,5 +228,13 @@ class AuditFace(Protocol):
     async def audit_reload(self, before: str, after: str, why: str) -> bool: ...
 
 
-class Store(RunStore, ChatQueries, TenancyStore, OperatorStore, KnowledgeFace, AuditFace, Protocol):
+class WebSessions(Protocol):
+    async def create_session(self, identity: Identity, lifetime_s: float) -> tuple[str, WebSession]: ...
+
+    async def session(self, session_id: str) -> WebSession | None: ...
+
+    async def end_session(self, session_id: str) -> bool: ...
+
+
+class Store(RunStore, ChatQueries, TenancyStore, OperatorStore, KnowledgeFace, AuditFace, WebSessions, Protocol):
     """Everything a store is for: what `Runtime.store` holds (`SqlStore` is one)."""

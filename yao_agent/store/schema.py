@@ -182,6 +182,21 @@ tokens = Table(
     Index("ux_tokens_id", "id", unique=True),
 )
 
+# The web page's sign-ins through the identity provider (server/oidc_web.py): a hash of the session id the
+# browser's cookie holds, who signed in, and the token the page sends with its writes (CSRF).
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("user_id", String(128), nullable=False),
+    Column("team_id", String(128), nullable=False, server_default=""),
+    Column("admin", Boolean, nullable=False, server_default=false()),
+    Column("csrf", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_web_sessions_expires", "expires_at"),
+)
+
 # The usage ledger: one row per model call (CONTRACT §8.2). Its rows outlive the chats they were spent in
 # (`outlives_chats`: deleting a chat never gives its spend back to a budget), so it names them without
 # foreign keys.

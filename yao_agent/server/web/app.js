@@ -48,6 +48,8 @@
   const ui = {
     tokenForm: $("token-form"),
     token: $("token"),
+    oidcSignIn: $("oidc-sign-in"),
+    signedInLabel: $("signed-in-label"),
     signedIn: $("signed-in"),
     signOut: $("sign-out"),
     auth: $("auth-message"),
@@ -79,6 +81,8 @@
 
   const state = {
     token: localStorage.getItem(TOKEN_KEY) || "",
+    oidc: false, // whether the server signs pages in with an identity provider (GET /auth/session)
+    session: null, // that sign-in's session (user, team, CSRF token), when this browser has one
     assistants: [],
     chats: [],
     query: "", // the search box's text: the chat list shows what the server finds for it
@@ -158,8 +162,16 @@
     }
   }
 
+  // Signed in with the identity provider, the session cookie authenticates (the browser sends it) and
+  // every request carries the session's CSRF token, which the server asks of writes; else the pasted token.
   function headers(extra = {}) {
+    if (state.session) return { "X-CSRF-Token": state.session.csrf, ...extra };
     return { Authorization: `Bearer ${state.token}`, ...extra };
+  }
+
+  /** Whether the page has a way in: a pasted token, or a session with the identity provider. */
+  function authed() {
+    return Boolean(state.token || state.session);
   }
 
   /** The API's `{"error": {"type", "message"}}` as an ApiError; a 401 also signs the page out. */
@@ -231,8 +243,10 @@
   }
 
   function setSignedIn(yes) {
-    ui.tokenForm.hidden = yes;
+    ui.tokenForm.hidden = yes || state.oidc;
+    ui.oidcSignIn.hidden = yes || !state.oidc;
     ui.signedIn.hidden = !yes;
+    ui.signedInLabel.textContent = state.session ? `Signed in as ${state.session.user_id}` : "Signed in with a token";
     // usage.js opens its panel only for a signed-in page, and closes it (and forgets what it showed) here.
     document.dispatchEvent(new CustomEvent("yao-agent:session", { detail: { signedIn: yes } }));
     ui.newChat.disabled = !yes;
@@ -252,6 +266,7 @@
   function forgetToken() {
     localStorage.removeItem(TOKEN_KEY);
     state.token = "";
+    state.session = null;
     if (state.run) state.run.controller.abort();
     setSignedIn(false);
     ui.token.value = "";
@@ -259,6 +274,10 @@
 
   function unauthorized(error) {
     forgetToken();
+    if (state.oidc) {
+      showAuth(`Signed out: ${error.message}. Sign in again to continue.`, "error");
+      return;
+    }
     showAuth(
       `Unauthorized: the server did not accept the token (${error.message}). Paste a valid token to continue.`,
       "error",
@@ -279,7 +298,7 @@
       }
       return;
     }
-    localStorage.setItem(TOKEN_KEY, token);
+    if (token) localStorage.setItem(TOKEN_KEY, token);
     ui.token.value = "";
     setSignedIn(true);
     await refreshChats();
@@ -311,7 +330,7 @@
   // ---------------------------------------------------------------- chats
 
   async function refreshChats() {
-    if (!state.token) return;
+    if (!authed()) return;
     const number = ++state.listed;
     const query = state.query.trim();
     let found;
@@ -409,7 +428,7 @@
   async function checkResume() {
     ui.resumeBar.hidden = true;
     const chatId = state.chatId;
-    if (!chatId || !state.token) return;
+    if (!chatId || !authed()) return;
     const chat = state.chats.find((c) => c.chat_id === chatId);
     let point = null;
     try {
@@ -999,7 +1018,7 @@
   /** The open chat's calls waiting for a person, as a panel under its history (404: none wait). */
   async function checkApprovals() {
     const chatId = state.chatId;
-    if (!chatId || !state.token || state.run) return false;
+    if (!chatId || !authed() || state.run) return false;
     let pending = null;
     try {
       const res = await request("GET", `/api/chats/${enc(chatId)}/approvals`);
@@ -1086,9 +1105,9 @@
   }
 
   function setStreaming(on) {
-    ui.send.disabled = on || !state.token;
+    ui.send.disabled = on || !authed();
     ui.stop.disabled = !on;
-    ui.newChat.disabled = on || !state.token;
+    ui.newChat.disabled = on || !authed();
     ui.assistant.disabled = on || !state.assistants.length;
     ui.resume.disabled = on;
     ui.renameChat.disabled = on;
@@ -1255,7 +1274,7 @@
     event.preventDefault();
     if (state.run) return;
     const text = ui.message.value.trim();
-    if (!state.token) {
+    if (!authed()) {
       showAuth("Paste an API token first.", "error");
       ui.token.focus();
       return;
@@ -1356,9 +1375,21 @@
     }
     signIn(token);
   });
-  ui.signOut.addEventListener("click", () => {
+  ui.signOut.addEventListener("click", async () => {
+    if (state.session) {
+      // The session ends on the server, for every tab and worker; the cookie goes with it.
+      const res = await request("POST", "/auth/logout").catch(() => null);
+      if (res && !res.ok && res.status !== 401) {
+        report(await errorOf(res));
+        return;
+      }
+    }
     forgetToken();
     newChat();
+    if (state.oidc) {
+      showAuth("Signed out. Sign in again to continue.", "info");
+      return;
+    }
     showAuth("Signed out. Paste a token to sign in again.", "info");
     ui.token.focus();
   });
@@ -1385,17 +1416,34 @@
 
   // What the page's other scripts (usage.js) share of it: the signed-in request, whose 401 signs out here.
   window.yaoChat = Object.freeze({
-    signedIn: () => Boolean(state.token) && !ui.signedIn.hidden,
+    signedIn: () => authed() && !ui.signedIn.hidden,
     request,
     errorOf,
     plainError,
     ApiError,
   });
 
-  setSignedIn(false);
-  if (state.token) {
-    signIn(state.token);
-  } else {
-    showAuth("Paste an API token to start (create one with: yao-agent tokens create).", "info");
+  /** How this server signs pages in: with the identity provider when it has one (then maybe already), else a token. */
+  async function start() {
+    try {
+      const res = await fetch("/auth/session", { headers: { Accept: "application/json" } });
+      const session = res.ok ? await res.json() : {};
+      state.oidc = Boolean(session.oidc);
+      if (session.signed_in) state.session = session;
+    } catch {
+      state.oidc = false; // the server could not be asked: the token form still works once it answers
+    }
+    setSignedIn(false);
+    if (state.session) {
+      signIn("");
+    } else if (state.oidc) {
+      showAuth("Sign in with your organisation's account to start.", "info");
+    } else if (state.token) {
+      signIn(state.token);
+    } else {
+      showAuth("Paste an API token to start (create one with: yao-agent tokens create).", "info");
+    }
   }
+
+  start();
 })();
