@@ -68,6 +68,8 @@ async def test_each_change_writes_one_row_of_who_did_what(store: SqlStore) -> No
     await changes(store)
     token = await store.create_token(OPERATOR, Identity("carl", "acme"), label="laptop")
     assert await store.revoke_token(OPERATOR, token) == 1
+    [made_token] = [t for t in await store.list_tokens(OPERATOR) if t.user_id == "carl"]
+    tid = made_token.id  # a token is named by its public id, nothing of its secret
     assert await everything(store) == [
         ("role.set", "role/team/acme/default", "admin", "ada"),
         ("role.set", "role/team/acme/default", "admin", "ada"),
@@ -80,8 +82,8 @@ async def test_each_change_writes_one_row_of_who_did_what(store: SqlStore) -> No
         ("kb.document.add", "kb/acme:policies/d1", "admin", "ada"),
         ("kb.document.add", "kb/acme:policies/d2", "admin", "ada"),
         ("kb.document.delete", "kb/acme:policies/d2", "admin", "ada"),
-        ("token.create", f"token/{token[:12]}", "cli", None),
-        ("token.revoke", f"token/{token[:12]}", "cli", None),
+        ("token.create", f"token/{tid}", "cli", None),
+        ("token.revoke", f"token/{tid}", "cli", None),
     ]
     rows = {(r.action, r.target): r for r in await store.audit_rows(EVERYONE, *ALL_TIME, limit=1000)}
     second = (await store.audit_rows(EVERYONE, *ALL_TIME, "role.set"))[0]  # the newest first
@@ -94,9 +96,10 @@ async def test_each_change_writes_one_row_of_who_did_what(store: SqlStore) -> No
     replaced = rows["kb.document.add", "kb/acme:policies/d2"]  # the same source: it replaced d1
     assert replaced.before is not None and [d["id"] for d in replaced.before["replaced"]] == ["d1"]
     assert replaced.after["title"] == "Title d2" and replaced.after["source"] == "p.md"
-    made = rows["token.create", f"token/{token[:12]}"]
-    assert made.after == {"prefix": token[:12], "user_id": "carl", "team_id": "acme", "admin": False, "label": "laptop"}
-    assert rows["token.revoke", f"token/{token[:12]}"].after["revoked"] is True
+    made = rows["token.create", f"token/{tid}"]
+    assert made.after == {"id": tid, "user_id": "carl", "team_id": "acme", "admin": False, "operator": False,
+                          "label": "laptop", "expires_at": None}  # fmt: skip
+    assert rows["token.revoke", f"token/{tid}"].after["revoked"] is True
     verified = await store.audit_verify(OPERATOR)
     assert (verified.count, verified.broken) == (13, None)
 
@@ -126,8 +129,9 @@ async def test_no_secret_reaches_a_row(store: SqlStore) -> None:
     await store.revoke_token(OPERATOR, token)
     stored = json.dumps([list(r) for r in await raw_rows(store)])
     hashed = await store.db.read_tx(lambda tx: tx.scalar(text("SELECT hash FROM tokens")))
-    assert token not in stored and token[12:] not in stored and hashed not in stored and key not in stored
-    assert token[:12] in stored  # the public prefix names it
+    assert token not in stored and token[3:12] not in stored and hashed not in stored and key not in stored
+    [made] = await store.list_tokens(OPERATOR)
+    assert made.id in stored  # the public id names it
     assert "[redacted]" in stored  # the key in the label
     given = {"password": "hunter2", "headers": {"Authorization": "Bearer abc.def.ghi"},
              "note": "Bearer s3cr3t-v4lue-here", "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
