@@ -428,7 +428,7 @@ async def test_tokens_list_escapes_what_could_rewrite_the_terminal(tmp_path: Pat
     code, listing = await asyncio.to_thread(cli, app, "tokens", "list")
     assert code == 0
     assert "\x1b" not in listing and "\r" not in listing and "\x00" not in listing and "\u202e" not in listing
-    assert listing.endswith("  eve@acme  \\x1b[31mred\\r\\n\\x00\\u202eevil\n"), listing
+    assert "  \\x1b[31mred\\r\\n\\x00\\u202eevil  " in listing, listing
 
 
 def test_tokens_create_refuses_a_label_with_control_characters(

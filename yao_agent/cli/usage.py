@@ -157,13 +157,17 @@ def budgets_list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]], out: TextIO) -> None:
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
 
     table = Table(*header, box=None, header_style="bold")
-    for row in rows:
-        table.add_row(*(printable(cell) for cell in row))
-    Console(file=out, width=max(100, Console(file=out).width)).print(table)
+    cells = [tuple(printable(cell) for cell in row) for row in rows]
+    for row in cells:
+        table.add_row(*row)
+    # Wide enough that no cell is cut: an id shown with an ellipsis could not be typed back.
+    needed = sum(max(map(cell_len, column)) + 2 for column in zip(header, *cells))
+    Console(file=out, width=max(100, needed, Console(file=out).width)).print(table)
 
 
 def add_commands(cmds: Commands) -> None:
