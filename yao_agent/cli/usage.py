@@ -166,7 +166,7 @@ def print_rows(header: tuple[str, ...], rows: list[tuple[str, ...]], out: TextIO
     for row in cells:
         table.add_row(*row)
     # Wide enough that no cell is cut: an id shown with an ellipsis could not be typed back.
-    needed = sum(max(map(cell_len, column)) + 2 for column in zip(header, *cells))
+    needed = sum(max(map(cell_len, column)) + 2 for column in zip(header, *cells, strict=True))
     Console(file=out, width=max(100, needed, Console(file=out).width)).print(table)
 
 
