@@ -42,7 +42,30 @@ def pg_database() -> Iterator[str]:
         pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+# Every test runs on SQLite; those whose subject is what the database does (the store's SQL, isolation,
+# concurrency, budgets) are marked `both_stores` and run on PostgreSQL too. The rest would repeat on
+# PostgreSQL what SQLite showed, at twice the suite's time; YAO_AGENT_TEST_ALL_STORES=1 runs them anyway.
+ALL_STORES = os.environ.get("YAO_AGENT_TEST_ALL_STORES") == "1"
+STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store_raw_url" not in metafunc.fixturenames or _parametrizes_store(metafunc):
+        return
+    both = ALL_STORES or metafunc.definition.get_closest_marker("both_stores") is not None
+    metafunc.parametrize("store_raw_url", STORES if both else ["sqlite"], indirect=True)
+
+
+def _parametrizes_store(metafunc: pytest.Metafunc) -> bool:
+    """Whether the test chooses its store itself (`parametrize("store_raw_url", [...], indirect=True)`)."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if "store_raw_url" in (names.replace(" ", "").split(",") if isinstance(names, str) else names):
+            return True
+    return False
+
+
+@pytest.fixture
 def store_raw_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The store URL of one test: a fresh SQLite file, or the session's PostgreSQL database (emptied)."""
     if request.param == "sqlite":

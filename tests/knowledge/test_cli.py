@@ -12,6 +12,8 @@ import pytest
 from tests.support.apps import make_app
 from tests.support.cli import Cli
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 FILES = {
     "app.yml": "roles:\n  default: demo.echo\n",
     "connectors/demo/echo.yml": "type: scripted\nrules:\n  - reply: 'echo: {{ last_user }}'\n",

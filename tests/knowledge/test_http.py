@@ -18,6 +18,8 @@ from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 FACILITIES = pdf(["Facilities", "Parking for Acme staff is on level 2 of the tower, bays 200 to 260."],
                  title="Facilities guide")  # fmt: skip
 OTHERS = {"eve": Identity("eve", "beta"), "eve_admin": Identity("eve", "beta", admin=True)}

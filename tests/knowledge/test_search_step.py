@@ -21,6 +21,8 @@ from yao_agent.store import SqlStore
 from yao_agent.store.schema import steps
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 BOB = Identity("bob", "acme")
 EVE = Identity("eve", "beta")
 LEAVE = b"# Leave\n\n## Annual leave\n\nFull-time staff receive 25 days of paid annual leave per year.\n"

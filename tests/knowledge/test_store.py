@@ -21,6 +21,8 @@ from yao_agent.store import SqlStore, engine, open_engine, store_url
 from yao_agent.store.knowledge import ChunkIn, DocumentRecord, Sight
 from yao_agent.store.tx import Tx
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 ACME = Sight("acme", ())
 BETA = Sight("beta", ())
 APP = Sight("", ("handbook",))  # a caller without a team whom the handbook's access admits

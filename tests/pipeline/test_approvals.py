@@ -21,6 +21,8 @@ from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 BOB = Identity("bob")
 
 

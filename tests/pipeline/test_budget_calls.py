@@ -28,6 +28,8 @@ from yao_agent.store.schema import budget_holds, spend_days, usage_ledger
 from yao_agent.testing import FunctionModel, Reply, ScriptedModel
 from yao_agent.testing.fake_scenarios import RecordedRequest
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 CALL = {"prompt_tokens": 1, "completion_tokens": 29, "total_tokens": 30}  # $0.30
 HELD = "options: {max_tokens: 29}\n"  # what a call may write: its hold covers its cost
 

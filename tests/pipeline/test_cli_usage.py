@@ -24,6 +24,8 @@ from yao_agent.identity import Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 PAST = "2026-01-15"
 PRICED = "pricing: {input_per_mtok: 2.0, output_per_mtok: 8.0}\n"
 FIELDS = {"key", "runs", "input_tokens", "output_tokens", "cost_usd", "unpriced_tokens"}

@@ -27,6 +27,8 @@ from yao_agent.testing import Reply, ScriptedModel, ToolCall
 from yao_agent.tools import ToolManager
 from yao_agent.vocabulary import OnBusy
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 SLOW = Reply(text="s" * 200, chunk_size=2, delay_s=0.02)
 # The store on PostgreSQL only: for the runtime that holds its chats with leases, as servers sharing
 # one database do.

@@ -16,6 +16,8 @@ from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
 from yao_agent.testing import ScriptedModel
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 Chained = Callable[..., Runtime]
 
 

@@ -17,6 +17,8 @@ from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 
 async def assert_valid(tooled_rt: Runtime, fake: ScriptedModel, chat_id: str = "c1") -> None:
     assert stored_problems(await tooled_rt.store.history(ALICE, chat_id)) == []

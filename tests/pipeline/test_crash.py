@@ -8,11 +8,15 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.apps import make_app
 from tests.support.runtimes import app_files, stored
 from yao_agent.identity import Identity
 from yao_agent.service.runs import Runs
 from yao_agent.testing import FakeProvider, Reply
+
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = Identity("local")

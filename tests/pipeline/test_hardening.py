@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, turn
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel
+
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
 
 
 async def test_a_prompt_that_fails_to_render_ends_the_run_naming_its_file_and_line(

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import pytest
+
 from tests.support.runtimes import ALICE, close, end_of, runs_of, stored, turn
 from tests.support.tools import call, in_process, tooled
 from tests.support.waits import reached, wait_until
@@ -18,6 +20,8 @@ from yao_agent.store import SqlStore
 from yao_agent.store.records import Approval, RunRecord, StepRecord
 from yao_agent.store.step_inputs import ToolRound
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
+
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
 
 
 class DiesBeforeItsFlush(SqlStore):

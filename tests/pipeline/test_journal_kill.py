@@ -25,6 +25,8 @@ from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.step_inputs import ToolRound
 from yao_agent.testing import FakeProvider, RecordedRequest, Reply, ToolCall
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = Identity("local")
 

@@ -27,6 +27,8 @@ from yao_agent.store import SqlStore, Store, open_engine, store_url
 from yao_agent.store.schema import chats, messages, rate_events, runs, usage_ledger
 from yao_agent.testing import Reply
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 ALICE = Identity("alice")  # no team: only her user scope
 
 

@@ -33,6 +33,8 @@ from yao_agent.store import SqlStore
 from yao_agent.store.records import Approval, RunRecord, StepRecord
 from yao_agent.testing import RecordedRequest, Reply, ScriptedModel
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 
 class DiesAfter(SqlStore):
     """A store whose process dies right after its `commits`-th journal commit (never, with None)."""

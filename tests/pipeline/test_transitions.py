@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from tests.support.runtimes import ALICE, close, end_of, runs_of, turn
@@ -13,6 +14,8 @@ from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.schema import steps
 from yao_agent.testing import Reply, ScriptedModel
+
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
 
 
 async def transitions(tooled_rt: Runtime, run_id: str) -> list[str | None]:

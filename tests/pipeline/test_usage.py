@@ -26,6 +26,8 @@ from yao_agent.store.quota import Own
 from yao_agent.store.schema import usage_ledger
 from yao_agent.testing import Reply, ScriptedModel
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 PRICED = "pricing: {input_per_mtok: 2.0, output_per_mtok: 8.0}\n"
 
 

@@ -21,6 +21,8 @@ from yao_agent.identity import OPERATOR, Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 # Both bobs hold their team's admin token: they map their team's roles below (a member may not).
 ACME_BOB, GLOBEX_BOB = Identity("bob", "acme", admin=True), Identity("bob", "globex", admin=True)
 ACME_CAROL = Identity("carol", "acme")

@@ -24,6 +24,8 @@ from yao_agent.store import SqlStore
 from yao_agent.store.audit import EVERYONE
 from yao_agent.testing import FakeProvider, Reply
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 ECHO = {"connector": "demo.echo"}
 
 

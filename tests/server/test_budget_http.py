@@ -19,6 +19,8 @@ from tests.support.usage import APRIL_2, run_as, used
 from yao_agent.identity import Identity
 from yao_agent.testing import FakeProvider, Reply
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 UNTIL_MIDNIGHT = 9 * 3600  # at 15:00 UTC, when alice's daily budget resets
 
 

@@ -20,6 +20,8 @@ from yao_agent.store.schema import chat_leases, metadata, runs, usage_ledger
 from yao_agent.store.tx import Tx
 from yao_agent.testing import FakeProvider, Reply
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 ALICE = Identity("alice")
 # A hook that keeps something in the chat's memory, so that deleting the chat has memory to delete.
 HOOK = 'async function Create(ctx, messages) { await ctx.memory.set("seen", messages.length); return null }\n'

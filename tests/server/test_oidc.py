@@ -36,6 +36,8 @@ from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 from yao_agent.testing.fake_idp import FakeIdP, SigningKey
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 BOB = Identity("bob@example.com", "acme")
 RUN = "/api/assistants/chat/runs?stream=false"
 

@@ -23,6 +23,8 @@ from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.schema import chats, rate_events, runs
 from yao_agent.testing import FakeProvider
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 REPO = Path(__file__).resolve().parents[2]
 LIMITS = "{max_turns: 10, timeout_s: 30, requests_per_minute: {team: 5}}"
 MEMBERS = {"bob": Identity("bob", "acme"), "carol": Identity("carol", "acme"), "dave": Identity("dave", "beta")}

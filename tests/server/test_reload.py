@@ -25,6 +25,8 @@ from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ScriptedModel
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 TOOLED = "name: Tooled\nmcp:\n  servers: [testing]\nprompts:\n  - role: system\n    content: You are version {n}.\n"
 
 

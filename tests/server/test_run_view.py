@@ -14,6 +14,8 @@ from tests.support.tools import call, in_process, tooled
 from yao_agent.store import SqlStore
 from yao_agent.testing import Reply, ScriptedModel
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 
 @pytest.fixture
 async def live(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> AsyncIterator[Live]:

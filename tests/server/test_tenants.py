@@ -20,6 +20,8 @@ from tests.support.servers import TENANTS, Live, assert_error, client_for, says
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.testing import FakeProvider, Reply
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 ALICE, BOB, CAROL = TENANTS["alice"], TENANTS["bob"], TENANTS["carol"]
 
 

@@ -24,6 +24,8 @@ from yao_agent.service.tokens import Tokens
 from yao_agent.store.schema import tokens as token_table
 from yao_agent.testing import FakeProvider
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 DAY_S = 86_400
 
 

@@ -22,6 +22,8 @@ from yao_agent.identity import OPERATOR
 from yao_agent.metering.pricing import published
 from yao_agent.testing import FakeProvider
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 MINI = published("openai", "gpt-4o-mini")
 assert MINI is not None
 # USD: pricing 2/8 per Mtok; the mini call's from litellm's map.

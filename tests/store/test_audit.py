@@ -222,6 +222,8 @@ from yao_agent.identity import Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.audit import actor_of
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 async def main(url: str, name: str, count: int) -> None:
     store = SqlStore(await open_engine(store_url(url, __import__("pathlib").Path("."))))
     by = actor_of(Identity(name, "acme", admin=True))

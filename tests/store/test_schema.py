@@ -22,6 +22,8 @@ from yao_agent.store.protocol import RunStore
 from yao_agent.store.schema import metadata, steps
 from yao_agent.store.tx import Sql
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 VERSIONS = Path(__file__).parents[2] / "yao_agent" / "store" / "migrations" / "versions"
 
 

@@ -13,6 +13,8 @@ from yao_agent.store import step_inputs
 from yao_agent.store.step_inputs import Answered, ChildRun, HookCall, ModelCall, ToolRound, Truncated
 from yao_agent.vocabulary import StepType
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 ASKED = [{"role": "user", "content": "hi"}]
 TOOL: dict[str, Any] = {"type": "function", "function": {"name": "t__x", "description": "", "parameters": {}}}
 

@@ -16,6 +16,8 @@ from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.step_inputs import ModelCall
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 
 def produced(run: RunRecord) -> list[ChatMessage]:
     call = ToolCall("call_1", "weather__forecast", '{"city": "Lima"}')

@@ -5,9 +5,13 @@ messages after the last one it covers (CONTRACT §4 item 5, §6)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.stores import ALICE, a_run, finished
 from yao_agent.messages import SUMMARY_HEADING, ChatMessage
 from yao_agent.store import SqlStore
+
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
 
 
 def user(n: int, run_id: str) -> ChatMessage:

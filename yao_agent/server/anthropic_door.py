@@ -87,11 +87,7 @@ def anthropic_error(status: int, kind: str, message: str) -> shapes.AnthropicErr
 
 def answers() -> dict[int | str, dict[str, Any]]:
     """The route's answers for the OpenAPI document: the message (or its stream), errors in Anthropic's shape."""
-    declared = doc.answers(shapes.AnthropicMessageOut, *ERRORS, stream=STREAM)
-    for status, answer in declared.items():
-        if status != 200:
-            answer["model"] = doc.declared(shapes.AnthropicErrorBody)
-    return declared
+    return doc.answers(shapes.AnthropicMessageOut, *ERRORS, stream=STREAM, error=shapes.AnthropicErrorBody)
 
 
 async def _declared_key(_key: str | None = Depends(api_key)) -> None:

@@ -290,7 +290,7 @@ async def unset_role(role: str, request: Request, who: Caller) -> shapes.RoleDel
 
 
 @router.get(
-    "/healthz", tags=["health"], response_model=None, responses={200: {"model": doc.declared(shapes.HealthOut)}}
+    "/healthz", tags=["health"], response_model=None, responses={200: {"content": doc.schema_of(shapes.HealthOut)}}
 )
 async def healthz() -> shapes.HealthOut:
     return {"status": "ok"}

@@ -7,12 +7,18 @@ input is a 400 here, in the error shape) and takes each field's description from
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import itertools
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from fastapi.openapi.utils import get_openapi
-from pydantic import ConfigDict, with_config
+from pydantic import TypeAdapter
 
+from yao_agent import shapes as shapes_module
 from yao_agent.shapes import ErrorBody
 
 Search = Annotated[
@@ -44,25 +50,64 @@ EVENTS = ("`data: <json>` frames, one event each: `stream_start`, `message_start
 CHUNKS = "`data: <json>` frames of `chat.completion.chunk` (or one `{error}`), then `data: [DONE]`"
 
 
-# The fields' docstrings become their descriptions; a shape inside another is read with the outer one's config.
-DESCRIBED = ConfigDict(use_attribute_docstrings=True)
+# The shapes the routes declare. The document's schemas for them are made once per process, when it is first
+# asked for: a `model` in a route's `responses` would make FastAPI build its schema again for every app and
+# route at the app's first request (seconds, for a server that has not answered anyone yet).
+DECLARED: set[type] = set()
 
 
-def declared(shape: type) -> type:
-    """`shape` (a TypedDict of yao_agent/shapes.py) as the document declares it: its fields described."""
-    return with_config(DESCRIBED)(shape)
+def schema_of(shape: type) -> dict[str, Any]:
+    """`shape` (a TypedDict of yao_agent/shapes.py) as a JSON answer of the document: a reference to it."""
+    DECLARED.add(shape)
+    return {"application/json": {"schema": {"$ref": REF.format(model=shape.__name__)}}}
 
 
-def answers(shape: type, *errors: int, stream: str | None = None) -> dict[int | str, dict[str, Any]]:
-    """A route's `responses`: its 200 (JSON, and an event stream when it streams), then its error statuses."""
-    ok: dict[str, Any] = {"model": declared(shape)}
+REF = "#/components/schemas/{model}"
+
+
+def answers(shape: type, *errors: int, stream: str | None = None, error: type = ErrorBody) -> dict[int | str, Any]:
+    """A route's `responses`: its 200 (JSON, and an event stream when it streams), then its error statuses
+    (in `error`'s shape)."""
+    ok: dict[str, Any] = {"description": "Successful Response", "content": schema_of(shape)}
     if stream is not None:
-        ok["content"] = {"text/event-stream": {"schema": {"type": "string", "description": stream}}}
+        ok["content"]["text/event-stream"] = {"schema": {"type": "string", "description": stream}}
     answered: dict[int | str, dict[str, Any]] = {200: ok}
     body_limits = (408,) if 413 in errors else ()  # a route that reads a body may also wait too long for it
     for status in (*errors, *body_limits, 503, 500):
-        answered[status] = {"model": declared(ErrorBody), "description": WHY[status]}
+        answered[status] = {"content": schema_of(error), "description": WHY[status]}
     return answered
+
+
+@functools.cache
+def shape_schemas(shapes: frozenset[type]) -> dict[str, Any]:
+    """The document's schemas of `shapes` and of the shapes inside them, each field described by its
+    docstring (read from the source once: pydantic would read the whole module again for every class)."""
+    adapters = [(shape, "serialization", TypeAdapter(shape)) for shape in sorted(shapes, key=lambda t: t.__name__)]
+    _, found = TypeAdapter.json_schemas(adapters, ref_template=REF)  # pyright: ignore[reportArgumentType]
+    schemas: dict[str, Any] = found.get("$defs", {})
+    for name, schema in schemas.items():
+        for field, described in field_docs().get(name, {}).items():
+            if field in schema.get("properties", {}):
+                schema["properties"][field].setdefault("description", described)
+    return schemas
+
+
+@functools.cache
+def field_docs() -> dict[str, dict[str, str]]:
+    """Each class of yao_agent/shapes.py: its fields' docstrings (the string right after a field)."""
+    tree = ast.parse(inspect.getsource(shapes_module))
+    docs: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            docs[node.name] = dict(_field_docstrings(node.body))
+    return docs
+
+
+def _field_docstrings(body: list[ast.stmt]) -> Iterator[tuple[str, str]]:
+    for field, after in itertools.pairwise(body):
+        if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):  # fmt: skip
+            yield field.target.id, inspect.cleandoc(after.value.value)
 
 
 def install(app: FastAPI) -> None:
@@ -74,7 +119,8 @@ def install(app: FastAPI) -> None:
             for operations in schema.get("paths", {}).values():
                 for operation in operations.values():
                     operation.get("responses", {}).pop("422", None)
-            shapes: dict[str, Any] = schema.get("components", {}).get("schemas", {})
+            shapes: dict[str, Any] = schema.setdefault("components", {}).setdefault("schemas", {})
+            shapes.update(shape_schemas(frozenset(DECLARED)))
             for name in ("HTTPValidationError", "ValidationError"):
                 shapes.pop(name, None)
             for shape in shapes.values():
