@@ -9,7 +9,6 @@ duration is the whole stream's.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import time
@@ -83,12 +82,18 @@ def route_of(scope: Scope) -> str:
     return UNMATCHED
 
 
-@functools.cache
 def _templates(app: FastAPI) -> list[tuple[re.Pattern[str], str]]:
     """Every path template the app serves, those without a parameter first (`/api/chats/search` before
-    `/api/chats/{chat_id}`). The OpenAPI schema lists the API's (FastAPI keeps included routers' routes
-    to itself); the app's own routes and mounts add the rest."""
-    paths = list(app.openapi().get("paths", {}))
+    `/api/chats/{chat_id}`), made at its first request and kept with it. The app lists its routers' (an
+    included router keeps its routes to itself); its own routes and mounts add the rest."""
+    made: list[tuple[re.Pattern[str], str]] | None = getattr(app.state, "route_templates", None)
+    if made is None:
+        made = app.state.route_templates = _made_templates(app)
+    return made
+
+
+def _made_templates(app: FastAPI) -> list[tuple[re.Pattern[str], str]]:
+    paths: list[str] = list(getattr(app.state, "api_paths", []))
     for route in app.router.routes:
         if isinstance(route, Mount):
             paths.append(f"{route.path}/{{path:path}}")

@@ -7,6 +7,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.server import (
@@ -33,6 +34,8 @@ from yao_agent.server.reload import Reloader
 from yao_agent.service.runs import Runs
 
 WEB = Path(__file__).parent / "web"
+ROUTERS = (native.router, operating.router, tokens.router, lifecycle.router, openai_compat.router,
+           responses_door.router, knowledge.router, anthropic_door.router, audit.router, oidc_web.router)  # fmt: skip
 
 
 def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
@@ -48,17 +51,13 @@ def create_app(runs: Runs, settings: ServerSettings | None = None) -> FastAPI:
     app.state.reloader = Reloader(runs)  # (it watches the files only once `serve` starts it)
     app.state.oidc = Verifier(settings.oidc) if settings.oidc is not None else None
     errors.install(app)
-    app.include_router(native.router)
-    app.include_router(operating.router)
-    app.include_router(tokens.router)
-    app.include_router(lifecycle.router)
-    app.include_router(openai_compat.router)
-    app.include_router(responses_door.router)
-    app.include_router(knowledge.router)
-    app.include_router(anthropic_door.router)
-    app.include_router(audit.router)
-    app.include_router(oidc_web.router)
+    for router in ROUTERS:
+        app.include_router(router)
     metrics_route.install(app)
+    # The templates of the routes, for the access log to name a request's route by (routers included in an
+    # app keep theirs to themselves).
+    app.state.api_paths = [r.path for router in (*ROUTERS, metrics_route.router) for r in router.routes
+                           if isinstance(r, Route)]  # fmt: skip
     app.mount("/static", StaticFiles(directory=WEB), name="static")
 
     @app.get("/", include_in_schema=False)
