@@ -456,4 +456,5 @@ async def test_more_than_16_kb_of_a_head_still_coming_is_a_400(
 def test_the_deploying_guide_says_the_server_defaults_as_they_are() -> None:
     defaults: dict[str, Any] = asdict(ServerSettings())
     defaults["cors_origins"] = list(defaults["cors_origins"])  # (a list in YAML)
+    assert defaults.pop("oidc") is None  # sign-in is off unless configured: its block is the sign-in guide's
     assert yaml.safe_load(block("server-defaults")) == {"server": defaults}
