@@ -24,6 +24,9 @@ class Identity:
     # any team's budgets (and sets their ceilings) and makes tokens for anyone. It is not a team admin:
     # `admin` says that, apart. Like `admin`, it is not part of who the caller is.
     operator: bool = field(default=False, compare=False)
+    # How the caller got in: an API token of ours, or a sign-in at the app's identity provider (a JWT or
+    # the page's session). The audit log names the second `oidc`. Not part of who the caller is either.
+    via: Literal["token", "oidc"] = field(default="token", compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.user_id, str) or not _NAME.fullmatch(self.user_id):  # pyright: ignore[reportUnnecessaryIsInstance]

@@ -388,8 +388,8 @@ class BudgetsOut(TypedDict):
 # -- tokens ------------------------------------------------------------------------------------------
 
 
-class TokenOut(TypedDict):
-    """An API token as it is listed: never its secret."""
+class TokenBase(TypedDict):
+    """What a token's listing and its making both say of it: never its secret's hash."""
 
     id: str
     """its public id (for DELETE /api/tokens/{id}); nothing of the secret"""
@@ -403,6 +403,11 @@ class TokenOut(TypedDict):
     """ISO 8601, UTC, as every time below"""
     expires_at: str | None
     """null: it never expires"""
+
+
+class TokenOut(TokenBase):
+    """An API token as it is listed: never its secret."""
+
     last_used_at: str | None
     """noted at most once a minute; null: never used"""
     expired: bool
@@ -413,18 +418,10 @@ class TokensOut(TypedDict):
     """oldest first; revoked tokens are not listed"""
 
 
-class TokenMadeOut(TypedDict):
+class TokenMadeOut(TokenBase):
     """A token just made. `token` is its secret, shown this once: only its hash is stored."""
 
-    id: str
     token: str
-    user_id: str
-    team_id: str | None
-    kind: Literal["member", "admin", "operator"]
-    admin: bool
-    label: str
-    created_at: str
-    expires_at: str | None
 
 
 class TokenRevokedOut(TypedDict):

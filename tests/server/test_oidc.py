@@ -44,7 +44,8 @@ RUN = "/api/assistants/chat/runs?stream=false"
 
 def oidc_yaml(issuer: str) -> str:
     return (f"server:\n  oidc:\n    issuer: {issuer}\n    audience: yao-api\n    client_id: yao-web\n"
-            "    admin: {claim: roles, value: yao-admin}\n")  # fmt: skip
+            "    admin: {claim: roles, value: yao-admin}\n"
+            "    operator: {claim: roles, value: yao-operator}\n")  # fmt: skip
 
 
 @dataclass
@@ -267,6 +268,29 @@ async def test_a_write_with_the_cookie_needs_the_csrf_token(served: Served) -> N
         assert "sign in again" in assert_error(await replayed.get("/api/chats"), 401)["message"]
 
 
+async def test_an_operator_signs_in_sees_every_team_and_is_audited_as_signed_in(served: Served, idp: FakeIdP) -> None:
+    for who, team in (("bob@example.com", "acme"), ("eve@example.com", "beta")):
+        async with served.client(idp.mint(email=who, org=team)) as member:
+            await chat_of(served, member)
+    async with served.client(idp.mint(email="mia@example.com", org="acme", roles="yao-operator")) as bearer:
+        assert [r["key"] for r in (await bearer.get("/api/usage?by=team")).json()["rows"]] == ["acme", "beta"]
+    idp.signs_in = {"email": "olga@example.com", "roles": ["staff", "yao-operator"]}
+    async with signed_in(served) as (browser, session):
+        assert (session["user_id"], session["team_id"], session["operator"]) == ("olga@example.com", None, True)
+        report = (await browser.get("/api/usage", params={"by": "team"})).json()
+        assert [(r["key"], r["runs"]) for r in report["rows"]] == [("acme", 1), ("beta", 1)]
+        made = await browser.post("/api/tokens", json={"user": "dan", "team": "beta", "admin": True},
+                                  headers={"X-CSRF-Token": session["csrf"]})  # fmt: skip
+        assert made.status_code == 200 and made.json()["kind"] == "admin", made.text
+        audit = (await browser.get("/api/audit", params={"action": "token"})).json()["rows"]
+    assert [(r["action"], r["actor"]) for r in audit] == [
+        ("token.create", {"user_id": "olga@example.com", "team_id": None, "kind": "oidc"})]  # fmt: skip
+    idp.signs_in = {"email": "bob@example.com", "org": "acme", "roles": "yao-admin"}  # a team admin: one team
+    async with signed_in(served) as (browser, session):
+        assert (session["admin"], session["operator"]) == (True, False)
+        assert_error(await browser.get("/api/usage", params={"by": "team"}), 403)
+
+
 async def test_a_callback_this_browser_did_not_start_is_refused(served: Served, idp: FakeIdP) -> None:
     async with served.client(follow_redirects=False) as browser:
         started = await browser.get("/auth/login")
@@ -324,7 +348,8 @@ async def test_the_page_signs_in_through_the_provider_and_chats(
     ("oidc", "field"),
     [("{issuer: https://id.example.com, audience: a, client_id: c, client_secret: s3cret}", "client_secret"),
      ("{issuer: id.example.com, audience: a, client_id: c}", "issuer"),
-     ("{issuer: https://id.example.com, client_id: c}", "audience")],
+     ("{issuer: https://id.example.com, client_id: c}", "audience"),
+     ("{issuer: https://id.example.com, audience: a, client_id: c, operator: {claim: roles}}", "value")],
 )  # fmt: skip
 def test_server_oidc_is_checked_where_it_is_written(tmp_path: Path, oidc: str, field: str) -> None:
     root = make_app(tmp_path / "app", {"app.yml": f"history_size: 5\nserver:\n  oidc: {oidc}\n"})

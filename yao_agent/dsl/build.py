@@ -33,7 +33,7 @@ from .specs import (
     McpServerSpec,
     McpSettings,
     McpUse,
-    OidcAdmin,
+    OidcRole,
     OidcSettings,
     OutputSpec,
     PerScope,
@@ -106,6 +106,7 @@ def _oidc(doc: Document, data: Data) -> OidcSettings:
     where = ("server", "oidc", "client_secret")
     secret = _env(doc, where, data["client_secret"], secret=True) if "client_secret" in data else None
     admin = cast(Data | None, data.get("admin", {}))
+    operator = cast(Data | None, data.get("operator"))
     return OidcSettings(
         issuer=str(data["issuer"]).rstrip("/"),
         audience=data["audience"],
@@ -113,7 +114,8 @@ def _oidc(doc: Document, data: Data) -> OidcSettings:
         client_secret=secret,
         user_claim=data.get("user_claim", "email"),
         team_claim=data.get("team_claim", "org"),
-        admin=OidcAdmin(**admin) if admin is not None else None,
+        admin=OidcRole(**admin) if admin is not None else None,
+        operator=OidcRole(**operator) if operator is not None else None,
         session_hours=float(data.get("session_hours", 8)),
     )
 

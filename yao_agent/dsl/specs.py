@@ -74,8 +74,9 @@ class Budgets:
 
 
 @dataclass(frozen=True, slots=True)
-class OidcAdmin:
-    """Who is a team admin: a caller whose `claim` holds `value` (or a list of them that includes it)."""
+class OidcRole:
+    """Who has a role (team admin, operator): a caller whose `claim` holds `value` (or a list of them that
+    includes it)."""
 
     claim: str = "roles"
     value: str = "yao-admin"
@@ -91,7 +92,8 @@ class OidcSettings:
     client_secret: EnvValue | None = None  # a confidential client's secret: only ever `$ENV.NAME`
     user_claim: str = "email"
     team_claim: str | None = "org"  # None: callers have no team
-    admin: OidcAdmin | None = OidcAdmin()
+    admin: OidcRole | None = OidcRole()
+    operator: OidcRole | None = None  # nobody is the operator by a sign-in unless this says who
     session_hours: float = 8.0  # how long the page's sign-in lasts
 
 

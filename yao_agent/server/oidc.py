@@ -12,7 +12,7 @@ naming a key not seen yet makes the set be fetched again — that is how a rotat
 most once per `REFETCH_S`, so a flood of made-up key ids cannot turn the server against the provider.
 
 Claims become an `Identity` as configured: the user from `user_claim`, the team from `team_claim`, team
-admin when the `admin.claim` holds `admin.value`.
+admin when the `admin.claim` holds `admin.value`, the operator likewise by `operator` (nobody unless set).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, cast
 import httpx
 import jwt
 
-from yao_agent.dsl.specs import OidcSettings
+from yao_agent.dsl.specs import OidcRole, OidcSettings
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Identity
 from yao_agent.server.errors import IssuerUnavailable, Unauthorized
@@ -159,10 +159,9 @@ class Verifier:
             raise Unauthorized(f"the token has no {s.user_claim} claim naming the user")
         if team is not None and not isinstance(team, str):
             raise Unauthorized(f"the token's {s.team_claim} claim does not name one team")
-        held = claims.get(s.admin.claim) if s.admin else None
-        admin = s.admin is not None and (held == s.admin.value or (isinstance(held, list) and s.admin.value in held))
         try:
-            return Identity(user, team or None, admin=admin)
+            return Identity(user, team or None, admin=_holds(claims, s.admin), operator=_holds(claims, s.operator),
+                            via="oidc")  # fmt: skip
         except PermissionDenied as exc:
             raise Unauthorized(f"the token's claims do not name a usable caller: {exc}") from None
 
@@ -248,6 +247,14 @@ class Verifier:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _holds(claims: Mapping[str, Any], role: OidcRole | None) -> bool:
+    """Whether the claims give the role: its claim is its value, or a list holding it."""
+    if role is None:
+        return False
+    held = claims.get(role.claim)
+    return held == role.value or (isinstance(held, list) and role.value in cast(list[Any], held))
 
 
 def _usable_keys(jwks: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:

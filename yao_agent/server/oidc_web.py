@@ -101,7 +101,7 @@ async def session_state(request: Request) -> JSONResponse:
         if session is not None:
             who = session.identity
             body |= {"signed_in": True, "user_id": who.user_id, "team_id": who.team_id, "admin": who.admin,
-                     "csrf": session.csrf}  # fmt: skip
+                     "operator": who.operator, "csrf": session.csrf}  # fmt: skip
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
 

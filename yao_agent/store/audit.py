@@ -71,9 +71,8 @@ DEPLOYMENT = Actor("operator")
 def actor_of(caller: Identity | Operator) -> Actor:
     """Who a change is by, from the caller the change was asked by: the one place this is decided.
 
-    The CLI's `Operator` is `cli`; a token's identity is its kind: `admin` or `member`, or `operator`
-    for an operator token's. Kinds added by other ways in are named in `_kind`: a person signed in by
-    OIDC is `oidc` there once the identity carries how it was signed in.
+    The CLI's `Operator` is `cli`; someone signed in at the identity provider is `oidc`; a token's
+    identity is its kind: `admin` or `member`, or `operator` for an operator token's.
     """
     if isinstance(caller, Operator):
         return CLI
@@ -81,7 +80,8 @@ def actor_of(caller: Identity | Operator) -> Actor:
 
 
 def _kind(identity: Identity) -> ActorKind:
-    # An OIDC sign-in is told apart here too, by what its identity says of how it signed in: "oidc".
+    if identity.via == "oidc":
+        return "oidc"
     if identity.operator:
         return "operator"
     return "admin" if identity.admin else "member"

@@ -191,6 +191,7 @@ web_sessions = Table(
     Column("user_id", String(128), nullable=False),
     Column("team_id", String(128), nullable=False, server_default=""),
     Column("admin", Boolean, nullable=False, server_default=false()),
+    Column("operator", Boolean, nullable=False, server_default=false()),
     Column("csrf", String(64), nullable=False),
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),

@@ -16,9 +16,13 @@ from yao_agent.store.tx import Sql, Tx
 
 INSERT_SESSION = Sql(web_sessions.insert())
 SELECT_SESSION = Sql(
-    select(web_sessions.c.user_id, web_sessions.c.team_id, web_sessions.c.admin, web_sessions.c.csrf).where(
-        web_sessions.c.hash == bindparam("hash"), web_sessions.c.expires_at > bindparam("now")
-    )
+    select(
+        web_sessions.c.user_id,
+        web_sessions.c.team_id,
+        web_sessions.c.admin,
+        web_sessions.c.operator,
+        web_sessions.c.csrf,
+    ).where(web_sessions.c.hash == bindparam("hash"), web_sessions.c.expires_at > bindparam("now"))
 )
 DELETE_SESSION = Sql(delete(web_sessions).where(web_sessions.c.hash == bindparam("hash")))
 DELETE_EXPIRED = Sql(delete(web_sessions).where(web_sessions.c.expires_at <= bindparam("now")))
@@ -46,7 +50,8 @@ class SessionStore:
         """A new session for `identity` (ended ones are swept meanwhile): its id, for the cookie, and it."""
         session_id, csrf, now = secrets.token_urlsafe(32), secrets.token_urlsafe(24), self.clock()
         values = {"hash": session_hash(session_id), "user_id": identity.user_id, "team_id": identity.team_id or "",
-                  "admin": identity.admin, "csrf": csrf, "created_at": now, "expires_at": now + lifetime_s}  # fmt: skip
+                  "admin": identity.admin, "operator": identity.operator, "csrf": csrf, "created_at": now,
+                  "expires_at": now + lifetime_s}  # fmt: skip
 
         def write(tx: Tx) -> None:
             tx.execute(DELETE_EXPIRED, {"now": now})
@@ -61,8 +66,9 @@ class SessionStore:
         found = await self.db.read_tx(lambda tx: tx.tuples(SELECT_SESSION, params))
         if not found:
             return None
-        user_id, team_id, admin, csrf = found[0]
-        return WebSession(Identity(user_id, team_id or None, admin=bool(admin)), csrf)
+        user_id, team_id, admin, operator, csrf = found[0]
+        who = Identity(user_id, team_id or None, admin=bool(admin), operator=bool(operator), via="oidc")
+        return WebSession(who, csrf)
 
     async def end_session(self, session_id: str) -> bool:
         params = {"hash": session_hash(session_id)}

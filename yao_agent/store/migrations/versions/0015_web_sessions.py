@@ -23,6 +23,7 @@ def upgrade() -> None:
         sa.Column("user_id", sa.String(128), nullable=False),
         sa.Column("team_id", sa.String(128), nullable=False, server_default=""),
         sa.Column("admin", sa.Boolean, nullable=False, server_default=sa.false()),
+        sa.Column("operator", sa.Boolean, nullable=False, server_default=sa.false()),
         sa.Column("csrf", sa.String(64), nullable=False),
         sa.Column("created_at", sa.Float, nullable=False),
         sa.Column("expires_at", sa.Float, nullable=False),
