@@ -16,6 +16,7 @@ from anthropic.types import MessageParam, TextBlockParam, ToolParam, ToolResultB
 from tests.support.mcp_server import server as testing_server
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, running, server_files
+from tests.support.tools import weather_call
 from yao_agent.identity import Identity
 from yao_agent.pipeline import Runtime
 from yao_agent.store import SqlStore
@@ -51,10 +52,6 @@ async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> Async
 
 def client_of(live: Live) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(base_url=live.url, api_key=live.tokens["alice"], max_retries=0)
-
-
-def weather_call(call_id: str = "call_w1", city: str = "Paris") -> ToolCall:
-    return ToolCall("get_weather", json.dumps({"city": city}), id=call_id)
 
 
 def result(call_id: str, content: str | list[TextBlockParam], is_error: bool = False) -> ToolResultBlockParam:

@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 from tests.support.mcp_server import server as testing_server
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, openai_client, running, server_files
+from tests.support.tools import weather_call
 from yao_agent.identity import Identity
 from yao_agent.ids import RandomIds
 from yao_agent.pipeline import Runtime
@@ -56,10 +57,6 @@ def tooled_runtime(root: Path, store: SqlStore, provider: FakeProvider, **option
 async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
     async with running(tooled_runtime(tmp_path / "app", store, provider)) as served:
         yield served
-
-
-def weather_call(call_id: str = "call_w1", city: str = "Paris") -> ToolCall:
-    return ToolCall("get_weather", json.dumps({"city": city}), id=call_id)
 
 
 def sent_tools(body: dict[str, Any]) -> list[str]:

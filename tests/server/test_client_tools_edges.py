@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.approvals import APPROVE, counted, events_of, payer_runtime, tally
 from tests.support.servers import Live, running
+from tests.support.tools import weather_call
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore
 from yao_agent.store.approvals import NO_CLIENT_RESULT
@@ -33,10 +34,6 @@ async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> Async
     """`payer` (its `tally` needs a person's approval, its `add` nobody's) and `chat` (no tools of its own)."""
     async with running(payer_runtime(tmp_path / "app", store, provider)) as served:
         yield served
-
-
-def weather_call(call_id: str = "call_w1") -> ToolCall:
-    return ToolCall("get_weather", json.dumps({"city": "Paris"}), id=call_id)
 
 
 def completion(messages: list[dict[str, Any]], model: str = "payer", **extra: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, openai_client, running, server_files
+from tests.support.tools import weather_call
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ToolCall
@@ -42,10 +43,6 @@ set_tracing_disabled(True)  # the Agents SDK would send its traces to OpenAI
 async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> AsyncIterator[Live]:
     async with running(make_runtime(tmp_path / "app", store, server_files(provider.base_url))) as served:
         yield served
-
-
-def weather_call(call_id: str = "call_w1", city: str = "Paris") -> ToolCall:
-    return ToolCall("get_weather", json.dumps({"city": city}), id=call_id)
 
 
 def results_sent(body: dict[str, Any]) -> dict[str, str]:

@@ -45,3 +45,8 @@ def in_process(runtime: Runtime) -> Runtime:
 
 def call(name: str, arguments: object, call_id: str) -> ToolCall:
     return ToolCall(name, arguments if isinstance(arguments, str) else json.dumps(arguments), id=call_id)
+
+
+def weather_call(call_id: str = "call_w1", city: str = "Paris") -> ToolCall:
+    """The model calling the client's `get_weather` tool (the client-tools tests' own tool)."""
+    return ToolCall("get_weather", json.dumps({"city": city}), id=call_id)
