@@ -25,6 +25,8 @@ from yao_agent.store.quota import Own
 from yao_agent.store.schema import audit
 from yao_agent.store.tx import Tx
 
+pytestmark = pytest.mark.both_stores  # what it tests is what the database does
+
 ADMIN = Identity("ada", "acme", admin=True)
 BETA_ADMIN = Identity("bea", "beta", admin=True)
 ALL_TIME = (0.0, 1e12)
@@ -221,8 +223,6 @@ import asyncio, sys
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.audit import actor_of
-
-pytestmark = pytest.mark.both_stores  # what it tests is what the database does
 
 async def main(url: str, name: str, count: int) -> None:
     store = SqlStore(await open_engine(store_url(url, __import__("pathlib").Path("."))))
