@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -28,6 +30,7 @@ print("ATTEMPTS", attempts)
 """
 
 
+@pytest.mark.slow
 def test_import_opens_no_socket() -> None:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}  # no LITELLM_* set: the package must set them
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120)

@@ -13,10 +13,12 @@ from contextlib import closing
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.docs import REPO, block
 
 
+@pytest.mark.slow
 def test_the_openai_client_example_runs_against_the_example_app(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "YAO_AGENT_DB": f"sqlite:///{tmp_path / 'agent.db'}"}
     run = [sys.executable, "-m", "yao_agent.cli", "--app", str(REPO)]

@@ -26,6 +26,7 @@ def plain(html: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_the_site_builds_strictly_with_the_reference_generated_from_the_code(tmp_path: Path) -> None:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],

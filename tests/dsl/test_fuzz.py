@@ -215,6 +215,7 @@ def mutated_file(draw: st.DrawFn) -> tuple[str, bytes]:
     return rel, data
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=200)
 @given(mutated_file())
 def test_mutated_text_gives_located_problems_never_a_crash(app_root: Path, change: tuple[str, bytes]) -> None:
@@ -320,6 +321,7 @@ def _related(problem_path: str, path: YamlPath) -> bool:
     return _inside(problem_path, path) or problem_path in {label(path[:n]) for n in range(len(path))}
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.sampled_from(TARGETS), OTHER_VALUES)
 def test_a_value_of_another_type_is_reported_at_its_path(
@@ -424,6 +426,7 @@ def _documents(kind: str) -> st.SearchStrategy[tuple[str, Any]]:
 RANDOM_DOCUMENTS = st.one_of([_documents(kind) for kind in sorted(TARGET_FILE)])
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=100)
 @given(RANDOM_DOCUMENTS, st.sampled_from([False, True, None]))
 def test_random_documents_are_checked_never_a_crash(

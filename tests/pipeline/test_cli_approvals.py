@@ -157,6 +157,7 @@ def test_the_hinted_command_decides_as_the_same_person(
     assert "tool: denied: not approved · denied by bob" in history.splitlines()
 
 
+@pytest.mark.slow
 def test_a_repl_without_a_terminal_does_not_ask_and_says_how_to_decide(
     cli: Cli, threaded_provider: FakeProvider, ledger: Path
 ) -> None:
@@ -212,6 +213,7 @@ def test_the_repl_asks_for_each_call_then_continues_the_run(
     assert (tmp_path / ".yao-agent_history").read_text().splitlines() == ["pay twice"]  # not the answers
 
 
+@pytest.mark.slow
 def test_the_repl_asks_again_when_the_continuation_waits_again(
     repl: Terminal, cli: Cli, threaded_provider: FakeProvider, ledger: Path
 ) -> None:
@@ -236,6 +238,7 @@ def test_the_repl_asks_again_when_the_continuation_waits_again(
     assert "tool: counted second · approved by local" in history
 
 
+@pytest.mark.slow
 def test_ctrl_d_at_a_question_decides_nothing_and_the_calls_still_wait(
     repl: Terminal, cli: Cli, threaded_provider: FakeProvider, ledger: Path
 ) -> None:

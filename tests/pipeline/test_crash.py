@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 LOCAL = Identity("local")
 
 
+@pytest.mark.slow
 async def test_sigkill_mid_stream_then_recover_and_resume(tmp_path: Path, store_raw_url: str) -> None:
     async with FakeProvider() as provider:
         app = make_app(tmp_path / "app", app_files(provider.base_url), base={})

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -136,6 +137,7 @@ async def play(root: Path, steps: list[tuple[str, list[object], int | None]]) ->
         await store.aclose()
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(actions, min_size=1, max_size=6))
 def test_no_fault_ever_leaves_an_invalid_chat(steps: list[tuple[str, list[object], int | None]]) -> None:

@@ -62,6 +62,7 @@ def each_call_answered_once(messages: list[ChatMessage]) -> bool:
     return len(calls) == len(set(calls)) and all(answers[c] == 1 for c in calls) and sum(answers.values()) == len(calls)
 
 
+@pytest.mark.slow
 async def test_sigkill_mid_round_then_resume_runs_each_tool_once(tmp_path: Path, store_raw_url: str) -> None:
     tally, hold = tmp_path / "tally", tmp_path / "hold"
     async with FakeProvider() as provider:
@@ -158,6 +159,7 @@ async def token_for(app: Path, db: str) -> str:
 ROUND = int(os.environ.get("YAO_AGENT_REPEAT_ROUND") or 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [3 * ROUND + 1, 3 * ROUND + 2, 3 * ROUND + 3])
 async def test_sigkill_of_serve_at_a_random_point_then_resume_runs_each_tool_once(
     tmp_path: Path, store_raw_url: str, seed: int
@@ -246,6 +248,7 @@ def endless(record: RecordedRequest) -> Reply:
     return Reply(tool_calls=(tally_call(Path(ledger), f"x{results}", f"c{results}"),), chunk_size=4, delay_s=0.01)
 
 
+@pytest.mark.slow
 async def test_sigkill_mid_tool_loop_then_resume_keeps_the_turn_budget(tmp_path: Path, store_raw_url: str) -> None:
     """max_turns 5: whole, the run makes 5 model calls and 5 executions, then ends `max_turns`. Killed
     after its third execution and resumed, it makes no more than that (and the one step in flight)."""

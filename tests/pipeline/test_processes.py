@@ -285,6 +285,7 @@ async def test_a_run_of_a_killed_process_becomes_resumable_without_anyone_taking
         await runs.aclose()
 
 
+@pytest.mark.slow
 async def test_an_append_reaches_the_run_in_another_process(
     tmp_path: Path, pg_url: str, provider: FakeProvider
 ) -> None:

@@ -141,6 +141,7 @@ def test_several_workers_on_sqlite_are_refused_with_a_clear_error(tmp_path: Path
     assert "Traceback" not in done.stderr and done.stdout == ""
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 async def test_two_workers_share_the_port_the_chats_and_the_metrics(
     tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]
@@ -171,6 +172,7 @@ async def test_two_workers_share_the_port_the_chats_and_the_metrics(
         assert await asyncio.wait_for(supervisor.wait(), 30) == 0, said(tmp_path / "serve.err")
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 async def test_a_worker_killed_mid_run_is_replaced_and_its_run_is_resumable(
     tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]
@@ -210,6 +212,7 @@ async def test_a_worker_killed_mid_run_is_replaced_and_its_run_is_resumable(
         assert await asyncio.wait_for(supervisor.wait(), 30) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 async def test_sigterm_drains_every_worker_the_runs_in_flight_finish(
     tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]
@@ -246,6 +249,7 @@ async def test_sigterm_drains_every_worker_the_runs_in_flight_finish(
     assert [s for s, _, _ in await stored_runs(store)] == ["completed"]  # the refused run left nothing
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 async def test_workers_converge_on_an_edited_app_and_keep_the_last_good_one(
     tmp_path: Path, provider: FakeProvider, pg_store: tuple[str, SqlStore]

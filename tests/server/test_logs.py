@@ -66,6 +66,7 @@ def of_run(lines: list[dict[str, Any]], start: dict[str, Any]) -> list[dict[str,
     return [line for line in lines if line.get("run_id") == start["run_id"]]
 
 
+@pytest.mark.slow
 async def test_json_log_lines_carry_ids_access_hooks_and_no_secret(tmp_path: Path) -> None:
     async with FakeProvider() as provider:
         app = make_app(tmp_path / "app", files(provider.base_url), base={})
@@ -121,6 +122,7 @@ async def test_json_log_lines_carry_ids_access_hooks_and_no_secret(tmp_path: Pat
     assert "run_id" not in access[1]  # a request's line is not one of its run's
 
 
+@pytest.mark.slow
 async def test_text_log_is_plain_lines_with_one_access_line_a_request(tmp_path: Path) -> None:
     app = make_app(tmp_path / "app", files("http://127.0.0.1:9/v1"), base={})
     err = tmp_path / "stderr.log"
@@ -168,6 +170,7 @@ def test_json_formatter_keeps_safe_extras_and_redacts_messages_extras_and_traceb
     assert logs.current_format() == "text"  # undone: logging is left as it was found
 
 
+@pytest.mark.slow
 async def test_every_line_is_json_also_the_banner_and_a_drain_past_a_client_that_never_reads(tmp_path: Path) -> None:
     """The banner on stdout was a plain line; a drain that cancelled the stream of a client that stopped
     reading logged a traceback. Every line of both streams is a JSON object, and no traceback is written."""

@@ -260,6 +260,7 @@ async def test_the_metrics_token_when_it_is_set(live: Live, monkeypatch: pytest.
         assert good.status_code == 200 and "yao_runs_total" in good.text
 
 
+@pytest.mark.slow
 async def test_two_server_processes_sharing_a_multiprocess_dir_scrape_as_one(
     store_raw_url: str, tmp_path: Path, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -150,6 +150,7 @@ async def test_runs_through_nginx_are_spread_over_both_servers(cluster: Cluster,
     assert {r.trace_id for r in runs} == {trace_id}  # each run joined the caller's trace
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ["native", "openai"])
 async def test_a_stream_through_nginx_arrives_event_by_event(cluster: Cluster, nginx: Nginx, route: str) -> None:
     """Each of 20 deltas, one every 0.1 s, carries the moment the model sent it: each reaches the client at
@@ -338,6 +339,7 @@ async def killed_mid_stream(alice: httpx.AsyncClient, cluster: Cluster, store: S
 # --- a rolling restart ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_rolling_restart_behind_nginx_loses_no_stream_and_refuses_no_request(
     cluster: Cluster, nginx: Nginx, store: SqlStore
 ) -> None:

@@ -35,6 +35,7 @@ async def count(store: SqlStore, table: Table) -> int:
     return int(await store.db.read_tx(lambda tx: tx.scalar(select(func.count()).select_from(table))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("servers", [1, 2], ids=["one-server", "two-servers"])
 async def test_concurrent_runs_of_a_team_on_servers_sharing_a_database_admit_no_more_than_its_limit(
     store_raw_url: str, tmp_path: Path, provider: FakeProvider, servers: int

@@ -227,6 +227,7 @@ def test_the_version_is_the_same_for_the_same_files_and_changes_with_a_hook(tmp_
     assert load_app(root).version != first
 
 
+@pytest.mark.slow
 async def test_yao_agent_serve_holds_a_broken_hook_back_until_it_is_fixed(
     tmp_path: Path, store: SqlStore, store_raw_url: str
 ) -> None:

@@ -271,6 +271,7 @@ def tightened(document: dict[str, Any], chat: str) -> dict[str, Any]:
     return tight
 
 
+@pytest.mark.slow
 def test_every_operation_of_the_openapi_document(served: Served) -> None:
     seeded(served)
     document = httpx.get(served.url + "/openapi.json", timeout=30).json()
@@ -446,6 +447,7 @@ def shots(chat: str) -> st.SearchStrategy[Shot]:
     return st.sampled_from([as_json] * 7 + [cut, other_type, raw]).flatmap(lambda strategy: strategy)
 
 
+@pytest.mark.slow
 def test_random_bodies_at_the_run_endpoints(served: Served) -> None:
     seeded(served)
     auth = {"Authorization": f"Bearer {served.tokens['alice']}"}

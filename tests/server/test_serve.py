@@ -50,6 +50,7 @@ async def serve_process(app: Path, port: int, *options: str) -> asyncio.subproce
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slow_store", [False, True], ids=["at-once", "store-busy-for-a-while"])
 async def test_serve_shuts_down_gracefully_storing_the_run_in_flight_past_the_drain(
     tmp_path: Path, slow_store: bool

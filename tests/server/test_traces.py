@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
@@ -106,6 +107,7 @@ def of_trace(spans: list[Span], trace_id: str) -> list[Span]:
     return sorted((s for s in spans if s.trace_id.hex() == trace_id), key=lambda s: s.start_time_unix_nano)
 
 
+@pytest.mark.slow
 async def test_a_tool_run_is_one_trace_of_model_and_tool_spans(tmp_path: Path) -> None:
     usage = {"prompt_tokens": 30, "completion_tokens": 4, "total_tokens": 34}
     with receiver() as (endpoint, spans):
@@ -157,6 +159,7 @@ def _other(spans: list[Span]) -> set[str]:
     return {runs[-1].trace_id.hex()} - {CALLER_TRACE}
 
 
+@pytest.mark.slow
 async def test_a_failed_model_call_is_an_error_span(tmp_path: Path) -> None:
     with receiver() as (endpoint, spans):
         async with FakeProvider() as provider:
