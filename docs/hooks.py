@@ -51,6 +51,7 @@ FILES = (
     ("connector", "connectors/<path>.yml"),
     ("mcp", "mcps/<id>.yml"),
     ("knowledge", "knowledge/<path>.yml"),
+    ("eval", "evals/<path>.yml"),
 )
 TYPE_NAMES = {"object": "mapping", "array": "list"}
 

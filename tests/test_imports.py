@@ -111,7 +111,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("connectors", "hooks", "tools", "store", "metering"),  # what a run uses
     ("pipeline", "knowledge"),  # one run, stage by stage; documents cut into chunks and searched
     ("observe",),  # told of runs by the pipeline's observer seam, never imported by it
-    ("service",),  # the one way in: runs, chats, tenancy
+    ("service", "evals"),  # the one way in: runs, chats, tenancy; eval cases run through it
     ("server", "cli", "testing"),  # the doors, and the doubles tests give the doors
 )
 

@@ -28,9 +28,10 @@ LANGUAGES = {"yaml", "bash", "python", "js", "json", "text"}  # text: what a com
 RUN_BY_NAME = {"python-api", "openai-client", "scripted-model", "server-defaults"}
 NOT_RUN = 5  # blocks that say why they cannot run here; a new one is a decision, so this count changes with it
 APP_FILE = re.compile(
-    r"# (?P<path>(app\.yml|assistants/[\w./-]+/assistant\.yml|connectors/[\w./-]+\.yml|mcps/[\w.-]+\.yml))\n"
+    r"# (?P<path>(app\.yml|assistants/[\w./-]+/assistant\.yml|connectors/[\w./-]+\.yml|mcps/[\w.-]+\.yml"
+    r"|evals/[\w./-]+\.yml))\n"
 )
-KINDS = {"app": "app", "assistants": "assistant", "connectors": "connector", "mcps": "mcp"}
+KINDS = {"app": "app", "assistants": "assistant", "connectors": "connector", "mcps": "mcp", "evals": "eval"}
 
 
 def of(lang: str) -> list[Block]:

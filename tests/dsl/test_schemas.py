@@ -32,6 +32,7 @@ EXAMPLES: dict[str, list[Path]] = {
     "connector": sorted((REPO / "connectors").rglob("*.yml")),
     "mcp": sorted((REPO / "mcps").glob("*.yml")),
     "knowledge": sorted((REPO / "knowledge").rglob("*.yml")),
+    "eval": sorted((REPO / "evals").rglob("*.yml")),
 }
 
 YamlPath = tuple[str | int, ...]

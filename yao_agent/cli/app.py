@@ -77,4 +77,4 @@ def add_commands(cmds: Commands) -> None:
     )
     cmds.command("assistants", cmd_assistants, "list the app's assistants")
     p = cmds.command("schema", cmd_schema, "print the JSON Schema of one kind of file")
-    p.add_argument("kind", choices=["app", "assistant", "connector", "mcp", "knowledge"])
+    p.add_argument("kind", choices=["app", "assistant", "connector", "mcp", "knowledge", "eval"])

@@ -16,7 +16,7 @@ YAML_SUFFIXES = (".yml", ".yaml")
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    kind: str  # app | assistant | connector | mcp | knowledge
+    kind: str  # app | assistant | connector | mcp | knowledge | eval
     id: str
     path: Path
     rel: str  # as shown to the author: relative to the app root, with '/'
@@ -37,6 +37,7 @@ def discover(root: Path) -> Discovery:
     _assistants(root, out)
     _mcps(root, out)
     _knowledge(root, out)
+    _evals(root, out)
     return out
 
 
@@ -177,7 +178,11 @@ def _mcps(root: Path, out: Discovery) -> None:
 def _knowledge(root: Path, out: Discovery) -> None:
     """`knowledge/<path>.yml`, id `<path>` with '/' → '.'. Other files there (a collection's sources,
     often kept beside it) are not app files."""
-    top = root / "knowledge"
+    _yaml_tree(root, out, "knowledge", root / "knowledge")
+
+
+def _yaml_tree(root: Path, out: Discovery, kind: str, top: Path) -> None:
+    """Every YAML file under `top` is one of `kind`, its id its path there with '/' → '.'."""
     ids: dict[str, Found] = {}
     for folder, files in _walk(root, top, out):
         for name in files:
@@ -185,6 +190,11 @@ def _knowledge(root: Path, out: Discovery) -> None:
             if path.suffix not in YAML_SUFFIXES:
                 continue
             parts = [*path.relative_to(top).parent.parts, path.stem]
-            collection_id = _check_id(root, path, parts, out)
-            if collection_id is not None:
-                _add(out, ids, Found("knowledge", collection_id, path, _rel(root, path)))
+            found_id = _check_id(root, path, parts, out)
+            if found_id is not None:
+                _add(out, ids, Found(kind, found_id, path, _rel(root, path)))
+
+
+def _evals(root: Path, out: Discovery) -> None:
+    """`evals/<path>.yml`, id `<path>` with '/' → '.'; other files there are not app files."""
+    _yaml_tree(root, out, "eval", root / "evals")

@@ -15,7 +15,7 @@ from typing import cast
 from yao_agent.base.files import NotRegular, TooLarge, read_regular
 from yao_agent.errors import Problem, SpecError, UsageError
 
-from . import build, checks, knowledge, refs
+from . import build, checks, evals, knowledge, refs
 from .discover import Found, discover
 from .schema import coerce_integers, load_schema, validate
 from .source import Document, decode, parse
@@ -157,6 +157,7 @@ def _known(docs: dict[Found, Document]) -> refs.Known:
         mcps=frozenset(f.id for f in docs if f.kind == "mcp"),
         roles=frozenset(roles),
         knowledge=frozenset(f.id for f in docs if f.kind == "knowledge"),
+        assistants=frozenset(f.id for f in docs if f.kind == "assistant"),
         local=local,
         local_in_roles={role: named for role, chain in roles.items() if (named := _local_in(chain, local))},
     )
@@ -182,6 +183,8 @@ def _cross_references(root: Path, docs: dict[Found, Document], hooks: dict[Path,
             problems += knowledge.check_search(doc, known)
         elif item.kind == "knowledge":
             problems += knowledge.check_collection(doc, root, known)
+        elif item.kind == "eval":
+            problems += evals.check_eval(doc, known)
     problems += refs.check_mcp_prefixes({f.id: f.rel for f in docs if f.kind == "mcp"})
     return problems
 
@@ -189,7 +192,8 @@ def _cross_references(root: Path, docs: dict[Found, Document], hooks: dict[Path,
 def _build(root: Path, docs: dict[Found, Document], warnings: list[Problem]) -> App:
     """Typed specs of an app whose every file is valid."""
     app_doc = next((d for f, d in docs.items() if f.kind == "app"), None)
-    by_kind: dict[str, dict[str, Document]] = {"connector": {}, "assistant": {}, "mcp": {}, "knowledge": {}}
+    by_kind: dict[str, dict[str, Document]] = {"connector": {}, "assistant": {}, "mcp": {}, "knowledge": {},
+                                               "eval": {}}  # fmt: skip
     for item, doc in docs.items():
         if item.kind in by_kind:
             by_kind[item.kind][item.id] = doc
@@ -203,5 +207,6 @@ def _build(root: Path, docs: dict[Found, Document], warnings: list[Problem]) -> 
             k: knowledge.build_collection(k, d, build.build_access(d.value.get("access")))
             for k, d in sorted(by_kind["knowledge"].items())
         },
+        evals={k: evals.build_eval(k, d) for k, d in sorted(by_kind["eval"].items())},
         warnings=tuple(warnings),
     )

@@ -63,6 +63,7 @@ class Known:
     mcps: frozenset[str]
     roles: frozenset[str]
     knowledge: frozenset[str] = frozenset()
+    assistants: frozenset[str] = frozenset()
     local: frozenset[str] = frozenset()  # the `type: local` connectors: they embed, and cannot chat
     local_in_roles: Mapping[str, str] = field(default_factory=dict[str, str])  # role → a local connector it names
 

@@ -21,7 +21,7 @@ from typing import Any, cast
 from .source import Path
 
 Schema = Mapping[str, Any]
-KINDS = ("app", "assistant", "connector", "mcp", "knowledge")
+KINDS = ("app", "assistant", "connector", "mcp", "knowledge", "eval")
 SUPPORTED_KEYWORDS = frozenset(
     {
         "$schema", "$id", "$ref", "$defs", "title", "description", "default", "examples",
@@ -34,7 +34,7 @@ SUPPORTED_KEYWORDS = frozenset(
 
 @cache
 def load_schema(kind: str) -> Schema:
-    """The shipped JSON Schema of one file kind (`app`, `assistant`, `connector`, `mcp`, `knowledge`)."""
+    """The shipped JSON Schema of one file kind (`app`, `assistant`, `connector`, `mcp`, `knowledge`, `eval`)."""
     if kind not in KINDS:
         raise KeyError(kind)
     text = resources.files("yao_agent.dsl").joinpath("schemas", f"{kind}.json").read_text("utf-8")

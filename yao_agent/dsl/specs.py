@@ -388,6 +388,30 @@ class McpServerSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class EvalCase:
+    """One case of an eval file: the conversation it sends, and what the answer must show (each expectation
+    a one-key mapping as written: `{"contains": "30 days"}`)."""
+
+    name: str
+    messages: tuple[Mapping[str, Any], ...]
+    expect: tuple[Mapping[str, Any], ...]
+    line: int  # where it is written, for the report to point at
+
+
+@dataclass(frozen=True, slots=True)
+class EvalSpec:
+    """`evals/<path>.yml` (CONTRACT §9.4): cases an assistant must pass."""
+
+    id: str
+    file: str
+    assistant: str
+    cases: tuple[EvalCase, ...]
+    judge_with: str | None = None
+    repeat: int = 1
+    concurrency: int = 4
+
+
+@dataclass(frozen=True, slots=True)
 class App:
     """A loaded, fully validated app."""
 
@@ -397,6 +421,7 @@ class App:
     connectors: Mapping[str, ConnectorSpec]
     mcps: Mapping[str, McpServerSpec]
     knowledge: Mapping[str, CollectionSpec] = field(default_factory=dict[str, CollectionSpec])
+    evals: Mapping[str, EvalSpec] = field(default_factory=dict[str, EvalSpec])
     warnings: tuple[Problem, ...] = ()
     version: str = ""  # a short hash of the files it was loaded from (YAML and hooks): what a run ran with
 
