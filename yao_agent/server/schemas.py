@@ -8,6 +8,7 @@ input is a 400 here, in the error shape) and takes each field's description from
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import inspect
 import itertools
@@ -54,15 +55,13 @@ CHUNKS = "`data: <json>` frames of `chat.completion.chunk` (or one `{error}`), t
 # asked for: a `model` in a route's `responses` would make FastAPI build its schema again for every app and
 # route at the app's first request (seconds, for a server that has not answered anyone yet).
 DECLARED: set[type] = set()
+REF = "#/components/schemas/{model}"
 
 
 def schema_of(shape: type) -> dict[str, Any]:
     """`shape` (a TypedDict of yao_agent/shapes.py) as a JSON answer of the document: a reference to it."""
     DECLARED.add(shape)
     return {"application/json": {"schema": {"$ref": REF.format(model=shape.__name__)}}}
-
-
-REF = "#/components/schemas/{model}"
 
 
 def answers(shape: type, *errors: int, stream: str | None = None, error: type = ErrorBody) -> dict[int | str, Any]:
@@ -120,7 +119,7 @@ def install(app: FastAPI) -> None:
                 for operation in operations.values():
                     operation.get("responses", {}).pop("422", None)
             shapes: dict[str, Any] = schema.setdefault("components", {}).setdefault("schemas", {})
-            shapes.update(shape_schemas(frozenset(DECLARED)))
+            shapes.update(copy.deepcopy(shape_schemas(frozenset(DECLARED))))  # (each app's own: it is edited below)
             for name in ("HTTPValidationError", "ValidationError"):
                 shapes.pop(name, None)
             for shape in shapes.values():
