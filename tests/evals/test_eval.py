@@ -103,6 +103,30 @@ def test_a_case_that_fails_names_the_expectation_and_what_was_seen_and_exits_1(
     assert refund["cost_usd"] == 0.00612 and refund["runs"][0]["status"] == "completed"
 
 
+def test_a_run_refused_before_it_starts_fails_its_case_and_the_others_still_run(
+    tmp_path: Path, threaded_provider: FakeProvider
+) -> None:
+    cases = """\
+assistant: private
+concurrency: 1
+cases:
+  - {name: refused, input: hi, expect: [{contains: hi}]}
+"""
+    app = app_with(tmp_path, threaded_provider.base_url, cases)
+    (app / "evals/chat.yml").write_text(
+        "assistant: chat\ncases: [{name: answered, input: hi, expect: [{contains: hi}]}]\n"
+    )
+    (app / "assistants/private").mkdir()
+    (app / "assistants/private/assistant.yml").write_text("name: Private\naccess: {teams: [acme]}\n")
+    threaded_provider.enqueue(Reply(text="hi there"))
+    code, out = cli(app, "--db", f"sqlite:///{tmp_path / 'eval.db'}", "eval")
+    assert code == 1, out
+    rows = out.splitlines()
+    assert rows[0].startswith("PASS  evals/chat.yml:2  answered  $?  ")  # (fake.model has no price)
+    assert rows[1].startswith("FAIL  evals/support.yml:4  refused")
+    assert rows[2].startswith("      ✗ the run completes: it was refused: ") and "private" in rows[2], out
+
+
 def test_a_tool_call_is_checked_with_its_arguments_and_a_run_that_fails_fails_its_case(
     tmp_path: Path, threaded_provider: FakeProvider
 ) -> None:

@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.dsl.specs import EvalCase, EvalSpec
+from yao_agent.errors import YaoAgentError
 from yao_agent.evals.expect import Judge, Observed, ToolCall, Verdict, check, name_of
 from yao_agent.identity import Identity
 from yao_agent.pipeline.handle import RunResult
 from yao_agent.pipeline.state import RunRequest
 
-Runner = Callable[[RunRequest], Any]  # Runs.run: a request → (awaitable) RunResult
+Runner = Callable[[RunRequest], Awaitable[RunResult]]  # Runs.run
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,11 @@ async def _case(
     for attempt in range(1, spec.repeat + 1):
         request = RunRequest(spec.assistant, identity, list(case.messages), metadata={"eval": f"{spec.id}/{case.name}"})
         started = clock()
-        result: RunResult = await run(request)
+        try:
+            result = await run(request)
+        except YaoAgentError as exc:  # refused before it ran (access, a budget): this case fails, the rest go on
+            failures.append(Failure("the run completes", f"it was refused: {exc}", attempt))
+            continue
         seen = observe(result, (clock() - started) * 1000)
         observed.append(seen)
         if seen.status != "completed":
