@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,20 @@ def test_a_template_is_bounded_and_its_failures_say_where(template: str, said: s
         render(template, {"now": datetime.now(UTC)}, "assistants/x/assistant.yml:4")
     assert str(caught.value).startswith("assistants/x/assistant.yml:4 template failed to render")
     assert said in str(caught.value)
+
+
+class Descheduled:
+    """A value whose rendering waits without using the CPU, as a thread does on a busy machine."""
+
+    def __str__(self) -> str:
+        time.sleep(0.06)
+        return "ok"
+
+
+def test_a_template_waiting_for_its_turn_on_a_busy_machine_is_not_over_its_budget() -> None:
+    """The budget is of CPU time: 0.18 s spent waiting (not computing) is not a loop gone wrong."""
+    rendered = render("{% for i in range(3) %}{{ slow }} {% endfor %}", {"slow": Descheduled()}, "app.yml:3")
+    assert rendered == "ok ok ok "
 
 
 async def test_the_sqlite_store_is_readable_by_its_owner_alone(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 and bounded.
 
 A template renders on the event loop, before every model call, so it gets a time budget
-(`RENDER_BUDGET_S`) and a size budget (`MAX_RENDERED` characters): `range` checks the clock as it
+(`RENDER_BUDGET_S` of CPU time) and a size budget (`MAX_RENDERED` characters): `range` checks it as it
 counts, the rendered text is checked as it is produced, and the operators and filters that can make
 a huge value from a small one (`*`, `**`, `center`, `replace`, ...) refuse to. Whatever goes wrong
 while rendering — a Jinja error, a division by zero, a budget — is a `RenderError` naming the file and
@@ -28,6 +28,9 @@ from yao_agent.errors import RenderError
 PROMPT_VARIABLES = frozenset({"assistant", "user_id", "team_id", "chat_id", "locale", "now", "metadata"})
 SCRIPT_VARIABLES = frozenset({"last_user", "last_message", "messages", "match", "tool_results", "now"})
 RENDER_BUDGET_S = 0.1  # a prompt renders in microseconds; this is a loop gone wrong
+# The budget is of the rendering thread's CPU time, not of the clock: a loop gone wrong spends CPU, and a
+# busy server, which makes a thread wait for its turn, must not fail a prompt that took microseconds.
+_cpu_time = time.thread_time
 MAX_RENDERED = 1_000_000  # characters of one rendered template (or of one value made inside it)
 MAX_RANGE = 100_000  # items of one range (Jinja's sandbox limit)
 MAX_POWER_BITS = 10_000
@@ -38,7 +41,7 @@ _deadline: contextvars.ContextVar[float] = contextvars.ContextVar("yao_agent_ren
 
 def _check_clock() -> None:
     deadline = _deadline.get()
-    if deadline and time.perf_counter() > deadline:
+    if deadline and _cpu_time() > deadline:
         raise TemplateRuntimeError(f"the template took longer than {RENDER_BUDGET_S:g} s to render")
 
 
@@ -182,7 +185,7 @@ def render(source: str, variables: Mapping[str, Any], origin: str = "") -> str:
     `origin` ("file:line") says where the template is written, for the error."""
     if "{" not in source:
         return source
-    token = _deadline.set(time.perf_counter() + RENDER_BUDGET_S)
+    token = _deadline.set(_cpu_time() + RENDER_BUDGET_S)
     try:
         return _produce(_compiled(source), variables)
     except Exception as exc:  # a template can fail in any way its expressions can
