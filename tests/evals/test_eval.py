@@ -178,6 +178,17 @@ def test_a_broken_eval_file_is_refused_where_it_is_written(tmp_path: Path, writt
     assert cli(app, "eval")[0] == 2  # nothing runs
 
 
+def test_an_eval_named_that_the_app_does_not_have_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = app_with(tmp_path, "http://127.0.0.1:9", "assistant: chat\ncases: [{name: a, input: hi}]\n")
+    outside = tmp_path / "elsewhere.yml"
+    outside.write_text("assistant: chat\n")
+    for given in ("nope", str(outside), str(app / "evals" / "missing.yml")):
+        assert cli(app, "eval", given) == (2, ""), given
+        assert f"no eval {given!r} in the app (known: support)" in capsys.readouterr().err
+
+
 def test_the_example_apps_evals_pass_offline_with_the_weather_servers_tool(tmp_path: Path) -> None:
     code, out = cli(REPO, "--db", f"sqlite:///{tmp_path / 'eval.db'}", "eval", "evals/weather.yml")
     assert code == 0, out

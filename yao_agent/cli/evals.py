@@ -62,14 +62,23 @@ def chosen_evals(known: Mapping[str, EvalSpec], root: Path, files: list[str]) ->
     by_file = {spec.file: spec for spec in known.values()}
     chosen: list[EvalSpec] = []
     for given in files:
-        path = Path(given)
-        rel = (path.resolve().relative_to(root.resolve()).as_posix() if path.is_absolute() or path.exists()
-               else given)  # fmt: skip
-        spec = known.get(given) or by_file.get(rel)
+        spec = known.get(given) or by_file.get(_in_app(root, given))
         if spec is None:
             raise UsageError(f"no eval {given!r} in the app (known: {', '.join(sorted(known))})")
         chosen.append(spec)
     return chosen
+
+
+def _in_app(root: Path, given: str) -> str:
+    """A file named on the command line as the app names it (`evals/support.yml`): a path that exists is
+    taken from where the command runs, anything else as written."""
+    path = Path(given)
+    if not path.exists():
+        return given
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:  # a file outside the app: no eval of it
+        return given
 
 
 def add_commands(cmds: Commands) -> None:
