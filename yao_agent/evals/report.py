@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 from xml.etree import ElementTree
 
@@ -13,7 +13,7 @@ def money(cost: float | None) -> str:
     return "$?" if cost is None else f"${cost:.4f}"
 
 
-def print_table(results: Sequence[CaseResult], out: TextIO, printable: Any = str) -> None:
+def print_table(results: Sequence[CaseResult], out: TextIO, printable: Callable[[str], str] = str) -> None:
     """`PASS  evals/support.yml:7  refund policy  $0.0012  340 ms`, each failure and judge's reason below."""
     for r in results:
         where = f"{r.file}:{r.line}"

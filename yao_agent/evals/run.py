@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,9 @@ from yao_agent.dsl.specs import EvalCase, EvalSpec
 from yao_agent.errors import YaoAgentError
 from yao_agent.evals.expect import Judge, Observed, ToolCall, Verdict, check, name_of
 from yao_agent.identity import Identity
+from yao_agent.messages import text_of
 from yao_agent.pipeline.handle import RunResult
+from yao_agent.pipeline.search import last_user_text
 from yao_agent.pipeline.state import RunRequest
 
 Runner = Callable[[RunRequest], Awaitable[RunResult]]  # Runs.run
@@ -73,7 +75,7 @@ async def _case(
     failures: list[Failure] = []
     observed: list[Observed] = []
     judged: list[Verdict] = []
-    question = _question(case.messages)
+    question = last_user_text(case.messages)
     for attempt in range(1, spec.repeat + 1):
         request = RunRequest(spec.assistant, identity, list(case.messages), metadata={"eval": f"{spec.id}/{case.name}"})
         started = clock()
@@ -99,8 +101,8 @@ async def _case(
 
 def observe(result: RunResult, latency_ms: float) -> Observed:
     """What a case's run showed: its last assistant text, every tool call it made, its cost."""
-    answer = next((m["content"] for m in reversed(result.messages)
-                   if m["role"] == "assistant" and isinstance(m["content"], str) and m["content"]), "")  # fmt: skip
+    answers = (text_of(m["content"]) for m in reversed(result.messages) if m["role"] == "assistant")
+    answer = next((text for text in answers if text), "")
     calls = [ToolCall(c["name"], _parsed(c["arguments"])) for m in result.messages for c in m.get("tool_calls", [])]
     message = as_mapping(result.error).get("message")
     error = message if isinstance(message, str) else None
@@ -113,7 +115,3 @@ def _parsed(arguments: str) -> Any:
         return json.loads(arguments)
     except ValueError:
         return arguments
-
-
-def _question(messages: Sequence[Mapping[str, Any]]) -> str:
-    return next((str(m.get("content", "")) for m in reversed(messages) if m.get("role") == "user"), "")
