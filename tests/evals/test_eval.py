@@ -103,6 +103,17 @@ def test_a_case_that_fails_names_the_expectation_and_what_was_seen_and_exits_1(
     assert refund["cost_usd"] == 0.00612 and refund["runs"][0]["status"] == "completed"
 
 
+def test_a_junit_file_that_cannot_be_written_says_so_after_the_report(
+    tmp_path: Path, threaded_provider: FakeProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = app_with(tmp_path, threaded_provider.base_url, "assistant: chat\ncases: [{name: a, input: hi}]\n")
+    threaded_provider.enqueue(Reply(text="hello"))
+    nowhere = tmp_path / "no-such-folder" / "junit.xml"
+    code, out = cli(app, "--db", f"sqlite:///{tmp_path / 'eval.db'}", "eval", "--junit", str(nowhere))
+    assert code == 2 and out.splitlines()[-1].startswith("1 cases: 1 passed"), out
+    assert f"error: --junit {nowhere}: cannot write it (No such file or directory)" in capsys.readouterr().err
+
+
 def test_a_run_refused_before_it_starts_fails_its_case_and_the_others_still_run(
     tmp_path: Path, threaded_provider: FakeProvider
 ) -> None:

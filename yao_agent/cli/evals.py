@@ -25,12 +25,15 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from yao_agent.evals.report import as_json, junit, print_table
 
     results = run_async(_run(args))
-    if args.junit:
-        Path(args.junit).write_bytes(junit(results))
     if args.json:
         print(json.dumps(as_json(results), ensure_ascii=False), file=out)
     else:
         print_table(results, out, printable)
+    if args.junit:  # after the report: a path that cannot be written loses nothing of it
+        try:
+            Path(args.junit).write_bytes(junit(results))
+        except OSError as exc:
+            raise UsageError(f"--junit {args.junit}: cannot write it ({exc.strerror or exc})") from None
     return Exit.OK if all(r.passed for r in results) else Exit.FAILED
 
 
