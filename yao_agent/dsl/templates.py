@@ -185,9 +185,13 @@ def render(source: str, variables: Mapping[str, Any], origin: str = "") -> str:
     `origin` ("file:line") says where the template is written, for the error."""
     if "{" not in source:
         return source
+    try:
+        template = _compiled(source)  # once per template: compiling (slow under a tracer) is not rendering
+    except Exception as exc:
+        raise RenderError(_failure(exc, origin)) from None
     token = _deadline.set(_cpu_time() + RENDER_BUDGET_S)
     try:
-        return _produce(_compiled(source), variables)
+        return _produce(template, variables)
     except Exception as exc:  # a template can fail in any way its expressions can
         raise RenderError(_failure(exc, origin)) from None
     finally:
