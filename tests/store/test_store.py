@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.stores import ALICE, a_run, finished
-from yao_agent.errors import NotFound
-from yao_agent.identity import Identity
+from yao_agent.errors import NotFound, PermissionDenied
+from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage, Role, ToolCall
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord, StepRecord
@@ -155,3 +155,33 @@ async def test_a_run_left_running_by_a_dead_process_becomes_resumable(store: Sql
     assert [(s.type, s.status, s.error) for s in point.steps] == [("llm", "interrupted", {"message": why})]
     chat = await store.check_chat(ALICE, "c1")
     assert chat is not None and chat.last_status == "interrupted"
+
+
+async def test_a_replay_reads_completed_turns_with_the_chat_before_them_and_the_servers_last_listing(
+    store: SqlStore,
+) -> None:
+    first, second, third = a_run(1), a_run(2), a_run(3, chat_id="c2")
+    await store.start_run(ALICE, first, [ChatMessage("m1", "user", "weather in Lima?", run_id=first.id)])
+    await store.finish_run(ALICE, finished(first), produced(first), [])
+    await store.start_run(ALICE, second, [ChatMessage("m5", "user", "and Oslo?", run_id=second.id)])
+    await store.finish_run(ALICE, finished(second), [ChatMessage("m6", "assistant", "cold", run_id=second.id)], [])
+    await store.start_run(ALICE, third, [ChatMessage("m7", "user", "hi", run_id=third.id)])  # still running
+
+    with pytest.raises(PermissionDenied):
+        await store.stored_turns(ALICE)  # type: ignore[arg-type]  # a tenant's identity reaches no one's turns
+    turns = await store.stored_turns(OPERATOR, team="acme")
+    assert [t.run.id for t in turns] == ["r2", "r1"]  # completed ones only, the newest first
+    assert [m.id for m in turns[0].before] == ["m1", "m2", "m3", "m4"] and [m.id for m in turns[0].turn] == ["m5", "m6"]
+    assert turns[1].before == [] and [m.id for m in turns[1].turn] == ["m1", "m2", "m3", "m4"]
+    assert await store.stored_turns(OPERATOR, team="other") == []
+    assert [t.run.id for t in await store.stored_turns(OPERATOR, since=101.5, limit=5)] == ["r2"]
+    assert [t.run.id for t in await store.stored_turns(OPERATOR, assistant="a", limit=1)] == ["r2"]
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    await store.save_tool_catalog("weather", [{"tool": "forecast", "description": "old", "parameters": {}}])
+    await store.save_tool_catalog(
+        "weather", [{"tool": "forecast", "description": "The forecast", "parameters": schema}]
+    )
+    assert await store.tool_catalogs() == {
+        "weather": [{"tool": "forecast", "description": "The forecast", "parameters": schema}]
+    }  # the last listing wins

@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     started = time.monotonic()  # `chat` and `resume` say how long the user waited since then
     stream = out or sys.stdout
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(evals.spelled(sys.argv[1:] if argv is None else argv))
     args.started = started
     try:
         return int(args.func(args, stream))

@@ -8,7 +8,9 @@ Its answer is read leniently (a fence, words around the JSON) but never guessed:
 from __future__ import annotations
 
 import json
+import random
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from yao_agent.base.jsonvalue import as_mapping
@@ -17,6 +19,7 @@ from yao_agent.connectors.assemble import Assembled
 from yao_agent.connectors.request import CallOptions
 from yao_agent.connectors.resolve import resolve_connectors
 from yao_agent.evals.expect import Judge, Verdict
+from yao_agent.evals.replay import Compare, Preference
 from yao_agent.identity import Identity
 from yao_agent.metering.usage import call_usage
 from yao_agent.pipeline.runtime import Runtime
@@ -25,6 +28,10 @@ PROMPT = (
     "You grade an assistant's answer against a rubric. Reply with one JSON object and nothing else: "
     '{"pass": true or false, "reason": "<one sentence>"}. Pass only if the answer meets the whole rubric.'
 )
+PAIRWISE = (
+    "You compare two answers an assistant gave to the same conversation. Reply with one JSON object and nothing "
+    'else: {"better": "A" or "B" or "same", "reason": "<one sentence>"}. Say "same" when neither is better.'
+)
 OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
@@ -32,37 +39,75 @@ def judge_for(rt: Runtime, ref: str, identity: Identity) -> Judge:
     """A judge calling through `ref` as `identity` (whose role settings pick the connector)."""
 
     async def grade(rubric: str, question: str, answer: str) -> Verdict:
-        found = await resolve_connectors(ref, rt.app, identity, rt.store, rt.environ)
         asked = f"Rubric: {rubric}\n\nThe user asked:\n{question}\n\nThe assistant answered:\n{answer}"
-        request = ModelRequest(messages=[{"role": "system", "content": PROMPT}, {"role": "user", "content": asked}],
-                               options=CallOptions(temperature=0))  # fmt: skip
-        got, answering = Assembled(), found.connectors[0] if found.connectors else None
         try:
-            async for event in stream_call(found.connectors, request, engines=rt.engines, policy=rt.retry,
-                                           sleep=rt.sleep, environ=rt.environ, cooldowns=rt.cooldowns):  # fmt: skip
-                if isinstance(event, Fallback):
-                    answering = next((c for c in found.connectors if c.id == event.to_connector), answering)
-                elif not isinstance(event, FailedTry):
-                    got.add(event)
+            text, cost = await ask(rt, ref, identity, PROMPT, asked)
         except Exception as exc:
             return Verdict(False, f"the judge failed: {exc}")
-        used = call_usage(got.usage, answering)
-        return read_verdict("".join(got.text), used.get("cost_usd") if used else None)
+        return read_verdict(text, cost)
 
     return grade
 
 
+def pairwise_for(rt: Runtime, ref: str, identity: Identity, rng: random.Random) -> Compare:
+    """A judge of which of two answers is better, through `ref`. The new answer is shown first or second at
+    random (`rng`), so a judge that leans to the first answer it reads favours neither side."""
+
+    async def compare(question: str, old: str, new: str) -> Preference:
+        new_first = rng.random() < 0.5
+        first, second = (new, old) if new_first else (old, new)
+        asked = f"The user asked:\n{question}\n\nAnswer A:\n{first}\n\nAnswer B:\n{second}"
+        try:
+            text, cost = await ask(rt, ref, identity, PAIRWISE, asked)
+        except Exception as exc:
+            return Preference(None, f"the judge failed: {exc}")
+        said = answer_object(text)
+        better = said.get("better")
+        if better not in ("A", "B", "same"):
+            return Preference(None, f"the judge gave no verdict: {quoted(text)}", cost)
+        reason = str(said.get("reason") or "")
+        if better == "same":
+            return Preference("same", reason, cost)
+        return Preference("new" if (better == "A") == new_first else "old", reason, cost)
+
+    return compare
+
+
+async def ask(rt: Runtime, ref: str, identity: Identity, system: str, asked: str) -> tuple[str, float | None]:
+    """One call of the judge through `ref` (its fallbacks too): what it wrote, and what it cost."""
+    found = await resolve_connectors(ref, rt.app, identity, rt.store, rt.environ)
+    request = ModelRequest(messages=[{"role": "system", "content": system}, {"role": "user", "content": asked}],
+                           options=CallOptions(temperature=0))  # fmt: skip
+    got, answering = Assembled(), found.connectors[0] if found.connectors else None
+    async for event in stream_call(found.connectors, request, engines=rt.engines, policy=rt.retry, sleep=rt.sleep,
+                                   environ=rt.environ, cooldowns=rt.cooldowns):  # fmt: skip
+        if isinstance(event, Fallback):
+            answering = next((c for c in found.connectors if c.id == event.to_connector), answering)
+        elif not isinstance(event, FailedTry):
+            got.add(event)
+    used = call_usage(got.usage, answering)
+    return "".join(got.text), used.get("cost_usd") if used else None
+
+
 def read_verdict(text: str, cost: float | None) -> Verdict:
     """The judge's answer as a verdict: its `pass` and `reason`, or a failure quoting what it wrote."""
-    found = OBJECT.search(text)
-    value: Any = None
-    if found is not None:
-        try:
-            value = json.loads(found.group(0))
-        except json.JSONDecodeError:
-            value = None
-    said = as_mapping(value)
+    said = answer_object(text)
     passed = said.get("pass")
     if not isinstance(passed, bool):
-        return Verdict(False, f"the judge gave no verdict: {' '.join(text.split())[:80]!r}", cost)
+        return Verdict(False, f"the judge gave no verdict: {quoted(text)}", cost)
     return Verdict(passed, str(said.get("reason") or ""), cost, {"judge": dict(said)})
+
+
+def answer_object(text: str) -> Mapping[str, Any]:
+    """The JSON object a judge wrote, read leniently (a fence, words around it); empty when there is none."""
+    found = OBJECT.search(text)
+    if found is None:
+        return {}
+    try:
+        return as_mapping(json.loads(found.group(0)))
+    except json.JSONDecodeError:
+        return {}
+
+
+def quoted(text: str) -> str:
+    return repr(" ".join(text.split())[:80])

@@ -13,7 +13,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,8 @@ from yao_agent.identity import Identity
 from yao_agent.ids import IdSource, RandomIds
 from yao_agent.knowledge.library import Library
 from yao_agent.store import SqlStore, Store, open_engine, store_url
-from yao_agent.tools import ToolManager
+from yao_agent.tools import ToolManager, Tools, ToolSpec
+from yao_agent.tools.catalog import stored
 
 Sleep = Callable[[float], Awaitable[None]]
 # A run whose process is on another host is presumed dead when its heartbeat is this old.
@@ -70,6 +71,15 @@ def owner_is_dead(owner: str, heartbeat_at: float, now: float | None = None) -> 
     return (now if now is not None else time.time()) - heartbeat_at > STALE_AFTER_S
 
 
+def tool_manager(app: App, environ: Mapping[str, str] | None, store: Store) -> ToolManager:
+    """The MCP servers of `app`; what each offers, when listed, is kept in `store` for replays."""
+
+    async def keep(server_id: str, tools: Sequence[ToolSpec]) -> None:
+        await store.save_tool_catalog(server_id, [stored(t) for t in tools])
+
+    return ToolManager(app.mcps, root=app.root, environ=environ, on_listed=keep)
+
+
 @dataclass(eq=False)  # one bundle per process (or test): compared, and hashed, by identity
 class Runtime:
     app: App
@@ -77,7 +87,7 @@ class Runtime:
     engines: Engines = field(default_factory=Engines)
     hooks: HookRunner = field(default_factory=HookRunner)
     # The MCP tool manager; by default one for the app's `mcps/` servers (built in __post_init__).
-    tools: ToolManager = field(default=None)  # pyright: ignore[reportAssignmentType]
+    tools: Tools = field(default=None)  # pyright: ignore[reportAssignmentType]
     clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
     sleep: Sleep = asyncio.sleep
@@ -94,7 +104,7 @@ class Runtime:
         if self.cooldowns is None:  # pyright: ignore[reportUnnecessaryComparison]
             self.cooldowns = Cooldowns(self.monotonic)
         if self.tools is None:  # pyright: ignore[reportUnnecessaryComparison]
-            self.tools = ToolManager(self.app.mcps, root=self.app.root, environ=self.environ)
+            self.tools = tool_manager(self.app, self.environ, self.store)
         if self.knowledge is None:  # pyright: ignore[reportUnnecessaryComparison]
             self.knowledge = Library(self.app, self.store, self.engines, self.store, ids=self.ids, clock=self.clock,
                                      environ=self.environ)  # fmt: skip

@@ -28,10 +28,10 @@ from yao_agent.messages import parse_input
 from yao_agent.observe import metrics
 from yao_agent.pipeline.admission import Admission
 from yao_agent.pipeline.handle import RunHandle
-from yao_agent.pipeline.runtime import Runtime, owner_is_dead
+from yao_agent.pipeline.runtime import Runtime, owner_is_dead, tool_manager
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.leases import TTL_S, Lease, lease_for
-from yao_agent.tools import ToolManager
+from yao_agent.tools import Tools
 
 log = logging.getLogger("yao_agent.service.process")
 
@@ -137,13 +137,13 @@ class Process:
         old = self.rt
         tools = old.tools
         if app.mcps != old.app.mcps:
-            tools = ToolManager(app.mcps, root=app.root, environ=old.environ)
+            tools = tool_manager(app, old.environ, old.store)
             self._retire(old.tools, [h.task for h in self.active.values()])
         # The knowledge service is made again for the new app: its collections may have changed.
         self.rt = replace(old, app=app, tools=tools, knowledge=None)
         self.loaded_at = time.time()
 
-    def _retire(self, tools: ToolManager, users: list[asyncio.Task[None]]) -> None:
+    def _retire(self, tools: Tools, users: list[asyncio.Task[None]]) -> None:
         async def close_when_unused() -> None:
             if users:
                 await asyncio.wait(users)

@@ -131,7 +131,8 @@ def _owner(identity: Identity) -> dict[str, str]:
     return {"user_id": identity.user_id, "team_id": team_of(identity)}
 
 
-def _run(row: Any) -> RunRecord:
+def run_record(row: Any) -> RunRecord:
+    """A `runs` row as its record."""
     return RunRecord(
         id=row.id, chat_id=row.chat_id, user_id=row.user_id, team_id=row.team_id or None,
         assistant_id=row.assistant_id, trace_id=row.trace_id, owner=row.owner, started_at=row.started_at,
@@ -308,7 +309,7 @@ class ChatStore:
         """The chat's runs, newest first."""
         identity = _require(identity)
         params = {"chat_id": chat_id, **_owner(identity), "limit": limit}
-        return [_run(row) for row in await self.db.read_tx(lambda tx: tx.all(RUNS_OF, params))]
+        return [run_record(row) for row in await self.db.read_tx(lambda tx: tx.all(RUNS_OF, params))]
 
     async def latest_run(self, identity: Identity, chat_id: str) -> RunRecord | None:
         found = await self.runs_of(identity, chat_id, limit=1)
@@ -323,7 +324,7 @@ class ChatStore:
             row = tx.first(ONE_RUN, params)
             if row is None:
                 return None
-            return RunView(_run(row), tuple(_step(r) for r in tx.all(STEPS_OF_RUN, {"run_id": run_id})))
+            return RunView(run_record(row), tuple(_step(r) for r in tx.all(STEPS_OF_RUN, {"run_id": run_id})))
 
         return await self.db.read_tx(work)
 

@@ -20,6 +20,8 @@ typed by the narrowest face it needs, so what it may reach is written down:
   reload. Every change the other faces make is written with its audit row, in its transaction, by
   whom `by` names (the CLI's when not named: the store's own callers are trusted, the CLI among them).
 - `WebSessions`, the web page's sign-ins through the identity provider (server/oidc_web.py).
+- `Replays`, what each MCP server offered when last listed (the tool manager keeps it) and the stored
+  turns an operator replays on a changed app (evals/replay.py).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from yao_agent.store.records import (
     RunView,
     StepRecord,
 )
+from yao_agent.store.replay import StoredTurn
 from yao_agent.store.sessions import WebSession
 from yao_agent.store.tokens import Issued, TokenOwner, TokenRecord, TokenSight
 
@@ -236,5 +239,18 @@ class WebSessions(Protocol):
     async def end_session(self, session_id: str) -> bool: ...
 
 
-class Store(RunStore, ChatQueries, TenancyStore, OperatorStore, KnowledgeFace, AuditFace, WebSessions, Protocol):
+class Replays(Protocol):
+    async def save_tool_catalog(self, server_id: str, tools: Sequence[Mapping[str, Any]]) -> None: ...
+
+    async def tool_catalogs(self) -> dict[str, list[dict[str, Any]]]: ...
+
+    async def stored_turns(
+        self, operator: Operator, *, assistant: str | None = ..., team: str | None = ...,
+        since: float | None = ..., limit: int = ...,
+    ) -> list[StoredTurn]: ...  # fmt: skip
+
+
+class Store(
+    RunStore, ChatQueries, TenancyStore, OperatorStore, KnowledgeFace, AuditFace, WebSessions, Replays, Protocol
+):
     """Everything a store is for: what `Runtime.store` holds (`SqlStore` is one)."""

@@ -356,3 +356,14 @@ audit_head = Table(
     Column("hash", String(64), nullable=False),
     info={"outlives_chats": True},
 )
+
+# What each MCP server offered when it was last listed (tools/manager.py): its tools' names, descriptions and
+# argument schemas. A replay (evals/replay.py) offers a model these without starting the server.
+tool_catalogs = Table(
+    "tool_catalogs",
+    metadata,
+    Column("server_id", String(128), primary_key=True),
+    Column("tools", JSON, nullable=False),  # [{tool, description, parameters}], in the server's order
+    Column("listed_at", Float, nullable=False),
+    info={"outlives_chats": True},
+)

@@ -23,6 +23,7 @@ from yao_agent.store.holds import HoldStore
 from yao_agent.store.knowledge import KnowledgeStore
 from yao_agent.store.quota import QuotaStore
 from yao_agent.store.records import RoleSetting
+from yao_agent.store.replay import ReplayStore
 from yao_agent.store.schema import role_settings
 from yao_agent.store.sessions import SessionStore
 from yao_agent.store.tokens import TokenStore
@@ -65,7 +66,7 @@ def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
     return scope
 
 
-class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore, KnowledgeStore, AuditStore, SessionStore):
+class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore, KnowledgeStore, AuditStore, SessionStore, ReplayStore):
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.clock = clock

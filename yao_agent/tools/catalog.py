@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.dsl.specs import McpServerSpec
 
 log = logging.getLogger("yao_agent.tools")
@@ -56,6 +57,22 @@ def make_spec(server: McpServerSpec, tool: str, description: str | None, schema:
         )
     parameters: dict[str, Any] = dict(schema) if schema else {"type": "object", "properties": {}}
     return ToolSpec(name=name, server=server.id, tool=tool, description=description or "", parameters=parameters)
+
+
+def stored(spec: ToolSpec) -> dict[str, Any]:
+    """A tool as the store keeps it (store/replay.py): its name on its server, not its prefixed name."""
+    return {"tool": spec.tool, "description": spec.description, "parameters": spec.parameters}
+
+
+def from_stored(server: McpServerSpec, kept: Sequence[Mapping[str, Any]]) -> list[ToolSpec]:
+    """The tools a server offered when it was last listed, named as the app names them now."""
+    specs: list[ToolSpec] = []
+    for tool in kept:
+        name, description = tool.get("tool"), tool.get("description")
+        if isinstance(name, str) and name:
+            specs.append(make_spec(server, name, description if isinstance(description, str) else None,
+                                   as_mapping(tool.get("parameters"))))  # fmt: skip
+    return specs
 
 
 def select(

@@ -10,11 +10,12 @@ Importing this module stays cheap: the MCP SDK is imported when the first server
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from yao_agent.dsl.specs import McpServerSpec, McpUse
 from yao_agent.errors import ToolError
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from yao_agent.tools.connection import ServerLink
 
 IN_PROCESS_FILE = "<in-process>"
+log = logging.getLogger("yao_agent.tools")
+# Told what a server offers each time it is listed (a start, a restart): the store keeps it for replays.
+Listed = Callable[[str, Sequence[ToolSpec]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,24 @@ class Offer:
 
     tools: list[ToolSpec]
     unavailable: Mapping[str, str] = field(default_factory=dict[str, str])  # server id → what went wrong
+
+
+class Tools(Protocol):
+    """What a run asks of its tools: `ToolManager` runs MCP servers; a replay serves stored results."""
+
+    async def offer(self, uses: Sequence[McpUse]) -> Offer: ...
+
+    def find(self, name: str, offered: Sequence[ToolSpec]) -> ToolSpec | None: ...
+
+    def locate(self, name: str) -> ToolSpec | None: ...
+
+    def server_of(self, tool_name: str) -> str | None: ...
+
+    async def call(self, spec: ToolSpec, arguments: str) -> ToolOutcome: ...
+
+    def warm(self, uses: Sequence[McpUse]) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class ToolManager:
@@ -48,7 +70,10 @@ class ToolManager:
         environ: Mapping[str, str] | None = None,
         in_process: Mapping[str, Any] | None = None,
         max_result_chars: int = DEFAULT_MAX_CHARS,
+        on_listed: Listed | None = None,
     ) -> None:
+        self._on_listed = on_listed
+        self._told: dict[str, Sequence[ToolSpec]] = {}  # the listing `on_listed` was last given, per server
         self._in_process = dict(in_process or {})
         self._specs = dict(servers)
         for server_id in self._in_process:
@@ -99,7 +124,23 @@ class ToolManager:
             if link.spec.id not in unavailable and link.catalogue is not None:
                 for spec in catalog.select(link.spec, link.catalogue, use.tools, self._warned):
                     offered.setdefault(spec.name, spec)
+        if self._on_listed is not None:
+            await self._tell_listed([link for _, link in links])
         return Offer(list(offered.values()), unavailable)
+
+    async def _tell_listed(self, links: Sequence[ServerLink]) -> None:
+        """Pass on each listing not passed on yet (a server listed in the background by `warm` too); never
+        fails the run: keeping it is for a later replay."""
+        assert self._on_listed is not None
+        for link in links:
+            listed = link.catalogue
+            if listed is None or self._told.get(link.spec.id) is listed:
+                continue
+            self._told[link.spec.id] = listed
+            try:
+                await self._on_listed(link.spec.id, listed)
+            except Exception as exc:
+                log.warning("MCP server '%s': its tools could not be kept for replays: %s", link.spec.id, exc)
 
     def server_of(self, tool_name: str) -> str | None:
         """The id of the server whose tools are named like `tool_name` (`<prefix>__<tool>`), if any."""
