@@ -27,6 +27,7 @@ from bench import (
     pipeline,
     proxy,
     quota,
+    replay,
     serve_cpu,
     server,
     tokens,
@@ -74,6 +75,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "quota": lambda: asyncio.run(quota.measure(2000 // scale, quota.CALLS, flush.PG)),
         "tokens": lambda: asyncio.run(tokens.measure(5000 // scale, flush.PG)),
         "oidc": lambda: asyncio.run(oidc.measure(2000 // scale)),
+        "replay": with_fake(replay.measure, runs=50 // scale),
         "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
         "knowledge": lambda: asyncio.run(
             knowledge.measure(

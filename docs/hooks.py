@@ -165,7 +165,7 @@ def commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, 
             choices = typing.cast(dict[str, argparse.ArgumentParser], action.choices)  # pyright: ignore[reportUnknownMemberType]
             for name, sub in choices.items():
                 found = True
-                yield from commands(sub, f"{path} {name}")
+                yield from commands(sub, sub.prog if sub.prog.startswith(path) else f"{path} {name}")
     if not found:
         yield path, parser
 

@@ -25,7 +25,10 @@ class Commands:
     after its name as well as before."""
 
     def __init__(self, parser: argparse.ArgumentParser, dest: str, metavar: str) -> None:
-        self.sub = parser.add_subparsers(dest=dest, metavar=metavar, required=True)
+        # (each command's own parser is a plain one: only the top one reads `eval replay` as one command)
+        self.sub = parser.add_subparsers(
+            dest=dest, metavar=metavar, required=True, parser_class=argparse.ArgumentParser
+        )
 
     def command(self, name: str, func: Command, help_text: str, description: str = "") -> argparse.ArgumentParser:
         p = self.sub.add_parser(name, help=help_text, description=description or help_text)

@@ -23,8 +23,18 @@ from yao_agent.errors import EnvVarMissing, Exit, HookError, RunError, SpecError
 FAMILIES = (app, chats, roles, tokens, usage, kb, evals, audit, serve)
 
 
+class Parser(argparse.ArgumentParser):
+    """The `yao-agent` parser: it reads `eval replay` as the command it is (`evals.spelled`)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = evals.spelled(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(given, namespace or argparse.Namespace())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="yao-agent", description="Run YAML assistants through one pipeline.")
+    parser = Parser(prog="yao-agent", description="Run YAML assistants through one pipeline.")
     global_options(parser, suppress=False)
     cmds = Commands(parser, "command", "COMMAND")
     for family in FAMILIES:
@@ -36,7 +46,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     started = time.monotonic()  # `chat` and `resume` say how long the user waited since then
     stream = out or sys.stdout
     parser = build_parser()
-    args = parser.parse_args(evals.spelled(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(argv)
     args.started = started
     try:
         return int(args.func(args, stream))
