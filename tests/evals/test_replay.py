@@ -4,7 +4,9 @@ from the stored run with no server started — and each new answer compared with
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,9 @@ from tests.support import REPO
 from tests.support.apps import make_app
 from tests.support.cli import cli
 from tests.support.runtimes import app_files
+from yao_agent.identity import Identity
+from yao_agent.pipeline import RunRequest
+from yao_agent.service.runs import Runs
 from yao_agent.testing import FakeProvider, RecordedRequest, Reply, ToolCall
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500}  # $0.006 at the price below
@@ -166,3 +171,60 @@ def test_nothing_stored_yet_is_an_empty_report(tmp_path: Path) -> None:
     code, out = cli(app, "--db", f"sqlite:///{tmp_path / 'x.db'}", "eval", "replay", "--since", "7d")
     said = "0 runs: 0 unchanged, 0 changed, 0 improved, 0 regressed, 0 unreplayable, 0 failed · cost $0.0000 → $0.0000"
     assert (code, out.splitlines()[-1]) == (0, said + " · latency p50 ? → ?")
+
+
+def example_app(root: Path) -> Path:
+    """The example app's files an app folder is made of."""
+    for part in ("app.yml", "connectors", "assistants", "mcps", "hooks", "knowledge"):
+        source = REPO / part
+        if source.is_dir():
+            shutil.copytree(source, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, root / part)
+    return root
+
+
+async def live_turns(app: Path, db: str, count: int) -> None:
+    runs = await Runs.open(app, db=db)
+    try:
+        for n in range(count):
+            asked = f"What's the weather in {CITIES[n % len(CITIES)]}?" if n % 2 == 0 else "Will it rain?"
+            result = await runs.run(
+                RunRequest("weather", Identity(f"user-{n % 7}", "acme"), [{"role": "user", "content": asked}])
+            )
+            assert result.status == "completed", result.error
+    finally:
+        await runs.aclose()
+
+
+CITIES = ("Lima", "Oslo", "Cairo", "Perth", "Quito")
+
+
+@pytest.mark.slow
+def test_fifty_turns_of_the_example_app_replayed_on_a_changed_answer_without_its_weather_server(
+    tmp_path: Path,
+) -> None:
+    app = example_app(tmp_path / "app")
+    db = f"sqlite:///{tmp_path / 'deployment.db'}"
+    asyncio.run(live_turns(app, db, 50))
+    changed = example_app(tmp_path / "changed")
+    scripted = changed / "connectors/demo/weather.yml"  # the author rewords the answer after the forecast
+    scripted.write_text(scripted.read_text().replace("Here is what the weather service says:", "Forecast:"))
+    started = tmp_path / "weather-server-started"
+    line = f"touch {started}; exec {sys.executable} mcps/weather_server.py"
+    (changed / "mcps/weather.yml").write_text(f"command: sh\nargs: [-c, '{line}']\ntimeout_s: 10\n")
+
+    code, out = cli(app, "--db", db, "eval", "replay", "--against", str(changed), "--json")
+    assert code == 0, out
+    assert not started.exists()  # the weather server of the changed app never started
+    report = json.loads(out)
+    assert report["counts"] | {"changed": 25, "unchanged": 25} == report["counts"]  # and nothing else
+    for turn in report["runs"]:
+        old, new = turn["old"], turn["new"]
+        if turn["question"] == "Will it rain?":
+            assert turn["outcome"] == "unchanged" and new["tool_calls"] == []
+            continue
+        assert turn["outcome"] == "changed" and new["tool_calls"] == old["tool_calls"]  # the same forecast call
+        forecast = old["answer"].removeprefix("Here is what the weather service says: ")
+        assert new["answer"] == f"Forecast: {forecast}"  # the stored result, reworded
