@@ -108,7 +108,7 @@ def test_the_cycle_finder_finds_cycles() -> None:
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "events", "messages", "shapes", "vocabulary", "identity", "ids", "base"),  # the words, and helpers
     ("dsl", "settings"),  # an app's files, read and checked; configuration resolved
-    ("connectors", "hooks", "tools", "store", "metering"),  # what a run uses
+    ("connectors", "hooks", "tools", "store", "metering", "guardrails"),  # what a run uses
     ("pipeline", "knowledge"),  # one run, stage by stage; documents cut into chunks and searched
     ("observe",),  # told of runs by the pipeline's observer seam, never imported by it
     ("service", "evals"),  # the one way in: runs, chats, tenancy; eval cases run through it

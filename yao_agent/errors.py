@@ -233,6 +233,17 @@ class OverBudget(RunError):
         self.resets_at = resets_at
 
 
+class GuardrailBlocked(RunError):
+    """A guardrail check blocked what a stage was passing on (CONTRACT §9.5): the input, the answer, a tool
+    call's arguments or its result. `stage` and `check` say which; the message never quotes the text."""
+
+    reason = "guardrail"
+
+    def __init__(self, message: str, *, stage: str, check: str) -> None:
+        super().__init__(message)
+        self.stage, self.check = stage, check
+
+
 class ChatBusy(UsageError):
     """A request with `on_busy: reject` found the chat busy (HTTP 409)."""
 

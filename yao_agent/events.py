@@ -127,6 +127,19 @@ class References:
 
 
 @dataclass(frozen=True, slots=True)
+class Guardrail:
+    """A guardrail check hit (CONTRACT §9.5): at which stage, which check, and whether it masked or blocked;
+    `reason` says how many of what, never the text it matched."""
+
+    run_id: str
+    stage: str  # input | output | tool_input | tool_output
+    check: str  # pii | deny | max_chars | json_schema | classifier | hook
+    action: str  # mask | block
+    reason: str | None = None
+    type: Literal["guardrail"] = "guardrail"
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     """Always the last event of a root run, exactly once, after everything is stored."""
 
@@ -153,6 +166,7 @@ Event = (
     | Compaction
     | ApprovalRequest
     | References
+    | Guardrail
     | StreamEnd
 )
 

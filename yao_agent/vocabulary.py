@@ -25,13 +25,14 @@ TerminalReason = Literal[
     "client_tools",
     "budget_exceeded",
     "prompt_error",
+    "guardrail",
     "internal_error",
 ]
 # A stored run's status; `interrupted` is a run its process left `running` when it died.
 RunStatus = Literal["running", "completed", "failed", "cancelled", "interrupted", "waiting"]
 # The status a client is told in `stream_end` and in a run's result.
 EndStatus = Literal["completed", "failed", "cancelled", "waiting"]
-StepType = Literal["hook_create", "search", "llm", "tool", "hook_next", "delegate"]
+StepType = Literal["hook_create", "search", "llm", "tool", "hook_next", "delegate", "guardrail"]
 # `recovered`: the step failed and the run went on past it (never where a resume starts); `waiting`: a
 # tool round whose calls wait for a person's decision (CONTRACT §4.8).
 StepStatus = Literal["running", "completed", "failed", "recovered", "cancelled", "interrupted", "waiting"]

@@ -271,7 +271,7 @@ def test_every_mistake_of_every_file_in_one_pass(tmp_path: Path) -> None:
         "assistants/chat/assistant.yml:2 connector: unknown connector 'nope' (known: bad, demo.echo)",
         "assistants/other/assistant.yml:2 colour: unknown key 'colour' (expected one of: name, description, "
         "connector, prompts, prompt_presets, disable_global_prompts, options, hook, hook_policy, mcp, search, access, "
-        "on_busy, context, output)",
+        "on_busy, context, output, guardrails)",
         "connectors/bad.yml:2 model: wrong type: got list (expected string)",
     ]
 

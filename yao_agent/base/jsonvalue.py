@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -52,3 +53,17 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise NotPlainJson(f"the key {key!r} is given twice in one object")
             seen.add(key)
     return out
+
+
+_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def object_in(text: str) -> Mapping[str, Any]:
+    """The JSON object a model wrote, read leniently (a fence, words around it); empty when there is none."""
+    found = _OBJECT.search(text)
+    if found is None:
+        return {}
+    try:
+        return as_mapping(json.loads(found.group(0)))
+    except (json.JSONDecodeError, RecursionError):
+        return {}

@@ -43,6 +43,14 @@ class Regex:
         except UnicodeEncodeError:  # a lone surrogate ("\ud800" in JSON): RE2 reads UTF-8, which has none
             return self._compiled.search(_well_formed(text)) is not None
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where it matches, (start, end) in characters, left to right, none overlapping."""
+        try:
+            found = self._compiled.finditer(text)
+        except UnicodeEncodeError:
+            found = self._compiled.finditer(_well_formed(text))  # (one character for one: the same places)
+        return [cast(tuple[int, int], m.span()) for m in found]
+
 
 def compile(pattern: str) -> Regex:
     """The pattern compiled for linear-time matching, or RegexRefused saying why it cannot be."""

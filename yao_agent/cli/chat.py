@@ -37,6 +37,7 @@ from yao_agent.events import (
     Compaction,
     Event,
     FallbackEvent,
+    Guardrail,
     MessageDelta,
     MessageEnd,
     References,
@@ -144,6 +145,12 @@ class Renderer:
             self._newline()
             for reference in event.references:
                 self.console.print(visible(f"⌕ [{reference['n']}] {where(reference)}"), style="dim", markup=False)
+        elif isinstance(event, Guardrail):
+            self._newline()
+            done = "masked" if event.action == "mask" else "blocked"
+            what = f"⛨ {event.stage.replace('_', ' ')} {done} by {event.check}"
+            shown = visible(f"{what}: {event.reason}" if event.reason else what)
+            self.console.print(shown, style="dim" if event.action == "mask" else "yellow", markup=False)
         elif isinstance(event, Compaction):
             self._newline()
             said = f"⇣ {_plural(event.messages_summarised, 'earlier message')} summarised to fit the model's window"

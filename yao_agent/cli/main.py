@@ -9,6 +9,7 @@ reaches the user unless YAO_AGENT_DEBUG=1 asks for one.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -65,6 +66,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return Exit.FAILED
     except KeyboardInterrupt:
         return Exit.INTERRUPTED
+    except BrokenPipeError:  # the reader left (`| head`): nothing more to say, and nowhere to say it
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the interpreter flushes it at exit)
+        return Exit.FAILED
     except Exception as exc:  # the last line of defence: never a traceback unless asked for
         if settings.debug():
             raise

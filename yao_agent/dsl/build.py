@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .envvars import EnvValue
+from .guardrails import build_guardrails
 from .knowledge import build_search
 from .source import Document, format_path
 from .source import Path as YamlPath
@@ -67,7 +68,7 @@ def _optional_env(doc: Document, data: Data, key: str, *, secret: bool = False) 
     return _env(doc, (key,), data[key], secret=secret) if key in data else None
 
 
-def build_app_config(doc: Document) -> AppConfig:
+def build_app_config(doc: Document, root: Path) -> AppConfig:
     data: Data = doc.value or {}
     roles = {
         name: (value,) if isinstance(value, str) else tuple(cast(list[str], value))
@@ -91,6 +92,7 @@ def build_app_config(doc: Document) -> AppConfig:
         ),
         server=_server(doc, cast(Data, data.get("server", {}))),
         budgets=_budgets(cast(Data, data.get("budgets", {}))),
+        guardrails=build_guardrails(doc, data.get("guardrails"), root),
     )
 
 
@@ -188,6 +190,7 @@ def build_assistant(assistant_id: str, doc: Document, root: Path) -> AssistantSp
         context=_context(cast(Data, data.get("context", {}))),
         output=_output(cast(Data | None, data.get("output"))),
         search=build_search(cast(Data | None, data.get("search"))),
+        guardrails=build_guardrails(doc, data.get("guardrails"), root),
     )
 
 

@@ -15,7 +15,7 @@ from typing import cast
 from yao_agent.base.files import NotRegular, TooLarge, read_regular
 from yao_agent.errors import Problem, SpecError, UsageError
 
-from . import build, checks, evals, knowledge, refs
+from . import build, checks, evals, guardrails, knowledge, refs
 from .discover import Found, discover
 from .schema import coerce_integers, load_schema, validate
 from .source import Document, decode, parse
@@ -178,6 +178,8 @@ def _cross_references(root: Path, docs: dict[Found, Document], hooks: dict[Path,
     app_doc = next((d for f, d in docs.items() if f.kind == "app"), None)
     problems = refs.check_roles(app_doc, known)
     for item, doc in docs.items():
+        if item.kind in ("app", "assistant"):
+            problems += guardrails.check_guardrails(doc, root, known)
         if item.kind == "assistant":
             problems += refs.check_assistant(doc, root, known, hooks)
             problems += knowledge.check_search(doc, known)
@@ -199,7 +201,7 @@ def _build(root: Path, docs: dict[Found, Document], warnings: list[Problem]) -> 
             by_kind[item.kind][item.id] = doc
     return App(
         root=root,
-        config=build.build_app_config(app_doc) if app_doc is not None else AppConfig(),
+        config=build.build_app_config(app_doc, root) if app_doc is not None else AppConfig(),
         assistants={k: build.build_assistant(k, d, root) for k, d in sorted(by_kind["assistant"].items())},
         connectors={k: build.build_connector(k, d) for k, d in sorted(by_kind["connector"].items())},
         mcps={k: build.build_mcp(k, d, root) for k, d in sorted(by_kind["mcp"].items())},

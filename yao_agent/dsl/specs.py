@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from yao_agent.errors import NotFound, Problem
 from yao_agent.vocabulary import OnBusy
@@ -115,6 +115,63 @@ class ServerSettings:
     oidc: OidcSettings | None = None  # sign-in with an identity provider besides the app's own tokens
 
 
+GuardStage = Literal["input", "output", "tool_input", "tool_output"]
+GUARD_STAGES: tuple[GuardStage, ...] = ("input", "output", "tool_input", "tool_output")
+GuardKind = Literal["pii", "deny", "max_chars", "json_schema", "classifier", "hook"]
+GUARD_KINDS: tuple[GuardKind, ...] = ("pii", "deny", "max_chars", "json_schema", "classifier", "hook")
+GuardAction = Literal["mask", "block"]
+
+
+@dataclass(frozen=True, slots=True)
+class Classifier:
+    """A model asked whether a text may pass: `with` (a connector or use::<role>), what to block, and how
+    long it may take (longer counts as its failure: `on_error`)."""
+
+    with_: str
+    prompt: str
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class GuardCheck:
+    """One guardrail check (CONTRACT §9.5), as `file`:`line` writes it."""
+
+    kind: GuardKind
+    action: GuardAction
+    file: str
+    line: int
+    pii: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    max_chars: int = 0
+    schema: Mapping[str, Any] | None = None
+    classifier: Classifier | None = None
+    hook: str | None = None  # as written, relative to the app root
+    hook_path: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Guardrails:
+    """The checks of each stage; an assistant's are added to app.yml's (`over`)."""
+
+    input: tuple[GuardCheck, ...] = ()
+    output: tuple[GuardCheck, ...] = ()
+    tool_input: tuple[GuardCheck, ...] = ()
+    tool_output: tuple[GuardCheck, ...] = ()
+    on_error: Literal["block", "allow"] | None = None  # None: as app.yml says (block by default)
+    hold_back_chars: int | None = None  # None: as app.yml says (64 by default)
+
+    def stage(self, stage: GuardStage) -> tuple[GuardCheck, ...]:
+        return cast(tuple[GuardCheck, ...], getattr(self, stage))
+
+    def over(self, base: Guardrails) -> Guardrails:
+        """`base`'s checks, then these; this one's settings where it has them."""
+        return Guardrails(
+            *(base.stage(s) + self.stage(s) for s in GUARD_STAGES),
+            on_error=self.on_error if self.on_error is not None else base.on_error,
+            hold_back_chars=self.hold_back_chars if self.hold_back_chars is not None else base.hold_back_chars,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class AppConfig:
     roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict[str, tuple[str, ...]])
@@ -124,6 +181,7 @@ class AppConfig:
     limits: Limits = Limits()
     server: ServerSettings = ServerSettings()
     budgets: Budgets = Budgets()
+    guardrails: Guardrails = Guardrails()
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +424,7 @@ class AssistantSpec:
     context: ContextSettings = ContextSettings()
     output: OutputSpec | None = None
     search: SearchSettings | None = None
+    guardrails: Guardrails = Guardrails()  # its own, added to app.yml's
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,11 @@ Its answer is read leniently (a fence, words around the JSON) but never guessed:
 
 from __future__ import annotations
 
-import json
 import random
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from yao_agent.base.jsonvalue import as_mapping
+from yao_agent.base.jsonvalue import object_in
 from yao_agent.connectors import FailedTry, Fallback, ModelRequest, stream_call
 from yao_agent.connectors.assemble import Assembled
 from yao_agent.connectors.request import CallOptions
@@ -32,7 +30,6 @@ PAIRWISE = (
     "You compare two answers an assistant gave to the same conversation. Reply with one JSON object and nothing "
     'else: {"better": "A" or "B" or "same", "reason": "<one sentence>"}. Say "same" when neither is better.'
 )
-OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
 def judge_for(rt: Runtime, ref: str, identity: Identity) -> Judge:
@@ -100,13 +97,7 @@ def read_verdict(text: str, cost: float | None) -> Verdict:
 
 def answer_object(text: str) -> Mapping[str, Any]:
     """The JSON object a judge wrote, read leniently (a fence, words around it); empty when there is none."""
-    found = OBJECT.search(text)
-    if found is None:
-        return {}
-    try:
-        return as_mapping(json.loads(found.group(0)))
-    except json.JSONDecodeError:
-        return {}
+    return object_in(text)
 
 
 def quoted(text: str) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 HOOK_URL = "yao-hook-file"  # the name V8 gives the hook's own script in stacks and error reports
 RUNTIME_URL = "yao-hook-runtime"
-FUNCTIONS = ("Create", "Next")
+FUNCTIONS = ("Create", "Next", "Guard")
 
 RUNTIME_JS = (
     r"""

@@ -56,6 +56,7 @@ class _Set:
     active: Gauge
     queued: Gauge
     refusals: Counter
+    guardrails: Counter
 
 
 _live: _Set | None = None
@@ -108,6 +109,9 @@ def _build(multiproc_dir: str | None) -> _Set:
         active=gauge("yao_active_runs", "Runs running now (one per chat)"),
         queued=gauge("yao_queued_runs", "Runs waiting for their chat's active run"),
         refusals=Counter("yao_refusals", "Runs refused before they started", ["reason"], registry=own),
+        guardrails=Counter(
+            "yao_guardrail_hits", "Guardrail checks that masked or blocked", ["stage", "check", "action"], registry=own
+        ),
     )
 
 
@@ -167,6 +171,9 @@ def record(state: RunState) -> None:
             _model_call(live, step)
         elif step.type in HOOKS:
             live.hook_calls.labels(HOOKS[step.type], OUTCOMES.get(step.status, step.status)).inc()
+        elif step.type == "guardrail":
+            said = as_mapping(step.output)
+            live.guardrails.labels(str(said.get("stage")), str(said.get("check")), str(said.get("action"))).inc()
     for (server, tool, outcome), count in _tool_calls(state).items():
         live.tool_calls.labels(server, tool, outcome).inc(count)
 

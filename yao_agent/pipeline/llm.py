@@ -30,11 +30,12 @@ from yao_agent.connectors.assemble import Assembled, PartialCall
 from yao_agent.connectors.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from yao_agent.connectors.request import NO_OPTIONS
 from yao_agent.dsl.specs import ConnectorSpec
-from yao_agent.errors import ModelError, OverBudget
+from yao_agent.errors import GuardrailBlocked, ModelError, OverBudget
 from yao_agent.events import FallbackEvent, MessageDelta, MessageEnd, MessageStart
 from yao_agent.messages import ChatMessage, ToolCall, is_json_object, storable_call_id, text_of
 from yao_agent.metering.usage import call_usage
-from yao_agent.pipeline import journal, quota, search, trail
+from yao_agent.pipeline import guard, journal, quota, search, trail
+from yao_agent.pipeline.guard import OutputGuard
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -60,6 +61,7 @@ class LiveReply:
     piece: Assembled = field(default_factory=Assembled)  # the current piece's finish and usage
     ids: dict[str, str] = field(default_factory=dict[str, str])  # "text" / "reasoning" / "call:<index>"
     own_id: str | None = None  # the stored message's id, once a step has named it
+    guard: OutputGuard | None = None  # the output guardrails: what is sent and kept of the text (guard.py)
 
     async def add(self, delta: Delta) -> None:
         call = self.got.add(delta)
@@ -67,11 +69,27 @@ class LiveReply:
             self.piece.add(delta)
         if isinstance(delta, TextDelta | ReasoningDelta) and delta.text:
             kind = "text" if isinstance(delta, TextDelta) else "reasoning"
-            message_id = self.ids.get(kind) or await self._open(kind, kind)  # (most deltas: already open)
-            await self.state.emit(MessageDelta(self.state.run_id, message_id, kind, text=delta.text,
-                                               thread_id=self.thread_id))  # fmt: skip
+            text = delta.text if self.guard is None else await self.guard.feed(kind, delta.text)
+            if text:
+                await self._text(kind, text)
         elif isinstance(delta, ToolCallDelta) and call is not None:
             await self._call_delta(delta, call)
+
+    async def _text(self, kind: str, text: str) -> None:
+        message_id = self.ids.get(kind) or await self._open(kind, kind)  # (most deltas: already open)
+        await self.state.emit(MessageDelta(self.state.run_id, message_id, kind, text=text, thread_id=self.thread_id))
+
+    async def _guarded(self, complete: bool) -> tuple[str, str]:
+        """The text and reasoning as sent and kept: what the guard still held goes out first (or, for an
+        answer cut short, is dropped)."""
+        if self.guard is None:
+            return self.got.content, self.got.reasoning_text
+        for kind in ("reasoning", "text"):
+            rest = await self.guard.finish(kind, complete)
+            if rest:
+                await self._text(kind, rest)
+        await self.guard.report()
+        return self.guard.shown("text"), self.guard.shown("reasoning")
 
     def message_id(self) -> str:
         """The stored message's id: the text message's, so the client and the store agree. Fixed once
@@ -124,18 +142,19 @@ class LiveReply:
     async def close(self, status: Literal["completed", "incomplete"]) -> ChatMessage:
         """End every message the client saw and build the stored assistant message."""
         got, run_id = self.got, self.state.run_id
+        content, reasoning = await self._guarded(status == "completed")
         if "reasoning" in self.ids:
-            await self.state.emit(MessageEnd(run_id, self.ids["reasoning"], "reasoning", got.reasoning_text, status,
+            await self.state.emit(MessageEnd(run_id, self.ids["reasoning"], "reasoning", reasoning, status,
                                              self.thread_id))  # fmt: skip
         if "text" in self.ids:
-            await self.state.emit(MessageEnd(run_id, self.ids["text"], "text", got.content, status, self.thread_id))
+            await self.state.emit(MessageEnd(run_id, self.ids["text"], "text", content, status, self.thread_id))
         calls = tuple(ToolCall.written(c.id, c.name, c.arguments) for c in got.tool_calls)
         for index, call in zip(sorted(got.calls), calls, strict=True):
             await self.state.emit(MessageEnd(run_id, self.ids[f"call:{index}"], "tool_call", call.to_dict(), status,
                                              self.thread_id))  # fmt: skip
         return ChatMessage(
-            id=self.message_id(), role="assistant", content=got.content or None,
-            run_id=run_id, tool_calls=calls if status == "completed" else (), reasoning=got.reasoning_text or None,
+            id=self.message_id(), role="assistant", content=content or None,
+            run_id=run_id, tool_calls=calls if status == "completed" else (), reasoning=reasoning or None,
             status=status, thread_id=self.thread_id, created_at=0.0,
         )  # fmt: skip
 
@@ -151,7 +170,7 @@ async def call(
     """One model reply: streamed to the client and stored in the buffer, each model call it took recorded
     as an `llm` step with the transition that asked for it (`why`, then `output_recovery`)."""
     request = ModelRequest(messages=list(messages), tools=list(tools), options=options)
-    reply = LiveReply(state, rt.ids.new, state.thread_id)
+    reply = LiveReply(state, rt.ids.new, state.thread_id, guard=guard.OutputGuard.of(rt, state))
     made = [await _piece(rt, state, request, reply, why)]
     dropped = await reply.drop_cut_call()
     for _ in range(rt.app.config.limits.max_output_continuations):
@@ -160,7 +179,11 @@ async def call(
         reply.next_piece()
         made.append(await _piece(rt, state, _continuation(request, reply, dropped), reply, "output_recovery"))
         dropped = await reply.drop_cut_call()
-    message = await reply.close("completed")
+    try:
+        message = await reply.close("completed")
+    except GuardrailBlocked:  # the rest of the answer was blocked: what was sent before it stands, cut
+        await _keep_partial(rt, state, reply)
+        raise
     message.created_at = rt.clock()
     message.hidden = state.hidden
     answered = as_mapping(made[-1].output)  # who answered its last piece: the message's author

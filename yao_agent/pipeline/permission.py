@@ -58,7 +58,7 @@ async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = Fals
     ctx = RunContext(request=request, identity=identity, assistant=assistant, run=run, out=EventChannel(),
                      buffer=Buffer(run_id, rt.ids.new, rt.clock), started_mono=rt.monotonic())  # fmt: skip
     return RunState(ctx=ctx, input=given, metadata=dict(request.metadata), locale=request.locale,
-                    options=options)  # fmt: skip
+                    options=options, guardrails=assistant.guardrails.over(rt.app.config.guardrails))  # fmt: skip
 
 
 def usable(app: App, identity: Identity, assistant_id: str) -> AssistantSpec:

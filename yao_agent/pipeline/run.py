@@ -17,7 +17,7 @@ from yao_agent.base.aio import finish_despite_cancel, uncancel
 from yao_agent.errors import RunError, RunTimeout
 from yao_agent.events import StreamStart
 from yao_agent.ids import bind_run
-from yao_agent.pipeline import approvals, carry, close, connector, delegate, history, observe, turns
+from yao_agent.pipeline import approvals, carry, close, connector, delegate, guard, history, observe, turns
 from yao_agent.pipeline.admission import Admission, Ticket
 from yao_agent.pipeline.buffer import log
 from yao_agent.pipeline.outcomes import End, Wait
@@ -59,6 +59,7 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
                 except asyncio.CancelledError:
                     uncancel()  # a cancel during the flush: the outcome was already settled and is now stored
     finally:
+        state.input_checked.set()  # (a run that ended before its input was checked: nobody waits for ever)
         observe.run_ended(state)  # stored by now: metrics and traces see what the store has
         await state.emit(close.stream_end(state))  # 10. close
         state.out.close()
@@ -69,6 +70,7 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
 async def work(rt: Runtime, state: RunState) -> End:
     state.children = delegate.Children(rt, turns.converse)  # how its hooks start child runs
     carry.restore(state)  # a resume continues the run it resumes: its counters, guards and choices
+    await guard.check_input(rt, state)  # the input guardrails, before anything reads or stores the input
     await connector.resolve(rt, state)  # 4. connector
     await history.load(rt, state)  # 5. history, and the clean input written ahead
     return await turns.converse(rt, state)  # 6–9. Create hook, LLM, tools, Next hook / tool loop

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from yao_agent.dsl.specs import AssistantSpec, ConnectorSpec
+from yao_agent.dsl.specs import AssistantSpec, ConnectorSpec, Guardrails
 from yao_agent.errors import DelegateError
 from yao_agent.events import Event
 from yao_agent.hooks.host import RunSpend
@@ -131,6 +132,11 @@ class RunState:
     searched: bool = False  # the search step has run (or had nothing to do): a resume does not search again
     references: list[ReferenceOut] = field(default_factory=list["ReferenceOut"])  # what searches gave the model
     budgeted: bool = False  # the root's: a budget held it at its start, so each model call is checked (quota.py)
+    guardrails: Guardrails | None = None  # app.yml's and its assistant's, once asked for (guard.py)
+    # Set once the input guardrails have passed the input or blocked it (or the run ended first): a
+    # streamed front door waits for it, so a blocked input is an HTTP error, not a stream (guard.py).
+    input_checked: asyncio.Event = field(default_factory=asyncio.Event)
+    input_blocked: bool = False
 
     # The context's fields, read where a stage reads them.
     @property

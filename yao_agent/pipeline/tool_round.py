@@ -20,7 +20,7 @@ from typing import Any, cast
 from yao_agent.errors import ToolError
 from yao_agent.events import ToolResult
 from yao_agent.messages import ChatMessage, ToolCall
-from yao_agent.pipeline import approvals, client_tools, guards, journal, search
+from yao_agent.pipeline import approvals, client_tools, guard, guards, journal, search
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.records import StepRecord
@@ -219,7 +219,8 @@ async def _one(rt: Runtime, state: RunState, call: ToolCall, tools: Sequence[Too
     elif spec == search.TOOL:
         outcome = await search.tool_call(rt, state, call.arguments)
     else:
-        outcome = await rt.tools.call(spec, call.arguments)
+        arguments = await guard.tool_arguments(rt, state, call.arguments)
+        outcome = await guard.tool_result(rt, state, await rt.tools.call(spec, arguments))
     server, tool = (spec.server, spec.tool) if spec is not None else ("", call.name)
     result = {"tool_call_id": call.id, "server": server, "tool": tool, "arguments": call.arguments,
               "result": outcome.result, "error": outcome.error}  # fmt: skip

@@ -43,7 +43,7 @@ from yao_agent import shapes
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.events import Event, MessageDelta, StreamEnd
 from yao_agent.messages import text_of
-from yao_agent.pipeline import RunHandle, RunRequest, output
+from yao_agent.pipeline import RunHandle, RunRequest, guard, output
 from yao_agent.server import schemas as doc
 from yao_agent.server.anthropic_body import MessagesBody, tool_use_block
 from yao_agent.server.auth import API_KEY_ROUTES, Caller, local_path
@@ -109,7 +109,7 @@ async def messages(body: MessagesBody, request: Request, who: Caller) -> Any:
                      tool_choice=body.choice())  # fmt: skip
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
-    if body.stream:
+    if body.stream and not await guard.screened(handle.state):  # a blocked input is an error, not a stream
         return EventStream(stream(handle, body.model), {**headers, "Cache-Control": "no-store"})
     return await whole(request, handle, body.model, headers)
 

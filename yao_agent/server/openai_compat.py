@@ -47,7 +47,7 @@ from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.base.structured import unfenced
 from yao_agent.events import Event, MessageDelta, StreamEnd
 from yao_agent.messages import ChatMessage, text_of
-from yao_agent.pipeline import RunHandle, RunRequest, RunResult, client_tools, output
+from yao_agent.pipeline import RunHandle, RunRequest, RunResult, client_tools, guard, output
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.errors import error_body, retry_after
@@ -62,7 +62,7 @@ router = APIRouter()
 # prompt_error: the app's prompt template failed, as a hook may: the server's side, and no retry mends it.
 FAILURE_STATUS = {"model_error": 502, "tool_error": 502, "hook_error": 502, "delegate_error": 502, "timeout": 504,
                   "loop_detected": 508, "context_overflow": 400, "cancelled": 409, "output_error": 502,
-                  "budget_exceeded": 429, "prompt_error": 502}  # fmt: skip
+                  "budget_exceeded": 429, "prompt_error": 502, "guardrail": 400}  # fmt: skip
 CUT_SHORT = {"max_turns"}  # a 200 with finish_reason "length"
 RETRYABLE = {"model_error", "timeout"}
 OPENAI_CODES = {"context_overflow": "context_length_exceeded"}  # what OpenAI clients look for
@@ -117,7 +117,7 @@ async def completions(body: CompletionBody, request: Request, who: Caller) -> An
                      tool_choice=body.choice())  # fmt: skip
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
-    if body.stream:
+    if body.stream and not await guard.screened(handle.state):  # a blocked input is an error, not a stream
         usage = body.stream_options is not None and body.stream_options.include_usage is True
         return EventStream(chunks(handle, body.model, usage), {**headers, "Cache-Control": "no-store"})
     return await whole(request, handle, body.model, headers)

@@ -42,7 +42,7 @@ from yao_agent.errors import Conflict, NotFound
 from yao_agent.events import Event, MessageDelta, MessageEnd, StreamEnd
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, ToolCall, is_json_object, text_of
-from yao_agent.pipeline import RunHandle, RunRequest, client_tools, output
+from yao_agent.pipeline import RunHandle, RunRequest, client_tools, guard, output
 from yao_agent.pipeline.permission import CHAT_ID
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
@@ -166,7 +166,7 @@ async def create(body: ResponsesBody, request: Request, who: Caller) -> Any:
                      tool_choice=body.choice(), traceparent=request.headers.get("traceparent"))  # fmt: skip
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
-    if body.stream:
+    if body.stream and not await guard.screened(handle.state):  # a blocked input is an error, not a stream
         return EventStream(streamed(handle, Echo.of(body)), {**headers, "Cache-Control": "no-store"})
     return await whole(request, handle, Echo.of(body), headers)
 
