@@ -18,6 +18,7 @@ from bench import (
     cold_chat,
     context,
     flush,
+    guardrails,
     hooks,
     knowledge,
     load_app,
@@ -76,6 +77,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "tokens": lambda: asyncio.run(tokens.measure(5000 // scale, flush.PG)),
         "oidc": lambda: asyncio.run(oidc.measure(2000 // scale)),
         "replay": with_fake(replay.measure, runs=50 // scale),
+        "guardrails": with_fake(guardrails.measure, runs=200 // scale),
         "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
         "knowledge": lambda: asyncio.run(
             knowledge.measure(
