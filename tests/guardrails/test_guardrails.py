@@ -14,9 +14,10 @@ import pytest
 from tests.support.apps import make_app
 from tests.support.cli import cli
 from tests.support.mcp_server import server as testing_server
-from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, turn
+from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, runs_of, turn
 from tests.support.servers import TENANTS, running
 from yao_agent.events import Guardrail, MessageDelta
+from yao_agent.pipeline import RunRequest
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply, ToolCall
 from yao_agent.tools import ToolManager
@@ -190,3 +191,27 @@ def test_a_broken_guardrail_is_refused_by_validate_where_it_is_written(
     code, out = cli(app, "validate")
     assert code == 2, out
     assert where in out and said in out, out
+
+
+async def test_a_message_appended_while_the_run_works_is_masked_before_the_model_or_the_store_sees_it(
+    tmp_path: Path, store: SqlStore, provider: FakeProvider
+) -> None:
+    rt = make_runtime(tmp_path / "app", store, guarded_files(provider.base_url, MASKING), model=provider)
+    provider.enqueue(Reply(text="s" * 120, chunk_size=4, delay_s=0.01), Reply(text="Noted."),
+                     Reply(text="t" * 120, chunk_size=4, delay_s=0.01, drop_after=20))  # fmt: skip
+    for chat_id in ("c1", "c2"):  # answered by the next model call; and kept by a run whose call then failed
+        handle = await runs_of(rt).start(
+            RunRequest("chat", ALICE, [{"role": "user", "content": "go"}], chat_id=chat_id)
+        )
+        events = handle.events()
+        async for event in events:
+            if isinstance(event, MessageDelta) and event.text:
+                break
+        await runs_of(rt).append(ALICE, chat_id, [{"role": "user", "content": f"and my card: {CARD}"}])
+        async for _ in events:
+            pass
+    sent = json.dumps([r.body for r in provider.requests])
+    assert "[credit_card]" in json.dumps(provider.requests[1].body) and CARD not in sent
+    for chat_id in ("c1", "c2"):
+        said = [m.content for m in await store.history(ALICE, chat_id) if m.role == "user"]
+        assert said == ["go", "and my card: [credit_card]"], chat_id

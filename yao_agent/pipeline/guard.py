@@ -65,6 +65,34 @@ async def check_input(rt: Runtime, state: RunState) -> None:
         state.input_checked.set()
 
 
+async def check_appended(rt: Runtime, state: RunState) -> None:
+    """Messages appended to the chat while the run works (`Runs.append`) pass the input checks before they
+    join its next model call; a block ends the run, and none of them is kept."""
+    checks = rules(rt, state).input
+    if not checks or not state.appended:
+        return
+    try:
+        for message in state.appended:
+            message["content"] = await _content(rt, state, "input", message.get("content"), checks)
+    except GuardrailBlocked:
+        state.appended = [{"role": "user", "content": BLOCKED_INPUT}]
+        raise
+
+
+def settle_appended(rt: Runtime, state: RunState) -> None:
+    """Messages appended after the run's last model call, stored as it ends without a model seeing them:
+    masked by the text-only checks; kept only as a placeholder when a check would block them or needs a
+    model or a hook (the run is over: nothing may wait for one)."""
+    checks = rules(rt, state).input
+    if not checks or not state.appended:
+        return
+    for message in state.appended:
+        content = message.get("content")
+        text_only = all(c.kind not in ("classifier", "hook") for c in checks)
+        found = scan(content, checks) if isinstance(content, str) and text_only else None
+        message["content"] = found.text if found is not None and found.blocked is None else BLOCKED_INPUT
+
+
 async def screened(state: RunState) -> bool:
     """Whether the input guardrails blocked the run, once they have had their say: a streamed front door
     asks before it answers 200 (at once for a run whose assistant has no input guardrails)."""

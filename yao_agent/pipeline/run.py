@@ -52,6 +52,7 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
             except Exception as exc:  # RunError, or a bug: either way the run is stored, then reported
                 outcome = exc
             finally:
+                guard.settle_appended(rt, state)  # appended after the last model call: checked before it is kept
                 turns.fold_appended(rt, state)  # appended while a call that then failed ran: kept, if unanswered
                 await close.settle(rt, state, outcome)
                 try:

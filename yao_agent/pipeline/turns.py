@@ -26,6 +26,7 @@ from yao_agent.pipeline import (
     client_tools,
     context,
     delegate,
+    guard,
     guards,
     hook_create,
     llm,
@@ -169,6 +170,7 @@ async def _turn(rt: Runtime, state: RunState, how: Continue) -> Outcome:
 
 async def model_turn(rt: Runtime, state: RunState, how: Continue) -> ChatMessage:
     guards.before_model_call(state, rt.app.config.limits.max_turns)
+    await guard.check_appended(rt, state)
     fold_appended(rt, state)
     offer = await tool_round.offered(rt, state)
     tools = [*(t.to_openai() for t in offer.tools), *client_tools.definitions(state)] if how.with_tools else []
