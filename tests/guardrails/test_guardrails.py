@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,10 @@ import pytest
 from tests.support.apps import make_app
 from tests.support.cli import cli
 from tests.support.mcp_server import server as testing_server
-from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, runs_of, turn
+from tests.support.runtimes import ALICE, app_files, close, end_of, make_runtime, runs_of, turn
 from tests.support.servers import TENANTS, running
 from yao_agent.events import Guardrail, MessageDelta
-from yao_agent.pipeline import RunRequest
+from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply, ToolCall
 from yao_agent.tools import ToolManager
@@ -29,6 +30,15 @@ guardrails:
   input: [{pii: [credit_card, email], action: mask}]
   output: [{pii: [credit_card, email]}]
 """
+
+
+@pytest.fixture
+async def made() -> AsyncIterator[list[Runtime]]:
+    """The runtimes a test makes, let go of at its end (engines' clients, hook workers, tool servers)."""
+    runtimes: list[Runtime] = []
+    yield runtimes
+    for rt in runtimes:
+        await close(rt)
 
 
 def guarded_files(base_url: str, guardrails: str, assistant: str = "") -> dict[str, str]:
@@ -45,11 +55,12 @@ def leaked(path: Path, *secrets: str) -> list[str]:
 
 
 async def test_a_card_number_typed_by_a_user_never_reaches_the_provider_the_database_or_the_log(
-    tmp_path: Path, provider: FakeProvider, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, provider: FakeProvider, made: list[Runtime], caplog: pytest.LogCaptureFixture
 ) -> None:
     db = tmp_path / "agent.db"
     store = SqlStore(await open_engine(store_url(f"sqlite:///{db}", tmp_path)))
     rt = make_runtime(tmp_path / "app", store, guarded_files(provider.base_url, MASKING), model=provider)
+    made.append(rt)
     provider.enqueue(Reply(text="I will look at the refund."))
     caplog.set_level(logging.DEBUG)
     events = await turn(rt, f"Refund my card {CARD} please, mail me at ann@example.com")
@@ -67,9 +78,10 @@ async def test_a_card_number_typed_by_a_user_never_reaches_the_provider_the_data
 
 
 async def test_a_card_number_the_model_writes_is_masked_on_the_stream_even_split_over_five_chunks(
-    tmp_path: Path, store: SqlStore, provider: FakeProvider
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, made: list[Runtime]
 ) -> None:
     rt = make_runtime(tmp_path / "app", store, guarded_files(provider.base_url, MASKING), model=provider)
+    made.append(rt)
     answer = f"Your card {CARD} is on file. Anything else?"
     # 4 characters a chunk: the 19 characters of the number arrive in 5 chunks, the first and last shared
     provider.enqueue(Reply(text=answer, chunk_size=4), Reply(text=answer, chunk_size=4))
@@ -113,12 +125,13 @@ async def test_an_input_a_deny_rule_blocks_is_a_400_and_is_stored_as_a_placehold
 
 
 async def test_a_classifier_that_times_out_blocks_and_one_that_allows_lets_the_answer_through(
-    tmp_path: Path, store: SqlStore, provider: FakeProvider
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, made: list[Runtime]
 ) -> None:
     classifier = "guardrails:\n  output: [{classifier: {with: fake.judge, prompt: 'medical advice', timeout_s: 0.5}}]\n"
     files = guarded_files(provider.base_url, classifier)
     files["connectors/fake/judge.yml"] = f"type: openai\nmodel: judge\nbase_url: {provider.base_url}\napi_key: k\n"
     rt = make_runtime(tmp_path / "app", store, files, model=provider)
+    made.append(rt)
     provider.enqueue(Reply(text="Take two of these."), Reply(text="x", stall_after=0, stall_s=5))
     events = await turn(rt, "I have a headache", chat_id="c1")
     end = end_of(events)
@@ -133,7 +146,7 @@ async def test_a_classifier_that_times_out_blocks_and_one_that_allows_lets_the_a
 
 
 async def test_a_tool_result_is_masked_before_the_model_sees_it_and_its_arguments_can_be_blocked(
-    tmp_path: Path, store: SqlStore, provider: FakeProvider
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, made: list[Runtime]
 ) -> None:
     tools = "mcp: {servers: [{server: testing, tools: [echo]}], tool_loop: true}\n"
     rails = ("guardrails:\n  tool_output: [{pii: [email]}]\n"
@@ -141,6 +154,7 @@ async def test_a_tool_result_is_masked_before_the_model_sees_it_and_its_argument
     files = guarded_files(provider.base_url, rails, tools)
     files["mcps/testing.yml"] = "command: python\n"
     rt = make_runtime(tmp_path / "app", store, files, model=provider)
+    made.append(rt)
     rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"testing": testing_server})
     provider.enqueue(Reply(tool_calls=(ToolCall("testing__echo", '{"text": "bob@example.com"}'),)), Reply(text="ok"))
     events = await turn(rt, "echo bob's address", chat_id="c1")
@@ -156,7 +170,9 @@ async def test_a_tool_result_is_masked_before_the_model_sees_it_and_its_argument
     assert end.error["message"].startswith("the tool input was blocked by a deny check (app.yml:")
 
 
-async def test_a_guard_hook_masks_what_it_returns(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> None:
+async def test_a_guard_hook_masks_what_it_returns(
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, made: list[Runtime]
+) -> None:
     files = guarded_files(provider.base_url, "guardrails:\n  input: [{hook: hooks/guard.js}]\n")
     files["hooks/guard.js"] = (
         "function Guard(ctx, stage, content) {\n"
@@ -165,6 +181,7 @@ async def test_a_guard_hook_masks_what_it_returns(tmp_path: Path, store: SqlStor
         "  return {action: 'allow'};\n}\n"
     )
     rt = make_runtime(tmp_path / "app", store, files, model=provider)
+    made.append(rt)
     provider.enqueue(Reply(text="noted"))
     events = await turn(rt, "my secret plan")
     assert end_of(events).status == "completed"
@@ -194,9 +211,10 @@ def test_a_broken_guardrail_is_refused_by_validate_where_it_is_written(
 
 
 async def test_a_message_appended_while_the_run_works_is_masked_before_the_model_or_the_store_sees_it(
-    tmp_path: Path, store: SqlStore, provider: FakeProvider
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, made: list[Runtime]
 ) -> None:
     rt = make_runtime(tmp_path / "app", store, guarded_files(provider.base_url, MASKING), model=provider)
+    made.append(rt)
     provider.enqueue(Reply(text="s" * 120, chunk_size=4, delay_s=0.01), Reply(text="Noted."),
                      Reply(text="t" * 120, chunk_size=4, delay_s=0.01, drop_after=20))  # fmt: skip
     for chat_id in ("c1", "c2"):  # answered by the next model call; and kept by a run whose call then failed

@@ -237,12 +237,19 @@ class OutputGuard:
         texts = {kind: HoldBack(streamed, hold, whole) for kind in ("text", "reasoning")}
         return cls(rt, state, given.output, texts)
 
-    async def feed(self, kind: str, text: str) -> str:
+    async def feed(self, kind: str, text: str) -> list[tuple[str, str]]:
+        """What may be sent now, (kind, text) in order: the answer's first words release the reasoning held
+        before them (a model reasons, then answers), so the two never interleave."""
+        out: list[tuple[str, str]] = []
+        thinking = self.texts["reasoning"]
+        if kind == "text" and thinking.pending and not thinking.whole:
+            out.append(("reasoning", await self.feed_rest(thinking)))
         try:
-            return self.texts[kind].feed(text)
+            out.append((kind, self.texts[kind].feed(text)))
         except GuardrailBlocked as exc:
             await record(self.rt, self.state, "output", Hit(exc.check, "block", "a match in the answer"))
             raise
+        return [(k, t) for k, t in out if t]
 
     async def finish(self, kind: str, complete: bool) -> str:
         """The rest of one text to send; an answer cut short loses what was held (never sent, never kept)."""

@@ -69,9 +69,11 @@ class LiveReply:
             self.piece.add(delta)
         if isinstance(delta, TextDelta | ReasoningDelta) and delta.text:
             kind = "text" if isinstance(delta, TextDelta) else "reasoning"
-            text = delta.text if self.guard is None else await self.guard.feed(kind, delta.text)
-            if text:
-                await self._text(kind, text)
+            if self.guard is None:
+                await self._text(kind, delta.text)
+            else:
+                for shown, text in await self.guard.feed(kind, delta.text):
+                    await self._text(shown, text)
         elif isinstance(delta, ToolCallDelta) and call is not None:
             await self._call_delta(delta, call)
 
