@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from yao_agent import settings
-from yao_agent.cli import app, audit, chats, evals, kb, roles, serve, tokens, usage
+from yao_agent.cli import app, audit, chats, evals, hooks, kb, roles, serve, tokens, usage
 from yao_agent.cli.common import Commands, global_options, said
 from yao_agent.errors import EnvVarMissing, Exit, HookError, RunError, SpecError, UsageError, YaoAgentError
 
 # The order `--help` lists them in.
-FAMILIES = (app, chats, roles, tokens, usage, kb, evals, audit, serve)
+FAMILIES = (app, chats, roles, tokens, usage, kb, evals, hooks, audit, serve)
 
 
 class Parser(argparse.ArgumentParser):

@@ -82,5 +82,5 @@ def _check_problems(doc: Document, at: YamlPath, data: Mapping[str, Any], root: 
         path = (*at, "classifier", "with")
         return connector_ref(doc, ref, known, path) + chat_target(doc, ref, known, path)
     if kind == "hook" and isinstance(data["hook"], str) and not (root / data["hook"]).is_file():
-        return [doc.problem((*at, "hook"), f"no hook file '{data['hook']}' in the app (expected a .js file)")]
+        return [doc.problem((*at, "hook"), f"no hook file '{data['hook']}' in the app (expected a .js or .ts file)")]
     return []

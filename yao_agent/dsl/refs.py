@@ -22,6 +22,8 @@ from .source import Document
 from .source import Path as YamlPath
 from .specs import APPROVE_ALL, DEFAULT_ROLE, ROLE_PREFIX
 
+HOOK_SUFFIXES = (".js", ".ts")  # a .ts hook's types are removed before V8 runs it (hooks/typescript.py)
+
 # Literal values a hook may return; checked so a typo surfaces at load rather than mid-run.
 _HOOK_PRESET = re.compile(r"""\bprompt_preset\s*:\s*["']([^"'\n]+)["']""")
 _HOOK_CONNECTOR = re.compile(r"""\bconnector\s*:\s*["']([^"'\n]+)["']""")
@@ -183,7 +185,7 @@ def _hook_ref(doc: Document, data: Mapping[str, Any], root: Path, known: Known, 
 def locate_hook(root: Path, hook: object) -> tuple[Path, str] | str | None:
     """The hook file an assistant names and its text; what is wrong with the reference; or None (no hook,
     or a value of the wrong shape, which the schema reports)."""
-    if not isinstance(hook, str) or not hook.endswith(".js"):
+    if not isinstance(hook, str) or not hook.endswith(HOOK_SUFFIXES):
         return None
     target = root / hook
     try:
@@ -195,16 +197,16 @@ def locate_hook(root: Path, hook: object) -> tuple[Path, str] | str | None:
     try:
         found, there = target.is_file(), target.exists()
     except OSError as exc:  # e.g. a name longer than the file system allows
-        return f"hook file '{hook}' cannot be used: {exc.strerror} (expected a .js file)"
+        return f"hook file '{hook}' cannot be used: {exc.strerror} (expected a .js or .ts file)"
     if there and not found:  # a folder, a FIFO, a socket: never read (a FIFO would block the read)
-        return f"hook file '{hook}' is not a regular file (expected a .js file)"
+        return f"hook file '{hook}' is not a regular file (expected a .js or .ts file)"
     if not found:
-        hooks = [p.relative_to(root).as_posix() for p in (root / "hooks").glob("*.js")]
+        hooks = sorted(p.relative_to(root).as_posix() for p in (root / "hooks").glob("*.[jt]s"))
         return f"hook file not found: {hook} (known: {known_list(hooks)})"
     try:
         return target, read_regular(target, MAX_HOOK_BYTES).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return f"hook file cannot be read: {type(exc).__name__} (expected UTF-8 JavaScript)"
+        return f"hook file cannot be read: {type(exc).__name__} (expected UTF-8 JavaScript or TypeScript)"
 
 
 def _scan_hook(hook: str, source: str, presets: frozenset[str], known: Known) -> list[Problem]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from yao_agent.errors import DelegateError, OverBudget, RunError, UsageError
+from yao_agent.hooks.api import host_names
 from yao_agent.hooks.errors import host_failure
 
 log = logging.getLogger("yao_agent.hook")
@@ -40,14 +41,7 @@ MAX_DEPTH = 64  # how deeply arrays and objects may nest in what a hook returns 
 _EFFECTS = frozenset({"send", "call", "search"})  # what costs: a message, a run, a search
 # C0 and C1 controls, line and paragraph separators, bidirectional overrides, lone surrogates.
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_NAMES = {
-    "log": "ctx.log",
-    "send": "ctx.send",
-    "mget": "ctx.memory.get",
-    "mset": "ctx.memory.set",
-    "call": "ctx.call",
-    "search": "ctx.search",
-}
+_NAMES = host_names()  # `mget` → `ctx.memory.get`: as errors and logs name a ctx call
 
 # Strict: a NaN would reach V8's JSON.parse and fail the whole batch instead of the one call.
 _to_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode

@@ -27,6 +27,7 @@ from yao_agent.hooks import errors
 from yao_agent.hooks.bridge import BIND_JS, ENTRY_JS, FUNCTIONS, RUNTIME_JS, hook_script
 from yao_agent.hooks.engine import Budget, JsEngine, ScriptCrash, ScriptFailure, ScriptOutOfMemory, ScriptTimeout
 from yao_agent.hooks.procs import Worker
+from yao_agent.hooks.typescript import Stripper
 
 RACY_S = 1.0
 RUNTIME_BUDGET_S = 5.0
@@ -82,6 +83,7 @@ class Loads:
 
     def __init__(self) -> None:
         self._found: dict[tuple[str, str], Loaded] = {}
+        self._typescript = Stripper()  # `.ts` texts, their types removed (in the workers), once per version
 
     def found(self, source: HookSource, shown: str) -> Loaded | None:
         return self._found.get((source.digest, shown))
@@ -96,10 +98,15 @@ class Loads:
         known = self.found(source, shown)
         if known is not None and known.error is not None:
             raise _again(known.error, function)
+        try:
+            text = await self._typescript.javascript(worker, source, shown, function)
+        except HookError as error:  # a syntax error: the same text fails the same way
+            self._remember(source, shown, Loaded(error=error))
+            raise
         engine = JsEngine(worker)
         try:
             engine.set_memory_limit(policy.memory_mb)
-            engine.kinds = await self._load(engine, source, shown, function, policy)
+            engine.kinds = await self._load(engine, source, text, shown, function, policy)
         except BaseException:
             engine.close()
             raise
@@ -107,14 +114,15 @@ class Loads:
         return engine
 
     async def _load(
-        self, engine: JsEngine, source: HookSource, shown: str, function: str, policy: HookPolicy
+        self, engine: JsEngine, source: HookSource, text: str, shown: str, function: str, policy: HookPolicy
     ) -> dict[str, str]:
-        """The runtime, then the text as its own script; what V8 reports as the call's `HookError`."""
+        """The runtime, then the text (`source`'s JavaScript) as its own script; what V8 reports as the
+        call's `HookError`."""
         budget = Budget(policy.timeout_ms / 1000)
         try:
             await engine.run([RUNTIME_JS], Budget(RUNTIME_BUDGET_S))
             await engine.bind_entry(ENTRY_JS)
-            found = await engine.run([hook_script(source.text), BIND_JS], budget)
+            found = await engine.run([hook_script(text), BIND_JS], budget)
         except ScriptFailure as exc:
             lines = len(source.text.splitlines())
             error = errors.from_load(exc.text, file=shown, function=function, lines=lines)
