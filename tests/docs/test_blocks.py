@@ -16,6 +16,7 @@ import pytest
 import yaml
 from py_mini_racer import MiniRacer
 
+from tests.support import REPO
 from tests.support.docs import Block, every_block
 from yao_agent.cli import build_parser
 from yao_agent.dsl import checks
@@ -23,7 +24,7 @@ from yao_agent.dsl.schema import load_schema, validate
 from yao_agent.dsl.source import parse
 
 BLOCKS = every_block()
-LANGUAGES = {"yaml", "bash", "python", "js", "json", "text"}  # text: what a command prints, not code
+LANGUAGES = {"yaml", "bash", "python", "js", "ts", "json", "text"}  # text: what a command prints, not code
 # Run by the tests that name them: test_examples.py, tests/testing/test_model.py, tests/server/test_hardening.py.
 RUN_BY_NAME = {"python-api", "openai-client", "scripted-model", "server-defaults"}
 NOT_RUN = 5  # blocks that say why they cannot run here; a new one is a decision, so this count changes with it
@@ -115,6 +116,17 @@ def test_every_js_block_compiles_in_v8() -> None:
     for block in blocks:
         source = json.dumps(block.code)  # compiled, not run: `new Function` only parses its body
         said = MiniRacer().eval(f"try {{ new Function({source}); 'ok' }} catch (e) {{ String(e) }}")
+        assert said == "ok", block.where
+
+
+def test_every_ts_block_compiles_in_v8_once_its_types_are_removed() -> None:
+    blocks = of("ts")
+    assert blocks
+    racer = MiniRacer()
+    racer.eval((REPO / "yao_agent/hooks/vendor/sucrase.js").read_text("utf-8"))
+    for block in blocks:
+        stripped = racer.eval(f"__yao_strip({json.dumps(block.code)})")
+        said = racer.eval(f"try {{ new Function({json.dumps(stripped)}); 'ok' }} catch (e) {{ String(e) }}")
         assert said == "ok", block.where
 
 

@@ -75,7 +75,7 @@ def test_assistants_table_lists_id_name_connector_hook_and_servers() -> None:
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
     assert rows[0] == ["id", "name", "connector", "hook", "MCP", "servers"]
-    assert ["concierge", "Concierge", "use::light", "hooks/concierge.js", "-"] in rows
+    assert ["concierge", "Concierge", "use::light", "hooks/concierge.ts", "-"] in rows
     assert ["weather", "Weather", "demo.weather", "-", "weather"] in rows
 
 

@@ -37,7 +37,7 @@ from yao_agent.errors import Problem, SpecError
 
 REPO = Path(__file__).resolve().parents[2]
 APP_PARTS = ("app.yml", "assistants", "connectors", "mcps", "hooks", "knowledge")
-HOOK = "hooks/concierge.js"
+HOOK = "hooks/concierge.ts"
 HOOKED_ASSISTANT = "assistants/concierge/assistant.yml"
 
 
@@ -396,7 +396,7 @@ def _property_names(schema: object) -> set[str]:
 STRINGS = [
     "scripted", "openai", "anthropic", "stdio", "http", "system", "user", "assistant", "tool", "queue", "fail",
     "auto", "demo.echo", "demo.weather", "openai.gpt-4o-mini", "use::default", "use::light", "use::", "use::nope",
-    "weather", "nope", "$ENV.OPENAI_API_KEY", "$ENV.", "http://127.0.0.1:1/mcp", "hooks/concierge.js",
+    "weather", "nope", "$ENV.OPENAI_API_KEY", "$ENV.", "http://127.0.0.1:1/mcp", "hooks/concierge.ts",
     "hooks/missing.js", "../outside.js", "/etc/outside.js", "hooks", "{{ last_user }}", "{{ assistant.name }}",
     "{{ nope }}", "{% if %}", "{{ last_user | truncate(5) }}", "{% for m in messages %}{{ m }}{% endfor %}",
     "(?P<city>\\w+)", "(unclosed", "a{4294967296}", "", " ", "2001-01-01",

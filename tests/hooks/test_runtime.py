@@ -63,7 +63,7 @@ async def test_async_hooks_are_awaited(runner: HookRunner, host: Host, tmp_path:
 
 
 async def test_the_shipped_concierge_hook_routes_long_questions(runner: HookRunner, host: Host) -> None:
-    path = REPO / "hooks" / "concierge.js"
+    path = REPO / "hooks" / "concierge.ts"
     long = [{"role": "user", "content": "x" * 81}]
     short = [{"role": "user", "content": "hi"}]
     assert (await create(runner, path, host, long, {})).value == {
@@ -71,7 +71,7 @@ async def test_the_shipped_concierge_hook_routes_long_questions(runner: HookRunn
     assert (await create(runner, path, host, short, {})).value == {"metadata": {"routed": "light"}}
     payload = {"completion": {"content": "two words"}, "tools": [{"tool": "x"}]}
     snapshot = {**SNAPSHOT, "metadata": {"routed": "heavy"}}
-    nxt = await runner.call(path, "hooks/concierge.js", "Next", [payload, {}], host.context(snapshot), FAST)
+    nxt = await runner.call(path, "hooks/concierge.ts", "Next", [payload, {}], host.context(snapshot), FAST)
     assert nxt.value == {"data": {"route": "heavy", "words": 2, "tools_used": 1}}
 
 

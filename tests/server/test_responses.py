@@ -179,6 +179,7 @@ async def test_text_format_json_schema_is_the_runs_output(live: Live, provider: 
         ({"background": True}, "background", "background"),
         ({"conversation": "conv_1"}, "conversation", "previous_response_id"),
         ({"colour": "blue"}, "colour", "unknown field"),
+        ({"\r": []}, "\r", '"\\r": '),  # a name with no words of its own is quoted, never an empty message
         ({"text": {"format": {"type": "json_schema", "name": "j", "schema": {"type": "nope"}}}}, "text.format",
          "text.format.schema"),
     ],

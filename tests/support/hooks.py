@@ -68,13 +68,13 @@ def write(folder: Path, source: str, name: str = "hook.js") -> Path:
 async def create(
     runner: HookRunner, path: Path, host: Host, *args: Any, policy: HookPolicy = FAST, function: str = "Create"
 ) -> HookCall:
-    return await runner.call(path, "hooks/hook.js", function, list(args), host.context(), policy)
+    return await runner.call(path, f"hooks/{path.name}", function, list(args), host.context(), policy)
 
 
 async def failure(runner: HookRunner, path: Path, host: Host, *args: Any, policy: HookPolicy = FAST) -> HookError:
     with pytest.raises(HookError) as caught:
         await create(runner, path, host, *args, policy=policy)
-    assert caught.value.file == "hooks/hook.js"
+    assert caught.value.file == f"hooks/{path.name}"
     assert caught.value.function == "Create"
     return caught.value
 

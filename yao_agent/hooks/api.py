@@ -92,7 +92,7 @@ interface NextAnswer {
   data?: Json;
   stop?: boolean;
   delegate?: string | { assistant_id: string; messages?: Message[] };
-  continue?: Message[];
+  continue?: { messages?: Message[] };
 }
 
 type GuardStage = "input" | "output" | "tool_input" | "tool_output";

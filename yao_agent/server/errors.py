@@ -6,6 +6,7 @@ is a 500, and it says no more than that it is one.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from typing import Any
@@ -62,6 +63,11 @@ class InvalidParam(UsageError):
         super().__init__(message)
         self.param = param
         self.code = code
+
+
+def field_name(name: str) -> str:
+    """A field's name fit for the one line of an error: as it is, or quoted when it is odd (`"\\r"`)."""
+    return name if name.isidentifier() else json.dumps(name)
 
 
 def error_body(kind: str, message: str, code: str | None = None, param: str | None = None) -> ErrorBody:
@@ -199,7 +205,7 @@ def install(app: FastAPI) -> None:
         status, kind = classify(exc)
         if isinstance(exc, Unauthorized):
             return unauthorized(str(exc), exc.code)
-        message = (str(exc).splitlines() or [kind])[0]
+        message = next((line for line in str(exc).splitlines() if line.strip()), kind)  # its first line with words
         if isinstance(exc, InvalidParam):
             return JSONResponse(error_body(kind, message, exc.code, exc.param), status_code=status)
         if isinstance(exc, Refused):

@@ -22,7 +22,6 @@ Types and ranges are checked as OpenAI documents them; a wrong one is a 400 nami
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, cast
 
@@ -33,7 +32,7 @@ from yao_agent.base.structured import schema_problems
 from yao_agent.connectors.request import RUN_CALL_OPTIONS
 from yao_agent.errors import UsageError
 from yao_agent.messages import check_text
-from yao_agent.server.errors import InvalidParam
+from yao_agent.server.errors import InvalidParam, field_name
 
 # The request fields passed to the model call as they are (CONTRACT §6), besides `response_format`: the
 # call options a run may set (connectors/request.py).
@@ -202,7 +201,7 @@ class CompletionBody(BaseModel):
         for name, value in self.refusals():
             harmless, why, code = REFUSED.get(name, (_never, UNKNOWN, "unsupported_parameter"))
             if not harmless(value):
-                raise InvalidParam(f"{_shown(name)}: {why}", param=name, code=code)
+                raise InvalidParam(f"{field_name(name)}: {why}", param=name, code=code)
         texts = {**self.call_options(), **{name: getattr(self, name) for name in TO_METADATA}}
         for name, value in texts.items():
             try:
@@ -256,11 +255,6 @@ class CompletionBody(BaseModel):
     def run_metadata(self) -> dict[str, Any]:
         given = {name: getattr(self, name) for name in TO_METADATA if getattr(self, name) is not None}
         return {**(self.metadata or {}), **given}
-
-
-def _shown(name: str) -> str:
-    """A field's name fit for the one line of an error: as it is, or quoted when it is odd (`"\\r"`)."""
-    return name if name.isidentifier() else json.dumps(name)
 
 
 def _never(_value: Any) -> bool:

@@ -31,7 +31,7 @@ from yao_agent.base.structured import schema_problems
 from yao_agent.errors import UsageError
 from yao_agent.messages import check_text
 from yao_agent.server import responses_items as items
-from yao_agent.server.errors import InvalidParam
+from yao_agent.server.errors import InvalidParam, field_name
 from yao_agent.server.openai_body import Positive, Unit
 
 TO_METADATA = ("user", "safety_identifier")
@@ -107,7 +107,7 @@ class ResponsesBody(BaseModel):
         for name, value in given.items():
             harmless, why = REFUSED.get(name, (_never, UNKNOWN))
             if value is not None and not harmless(value):
-                raise InvalidParam(f"{name}: {why}", param=name, code="unsupported_parameter")
+                raise InvalidParam(f"{field_name(name)}: {why}", param=name, code="unsupported_parameter")
         texts = {"instructions": self.instructions, "metadata": self.metadata,
                  **{name: getattr(self, name) for name in TO_METADATA}}  # fmt: skip
         for name, value in texts.items():
