@@ -17,8 +17,10 @@ from tests.support.cli import cli
 from tests.support.mcp_server import server as testing_server
 from tests.support.runtimes import ALICE, app_files, close, end_of, make_runtime, runs_of, turn
 from tests.support.servers import TENANTS, running
+from yao_agent.errors import UsageError
 from yao_agent.events import Guardrail, MessageDelta
 from yao_agent.pipeline import RunRequest, Runtime
+from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.testing import FakeProvider, Reply, ToolCall
 from yao_agent.tools import ToolManager
@@ -122,6 +124,8 @@ async def test_an_input_a_deny_rule_blocks_is_a_400_and_is_stored_as_a_placehold
     assert [(m.role, m.content) for m in history] == [("user", "[blocked by a guardrail]")]
     [run] = await store.runs_of(TENANTS["alice"], chat.id)
     assert (run.status, run.reason) == ("failed", "guardrail")
+    with pytest.raises(UsageError, match="blocked by a guardrail and is not resumed"):
+        await Runs(rt).resume(TENANTS["alice"], chat.id)  # what was blocked is never asked again
 
 
 async def test_a_classifier_that_times_out_blocks_and_one_that_allows_lets_the_answer_through(

@@ -7,7 +7,7 @@ from the unfinished step and, when it completes, the chat's resume point is clea
 
 from __future__ import annotations
 
-from yao_agent.errors import ApprovalConflict, NotFound
+from yao_agent.errors import ApprovalConflict, NotFound, UsageError
 from yao_agent.identity import Identity
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunRequest
@@ -38,6 +38,9 @@ async def request(rt: Runtime, identity: Identity, chat_id: str) -> RunRequest:
             f"chat '{chat_id}' waits for the results of tools the client runs: send them (the assistant "
             "message and a `tool` message per call) in the next POST /v1/chat/completions on this chat"
         )
+    if point.run.reason == "guardrail":  # asked again, what was blocked would be blocked again (or pass unchecked)
+        raise UsageError(f"chat '{chat_id}': its last run was blocked by a guardrail and is not resumed; "
+                         "send a new message instead")  # fmt: skip
     return RunRequest(assistant_id=point.run.assistant_id, identity=identity, chat_id=chat_id, resume=point)
 
 
