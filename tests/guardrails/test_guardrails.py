@@ -161,7 +161,7 @@ async def test_a_classifier_that_times_out_blocks_and_one_that_allows_lets_the_a
 async def test_a_tool_result_is_masked_before_the_model_sees_it_and_its_arguments_can_be_blocked(
     tmp_path: Path, store: SqlStore, provider: FakeProvider, made: list[Runtime]
 ) -> None:
-    tools = "mcp: {servers: [{server: testing, tools: [echo]}], tool_loop: true}\n"
+    tools = "mcp: {servers: [{server: testing, tools: [echo, refuse]}], tool_loop: true}\n"
     rails = ("guardrails:\n  tool_output: [{pii: [email]}]\n"
              "  tool_input: [{deny: ['rm -rf'], action: block}]\n")  # fmt: skip
     files = guarded_files(provider.base_url, rails, tools)
@@ -175,6 +175,12 @@ async def test_a_tool_result_is_masked_before_the_model_sees_it_and_its_argument
     result = provider.requests[1].body["messages"][-1]
     assert (result["role"], result["content"]) == ("tool", "[email]")
     assert [(e.stage, e.action) for e in events if isinstance(e, Guardrail)] == [("tool_output", "mask")]
+
+    provider.enqueue(Reply(tool_calls=(ToolCall("testing__refuse", '{"reason": "no such user ann@example.com"}'),)),
+                     Reply(text="ok"))  # fmt: skip
+    events = await turn(rt, "who is ann", chat_id="c3")
+    [error] = [m["content"] for m in provider.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert "ann@example.com" not in error and "[email]" in error, error  # an error quotes as much as a result
 
     provider.enqueue(Reply(tool_calls=(ToolCall("testing__echo", '{"text": "rm -rf /"}'),)))
     events = await turn(rt, "clean up", chat_id="c2")

@@ -125,10 +125,14 @@ async def tool_arguments(rt: Runtime, state: RunState, arguments: str) -> str:
 
 
 async def tool_result(rt: Runtime, state: RunState, outcome: ToolOutcome) -> ToolOutcome:
-    """Stage `tool_output`: the result as the model, the store and the client may see it."""
+    """Stage `tool_output`: the result — or the tool's error, which may quote as much — as the model, the
+    store and the client may see it."""
     checks = rules(rt, state).tool_output
-    if not checks or not outcome.ok:
+    if not checks:
         return outcome
+    if outcome.error is not None:
+        said = await passed(rt, state, "tool_output", outcome.error, checks)
+        return outcome if said == outcome.error else ToolOutcome(result=None, error=said, retryable=outcome.retryable)
     text = outcome.text()
     checked = await passed(rt, state, "tool_output", text, checks)
     return outcome if checked == text else ToolOutcome(result=checked, error=None, retryable=outcome.retryable)
