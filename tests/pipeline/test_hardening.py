@@ -60,7 +60,7 @@ async def test_a_hook_file_replaced_by_a_fifo_blocks_neither_a_run_nor_a_reload(
         [problem] = (await asyncio.to_thread(check_app, rt.app.root)).errors
         assert (problem.file, problem.message) == (
             "assistants/chat/assistant.yml",
-            "hook file 'hooks/h.js' is not a regular file (expected a .js file)",
+            "hook file 'hooks/h.js' is not a regular file (expected a .js or .ts file)",
         )
     finally:
         await rt.engines.aclose()
