@@ -154,6 +154,7 @@ def test_a_call_the_stored_run_never_made_is_unreplayable_and_a_worse_answer_exi
         (["--judge", "use::grader"], "--judge: no role 'grader'"),
         (["--since", "last week"], "--since: expected an age (30m, 24h, 7d)"),
         (["--limit", "0"], "--limit: expected at least 1, got 0"),
+        (["--into", "sqlite:///{db}"], "--into: that is the store the turns are read from"),
     ],
 )  # fmt: skip
 def test_a_bad_option_is_a_usage_error_that_says_what_was_expected(
@@ -161,7 +162,8 @@ def test_a_bad_option_is_a_usage_error_that_says_what_was_expected(
 ) -> None:
     app = an_app(tmp_path / "app", "http://127.0.0.1:9", tmp_path / "started", "You are Support.")
     (tmp_path / "db").mkdir()
-    code, _ = cli(app, "--db", f"sqlite:///{tmp_path / 'db' / 'x.db'}", "eval", "replay", *args)
+    db = tmp_path / "db" / "x.db"
+    code, _ = cli(app, "--db", f"sqlite:///{db}", "eval", "replay", *[a.format(db=db) for a in args])
     assert code == 2
     assert said in capsys.readouterr().err
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy import URL
+
 from yao_agent.dsl import App, load_app
 from yao_agent.dsl.specs import ROLE_PREFIX
 from yao_agent.errors import UsageError
@@ -20,7 +22,7 @@ from yao_agent.evals.replay_tools import ReplayTools
 from yao_agent.identity import OPERATOR, Identity
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.service.runs import Runs
-from yao_agent.store import SqlStore, Store, open_engine, store_url
+from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.audit import span
 
 _AGO = re.compile(r"(\d+)([mhd])")
@@ -60,9 +62,12 @@ def since_of(given: str, now: float) -> float:
                          f"got {given[:40]!r}") from None  # fmt: skip
 
 
-async def replay_stored(source: Store, choice: Choice, plan: Plan) -> list[Replayed]:
+async def replay_stored(source: SqlStore, choice: Choice, plan: Plan) -> list[Replayed]:
     """The chosen turns of `source`, replayed on the app at `plan.against`."""
     app = load_app(plan.against)  # a broken app is refused (SpecError) before anything is read
+    if plan.into is not None and _same_store(store_url(plan.into, app.root), source.db.engine.url):
+        raise UsageError("--into: that is the store the turns are read from; a replay only reads it (expected "
+                         "another store, or none: a scratch one)")  # fmt: skip
     if plan.judge is not None:
         _check_judge(app, plan.judge)
     turns = await source.stored_turns(OPERATOR, assistant=choice.assistant, team=choice.team, since=choice.since,
@@ -94,3 +99,12 @@ def _check_judge(app: App, ref: str) -> None:
     if role is not None and role not in app.config.roles:
         known = ", ".join(sorted(app.config.roles)) or "none"
         raise UsageError(f"--judge: no role '{role}' in {app.root}/app.yml (known: {known})")
+
+
+def _same_store(one: URL, other: URL) -> bool:
+    """Whether two URLs name the same database (whatever driver each names)."""
+
+    def place(url: URL) -> tuple[str, str | None, int | None, str | None]:
+        return url.get_backend_name(), url.host, url.port, url.database
+
+    return place(one) == place(other)
