@@ -224,7 +224,17 @@ async def test_images_to_a_model_that_cannot_read_them_fail_the_run_naming_it(
     assert end.error == {"message": "connector fake.model cannot read images (its capabilities.vision is false)",
                          "kind": "bad_request"}  # fmt: skip
     assert fake.requests == []
-    assert [m.role for m in await tooled_rt.store.history(ALICE, "c1")] == ["user"]  # the input is kept
+    [kept] = await tooled_rt.store.history(ALICE, "c1")
+    assert (kept.role, kept.content, kept.hidden) == ("user", picture, True)  # kept, shown, never sent again
+
+    # Fixed: the stored picture went with every later turn, so the chat failed the same way for ever.
+    fake.enqueue(Reply(text="Only words, then."))
+    end = end_of(await turn(tooled_rt, "Never mind, in words", assistant="tooled"))
+    assert (end.status, fake.requests[-1].messages[-1]) == (
+        "completed",
+        {"role": "user", "content": "Never mind, in words"},
+    )
+    assert "image_url" not in str(fake.requests[-1].messages)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ that waited for the client's own tools, the history is compared as that client h
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from yao_agent.errors import HistoryUnavailable
 from yao_agent.messages import from_provider, overlap
@@ -30,6 +31,8 @@ async def load(rt: Runtime, state: RunState) -> None:
     """
     now = rt.clock()
     given = [from_provider(m, rt.ids.new("msg"), state.run_id, now) for m in state.input]
+    if state.input_unreadable:  # images no connector of the chain reads (connector.py): kept, never sent
+        given = [replace(m, hidden=True) for m in given]
     try:
         loaded = await rt.store.load_and_start(state.identity, state.run, rt.app.config.history_size, given)
     except HistoryUnavailable as exc:  # only the read failed, and nothing was written

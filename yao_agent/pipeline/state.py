@@ -137,6 +137,9 @@ class RunState:
     # streamed front door waits for it, so a blocked input is an HTTP error, not a stream (guard.py).
     input_checked: asyncio.Event = field(default_factory=asyncio.Event)
     input_blocked: bool = False
+    # The input carries images that no connector of the chain can read: the run fails at stage 4 and the
+    # input is stored hidden (shown in the chat, never sent to a model), so the chat goes on without it.
+    input_unreadable: bool = False
 
     # The context's fields, read where a stage reads them.
     @property

@@ -6,6 +6,11 @@
 (() => {
   const TOKEN_KEY = "yao-agent.token";
   const ASSISTANT_KEY = "yao-agent.assistant";
+  const OPEN_KEY = "yao-agent.open-chat"; // per tab: a reload opens the chat again
+  const CUT_KEY = "yao-agent.cut-runs"; // per tab: the chats whose answers the page was streaming as it unloaded
+  // Read once, before this page writes its own: what the page before a reload had open and was streaming.
+  const reopen = { chat: sessionStorage.getItem(OPEN_KEY), cut: new Set(JSON.parse(sessionStorage.getItem(CUT_KEY) || "[]")) };
+  sessionStorage.removeItem(CUT_KEY);
   const UNFINISHED = new Set(["failed", "cancelled", "interrupted"]);
   const md = window.yaoMarkdown; // null without the vendor files: replies then show as plain text
 
@@ -89,9 +94,26 @@
     listed: 0, // the number of the latest chat-list request (an older answer arriving late is dropped)
     chatId: null, // the open chat; null for a new one (the server creates it on the first send)
     title: "", // the open chat's title
-    run: null, // the streaming run: {controller, chatId, stopping}
-    approvals: null, // the open chat's ApprovalPanel while its calls wait for a person
+    pane: null, // the open chat's Pane (what the transcript shows)
+    panes: new Map(), // chat id → Pane of every chat whose run this page streams, open or not
   };
+
+  /** A chat as the page shows it: its transcript, kept while the person looks at another chat so that a
+   *  run streaming into it goes on; the run (`{controller, stopping}`), and the panel of calls it waits on. */
+  class Pane {
+    constructor(chatId) {
+      this.chatId = chatId; // null until the server names a new chat
+      this.node = h("div", "pane");
+      this.run = null;
+      this.approvals = null;
+      this.follow = 0; // the timer of a run this page did not start (another tab, before a reload)
+      this.versions = false; // whether the server keeps earlier versions of answers (the history said)
+    }
+
+    get visible() {
+      return state.pane === this;
+    }
+  }
 
   // ---------------------------------------------------------------- small helpers
 
@@ -147,7 +169,9 @@
     ui.status.dataset.state = kind;
   }
 
-  function scrollDown() {
+  /** Keep the newest text in view, when the person is at the bottom of the pane and looking at it. */
+  function scrollDown(pane = state.pane) {
+    if (pane && !pane.visible) return;
     const t = ui.transcript;
     if (t.scrollHeight - t.scrollTop - t.clientHeight < 120) t.scrollTop = t.scrollHeight;
   }
@@ -249,8 +273,6 @@
     ui.signedInLabel.textContent = state.session ? `Signed in as ${state.session.user_id}` : "Signed in with a token";
     // usage.js opens its panel only for a signed-in page, and closes it (and forgets what it showed) here.
     document.dispatchEvent(new CustomEvent("yao-agent:session", { detail: { signedIn: yes } }));
-    ui.newChat.disabled = !yes;
-    ui.send.disabled = !yes;
     ui.search.disabled = !yes;
     if (!yes) {
       ui.assistant.replaceChildren(h("option", null, "(sign in first)"));
@@ -261,13 +283,16 @@
       ui.search.value = "";
       renderChats();
     }
+    syncControls();
   }
 
   function forgetToken() {
     localStorage.removeItem(TOKEN_KEY);
     state.token = "";
     state.session = null;
-    if (state.run) state.run.controller.abort();
+    for (const pane of state.panes.values()) stopFollowing(pane);
+    for (const pane of state.panes.values()) if (pane.run) pane.run.controller.abort();
+    state.panes.clear();
     setSignedIn(false);
     ui.token.value = "";
   }
@@ -302,7 +327,7 @@
     ui.token.value = "";
     setSignedIn(true);
     await refreshChats();
-    ui.message.focus();
+    await reopenAfterReload();
   }
 
   // ---------------------------------------------------------------- assistants
@@ -372,12 +397,14 @@
     const button = h("button", "chat-item");
     button.type = "button";
     button.dataset.chatId = chat.chat_id;
-    button.disabled = Boolean(state.run);
     if (chat.chat_id === state.chatId) button.setAttribute("aria-current", "true");
+    const pane = state.panes.get(chat.chat_id);
+    const status = pane && pane.run ? "running" : chat.last_status; // the list may predate the run
+    button.dataset.status = status;
     const meta = h("span", "chat-meta");
     meta.append(
       h("span", "chat-assistant", chat.assistant_id),
-      h("span", `badge status-${chat.last_status}`, chat.last_status),
+      h("span", `badge status-${status}`, status === "running" ? "answering…" : status),
       h("time", "chat-time", when(chat.updated_at)),
     );
     meta.lastChild.dateTime = chat.updated_at || "";
@@ -387,12 +414,24 @@
     return item;
   }
 
+  /** Show `pane` in the transcript; a pane with nothing streaming is let go once another is shown. */
+  function showPane(pane) {
+    const previous = state.pane;
+    if (previous && previous !== pane && !previous.run && !previous.follow && previous.chatId) {
+      state.panes.delete(previous.chatId);
+    }
+    state.pane = pane;
+    state.chatId = pane.chatId;
+    sessionStorage.setItem(OPEN_KEY, pane.chatId || "");
+    if (pane.chatId) state.panes.set(pane.chatId, pane);
+    ui.transcript.replaceChildren(pane.node);
+    ui.transcript.scrollTop = ui.transcript.scrollHeight;
+    syncControls();
+  }
+
   function newChat() {
-    if (state.run) return;
-    state.chatId = null;
-    state.approvals = null;
     stopRenaming();
-    ui.transcript.replaceChildren();
+    showPane(new Pane(null));
     showTitle("");
     ui.resumeBar.hidden = true;
     clearError();
@@ -402,26 +441,114 @@
   }
 
   async function openChat(chatId) {
-    if (state.run) return;
-    state.approvals = null;
     clearError();
     stopRenaming();
-    state.chatId = chatId;
     const chat = state.chats.find((c) => c.chat_id === chatId);
-    showTitle(chat && chat.title);
     if (chat && state.assistants.some((a) => a.id === chat.assistant_id)) ui.assistant.value = chat.assistant_id;
+    const live = state.panes.get(chatId);
+    if (live && live.run) {
+      // Its run streams here: the pane has everything so far and goes on filling.
+      showPane(live);
+      showTitle(chat && chat.title);
+      renderChats();
+      ui.resumeBar.hidden = true;
+      setStatus(live.run.stopping ? "Stopping…" : "Streaming…", "busy");
+      ui.message.focus();
+      return;
+    }
+    const pane = live || new Pane(chatId);
+    showPane(pane);
+    showTitle(chat && chat.title);
     renderChats();
-    setStatus("Loading the chat…", "busy");
+    await loadPane(pane, chat);
+  }
+
+  /** Fill `pane` from the chat's stored history, then offer what its last run left to do. */
+  async function loadPane(pane, chat) {
+    if (pane.visible) setStatus("Loading the chat…", "busy");
     try {
-      const data = await api("GET", `/api/chats/${enc(chatId)}/messages`);
-      renderHistory(data.messages || []);
-      setStatus(chat ? `Last run: ${chat.last_status}.` : "Ready.", chat ? chat.last_status : "idle");
+      const data = await api("GET", `/api/chats/${enc(pane.chatId)}/messages?versions=true`);
+      if (pane.run) return; // a run started meanwhile: it shows itself
+      renderHistory(data.messages || [], pane);
+      if (pane.visible) setStatus(chat ? `Last run: ${chat.last_status}.` : "Ready.", chat ? chat.last_status : "idle");
     } catch (err) {
+      if (!pane.visible) return;
       report(err);
       setStatus("Could not load the chat.", "failed");
+      return;
     }
+    if (chat && chat.last_status === "running") {
+      followRun(pane); // started before this page loaded, or in another tab: shown as it is stored
+      return;
+    }
+    if (resumeCut(pane, chat && chat.last_status) || !pane.visible) return;
     await checkResume();
     if (!(await checkApprovals())) ui.message.focus();
+  }
+
+  /** A run this page did not start (the page was reloaded, another tab sent it): the stored chat is read
+   *  again every second until the run ends; the answer grows a step at a time, not a word at a time. */
+  function followRun(pane) {
+    stopFollowing(pane);
+    if (pane.visible) setStatus("Still answering: this answer was started before the page was opened…", "busy");
+    pane.follow = setInterval(async () => {
+      if (!state.panes.has(pane.chatId) && !pane.visible) return stopFollowing(pane);
+      let found;
+      try {
+        const chats = await api("GET", "/api/chats");
+        found = (chats.chats || []).find((c) => c.chat_id === pane.chatId);
+        const data = await api("GET", `/api/chats/${enc(pane.chatId)}/messages?versions=true`);
+        if (pane.run) return stopFollowing(pane);
+        renderHistory(data.messages || [], pane);
+      } catch (err) {
+        return; // the next tick tries again; a 401 has signed the page out and cleared the timer
+      }
+      if (found && found.last_status === "running") return;
+      stopFollowing(pane);
+      if (resumeCut(pane, found && found.last_status) || !pane.visible) return;
+      setStatus(found ? `Last run: ${found.last_status}.` : "Ready.", found ? found.last_status : "idle");
+      await refreshChats();
+      await checkResume();
+      await checkApprovals();
+    }, 1000);
+    syncControls();
+  }
+
+  function stopFollowing(pane) {
+    if (!pane.follow) return;
+    clearInterval(pane.follow);
+    pane.follow = 0;
+    if (pane.visible) syncControls();
+  }
+
+  /** After a reload: the chat that was open is opened again, and the answers the reload cut off (leaving a
+   *  stream stops its run, CONTRACT §5) are resumed where they stopped, the open one on screen. */
+  async function reopenAfterReload() {
+    const known = (id) => state.chats.find((c) => c.chat_id === id);
+    const open = reopen.chat && known(reopen.chat);
+    reopen.chat = null;
+    for (const chatId of reopen.cut) {
+      const chat = known(chatId);
+      if (!chat) reopen.cut.delete(chatId);
+      else if (chatId !== (open && open.chat_id)) {
+        const pane = new Pane(chatId);
+        state.panes.set(chatId, pane); // kept while its run is followed or resumed
+        loadPane(pane, chat);
+      }
+    }
+    if (open) await openChat(open.chat_id);
+    else ui.message.focus();
+  }
+
+  /** A run ended that this page did not stream (its status read from the chat list): when it is one the last
+   *  reload cut off, it is resumed now. Returns whether it was. */
+  function resumeCut(pane, status) {
+    if (!reopen.cut.has(pane.chatId)) return false;
+    reopen.cut.delete(pane.chatId);
+    if (status !== "cancelled") return false;
+    state.panes.set(pane.chatId, pane);
+    stream(`/api/chats/${enc(pane.chatId)}/resume`, undefined, { resuming: true, pane });
+    return true;
   }
 
   /** Offer "resume" when the open chat's last run did not complete. */
@@ -438,7 +565,7 @@
     } catch (err) {
       report(err);
     }
-    if (chatId !== state.chatId || state.run) return;
+    if (chatId !== state.chatId || state.pane.run) return;
     if (!point && !(chat && UNFINISHED.has(chat.last_status))) return;
     const [text, action] = resumeWording(point ? point.status : chat.last_status, point && point.reason);
     ui.resumeInfo.textContent = text;
@@ -465,19 +592,232 @@
     return error.message || pretty(error);
   }
 
-  function addUser(text) {
+  /** A person's message: its text, the images it carried, and what can be done with it (copy, edit). */
+  function addUser(content, pane, parent = pane.node, messageId = null) {
     const block = h("div", "msg user");
-    block.append(h("div", "who", "You"), h("div", "bubble", text));
-    ui.transcript.append(block);
-    scrollDown();
+    const bubble = h("div", "bubble", textOf(content));
+    for (const url of imagesOf(content)) {
+      const image = h("img", "attached-image");
+      image.src = url;
+      image.alt = "an attached image";
+      bubble.append(image);
+    }
+    block.append(h("div", "who", "You"), bubble);
+    if (messageId) block.dataset.messageId = messageId;
+    block.append(messageActions(() => textOf(content), editAction(block, content, pane)));
+    parent.append(block);
+    scrollDown(pane);
+    return block;
+  }
+
+  /** The data: URLs of a message's image parts (the page only ever sends images as data: URLs). */
+  function imagesOf(content) {
+    if (!Array.isArray(content)) return [];
+    return content
+      .filter((part) => part && part.type === "image_url" && part.image_url)
+      .map((part) => (typeof part.image_url === "string" ? part.image_url : part.image_url.url))
+      .filter((url) => typeof url === "string" && url.startsWith("data:image/"));
+  }
+
+  // ---------------------------------------------------------------- copy, edit, regenerate
+
+  /** Put `text` on the clipboard; where the Clipboard API is not offered (plain http), through a text field. */
+  async function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) {
+      try {
+        await navigator.clipboard.writeText(text);
+        return true;
+      } catch {
+        // refused (no permission): the older way below may still work
+      }
+    }
+    const area = h("textarea", "offscreen");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    document.body.append(area);
+    area.select();
+    let copied = false;
+    try {
+      copied = document.execCommand("copy");
+    } catch {
+      copied = false;
+    }
+    area.remove();
+    return copied;
+  }
+
+  function copyButton(getText, label) {
+    const button = h("button", "secondary small copy", "Copy");
+    button.type = "button";
+    button.setAttribute("aria-label", label);
+    button.addEventListener("click", async () => {
+      const copied = await copyText(getText());
+      button.textContent = copied ? "Copied" : "Copy failed";
+      clearTimeout(button.timer);
+      button.timer = setTimeout(() => {
+        button.textContent = "Copy";
+      }, 1500);
+    });
+    return button;
+  }
+
+  /** Under a message: Copy, and what else can be done with it (Edit for the person's own). */
+  function messageActions(getText, ...more) {
+    const row = h("div", "msg-actions");
+    row.append(copyButton(getText, "Copy message"), ...more.filter(Boolean));
+    return row;
+  }
+
+  /** Each code block of a rendered reply gets its own Copy button. */
+  function addCodeCopies(body) {
+    for (const pre of body.querySelectorAll("pre")) {
+      if (pre.parentElement.classList.contains("code-block")) continue;
+      const block = h("div", "code-block");
+      pre.replaceWith(block);
+      const button = copyButton(() => pre.textContent, "Copy code");
+      button.classList.add("code-copy");
+      block.append(button, pre);
+    }
+  }
+
+  /** The person's messages of the current version (not an earlier one, not one the server refused). */
+  function currentUsers(pane) {
+    return [...pane.node.querySelectorAll(".msg.user")].filter((b) => !b.closest(".version.earlier") && !b.classList.contains("unsent"));
+  }
+
+  /** A message's stored id: known when it came from the history, looked up for one sent from this page. */
+  async function messageIdOf(block, pane) {
+    if (block.dataset.messageId) return block.dataset.messageId;
+    const data = await api("GET", `/api/chats/${enc(pane.chatId)}/messages`);
+    const stored = (data.messages || []).filter((m) => m.role === "user");
+    currentUsers(pane).forEach((b, i) => {
+      if (stored[i] && !b.dataset.messageId) b.dataset.messageId = stored[i].message_id;
+    });
+    return block.dataset.messageId || null;
+  }
+
+  /** What follows `node` in its container: the answers that a regenerate or an edit makes an earlier version. */
+  function following(node) {
+    const nodes = [];
+    for (let n = node.nextElementSibling; n; n = n.nextElementSibling) nodes.push(n);
+    return nodes;
+  }
+
+  /** A new answer to the last message; the one shown stays, as an earlier version (‹ ›). */
+  function regenerate(pane) {
+    if (pane.run || pane.follow || !pane.chatId) return;
+    const users = currentUsers(pane);
+    const last = users[users.length - 1];
+    if (!last) return;
+    const after = following(last);
+    const reused = after.length === 1 && after[0].yaoVersions && !after[0].yaoVersions.edits;
+    let versions = reused ? after[0].yaoVersions : null;
+    if (!versions) {
+      versions = new Versions(null, pane);
+      last.after(versions.node);
+      versions.add().append(...after);
+    }
+    versions.nested = last.parentElement !== pane.node;
+    if (pane.approvals) pane.approvals.superseded();
+    stream(`/api/chats/${enc(pane.chatId)}/regenerate`, {}, { pane, versions });
+  }
+
+  function editAction(block, content, pane) {
+    const button = h("button", "secondary small needs-idle edit", "Edit");
+    button.type = "button";
+    button.setAttribute("aria-label", "Edit and resend this message");
+    button.addEventListener("click", () => startEditing(block, content, pane));
+    return button;
+  }
+
+  /** The message becomes a text field; sent, the chat goes on from it and what it replaces is kept as an
+   *  earlier version. */
+  function startEditing(block, content, pane) {
+    if (pane.run || pane.follow || block.querySelector(".edit-form")) return;
+    const form = h("form", "edit-form");
+    const area = h("textarea", "edit-text");
+    area.value = textOf(content);
+    area.rows = Math.min(10, Math.max(2, area.value.split("\n").length));
+    area.setAttribute("aria-label", "Edit your message");
+    const save = h("button", "small", "Send edited message");
+    save.type = "submit";
+    const cancel = h("button", "secondary small", "Cancel");
+    cancel.type = "button";
+    const row = h("div", "edit-actions");
+    row.append(save, cancel);
+    form.append(area, row);
+    const shown = [...block.querySelectorAll(":scope > .bubble, :scope > .msg-actions")];
+    const close = () => {
+      form.remove();
+      for (const node of shown) node.hidden = false;
+      block.querySelector(".edit").focus();
+    };
+    for (const node of shown) node.hidden = true;
+    block.append(form);
+    area.focus();
+    cancel.addEventListener("click", close);
+    area.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") close();
+    });
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      resend(block, content, area.value.trim(), pane, close);
+    });
+  }
+
+  async function resend(block, content, text, pane, close) {
+    if (!text || pane.run || pane.follow) return;
+    let messageId = null;
+    try {
+      messageId = await messageIdOf(block, pane);
+    } catch (err) {
+      report(err);
+      return;
+    }
+    if (!messageId) {
+      report(new Error("This message is not in the stored chat (yet). Reload the chat and try again."));
+      return;
+    }
+    close();
+    const images = imagesOf(content).map((url) => ({ type: "image_url", image_url: { url } }));
+    const edited = images.length ? [{ type: "text", text }, ...images] : text;
+    const after = following(block);
+    const versions = new Versions(null, pane);
+    versions.edits = true;
+    block.before(versions.node);
+    versions.add().append(block, ...after);
+    versions.nested = versions.node.parentElement !== pane.node;
+    if (pane.approvals) pane.approvals.superseded();
+    stream(`/api/chats/${enc(pane.chatId)}/edit`, { message_id: messageId, content: edited },
+      { pane, versions, userContent: edited });
+  }
+
+  /** The last answer of the chat offers Regenerate (once the chat is stored and nothing streams in it). */
+  function decorate(pane) {
+    for (const old of pane.node.querySelectorAll(".regenerate")) old.remove();
+    const users = currentUsers(pane);
+    const last = users[users.length - 1];
+    if (!pane.chatId || !last) return;
+    const turns = [...pane.node.querySelectorAll(".turn")].filter(
+      (t) => !t.closest(".version.earlier") && last.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING,
+    );
+    const turn = turns[turns.length - 1];
+    if (!turn) return;
+    const button = h("button", "secondary small needs-idle regenerate", "Regenerate");
+    button.type = "button";
+    button.setAttribute("aria-label", "Regenerate the answer (the one shown is kept as an earlier version)");
+    button.disabled = Boolean(pane.run || pane.follow);
+    button.addEventListener("click", () => regenerate(pane));
+    turn.append(button);
   }
 
   /** One assistant turn: the blocks of its messages, tool cards, notices and the run's end. */
   class Turn {
-    constructor(label) {
+    constructor(label, pane, parent = pane.node) {
+      this.pane = pane;
       this.node = h("div", "turn");
       this.node.append(h("div", "who", label || "Assistant"));
-      ui.transcript.append(this.node);
+      parent.append(this.node);
       this.messages = new Map(); // message_id → {kind, node, body, text, markdown}
       this.cards = new Map(); // tool_call_id → card
       this.fallbacks = { from: [], to: null }; // connectors that could not answer, and the one that did
@@ -491,14 +831,33 @@
         node.prepend(h("div", "thread-label", `↳ in thread ${threadId}`));
       }
       this.node.append(node);
-      scrollDown();
+      scrollDown(this.pane);
       return node;
     }
 
     // -- live events
 
+    /** One event of the run (stream_start and stream_end are the stream's own). */
+    event(e) {
+      const handle = {
+        message_start: () => this.start(e),
+        message_delta: () => this.delta(e),
+        message_end: () => this.end(e),
+        tool_result: () => this.toolResult(e),
+        fallback: () => this.fallback(e),
+        compaction: () => this.compaction(e),
+        references: () => this.references(e.references),
+        approval_request: () => this.approvalRequest(e),
+      }[e.type];
+      if (handle) handle(); // an event this page does not know yet is passed over
+    }
+
     start(e) {
       if (this.messages.has(e.message_id)) return this.messages.get(e.message_id);
+      if (e.continues && e.kind === "text") {
+        const continued = this.continued(e);
+        if (continued) return continued;
+      }
       let entry;
       if (e.kind === "tool_call") {
         entry = { kind: e.kind, card: this.card(null, e.thread_id) };
@@ -515,6 +874,8 @@
         const body = h("div", markdown ? "bubble markdown" : "bubble");
         node.append(body);
         entry = { kind: e.kind, node: this.place(node, e.thread_id), body, markdown, frame: 0 };
+        node.dataset.messageId = e.message_id;
+        node.yaoEntry = entry;
       }
       entry.text = "";
       if (entry.body && !entry.markdown) {
@@ -525,13 +886,27 @@
       return entry;
     }
 
+    /** A resumed reply that goes on from where a stopped one broke off: the words already shown take the
+     *  new ones after them (the server stores the two as one message that `continues` the fragment). */
+    continued(e) {
+      const node = this.pane.node.querySelector(`[data-message-id="${CSS.escape(e.continues)}"]`);
+      const old = node && node.yaoEntry;
+      if (!old) return null;
+      for (const badge of node.querySelectorAll(":scope > .badge.status-incomplete")) badge.remove();
+      const entry = { ...old, frame: 0 };
+      node.dataset.messageId = e.message_id;
+      node.yaoEntry = entry;
+      this.messages.set(e.message_id, entry);
+      return entry;
+    }
+
     /** Render a streaming reply at most once per frame: deltas arrive far more often than the screen changes. */
     schedule(entry) {
       if (entry.frame) return;
       entry.frame = requestAnimationFrame(() => {
         entry.frame = 0;
         md.render(entry.body, entry.text);
-        scrollDown();
+        scrollDown(this.pane);
       });
     }
 
@@ -547,7 +922,7 @@
         if (entry.markdown) this.schedule(entry);
         else entry.textNode.appendData(e.text);
       }
-      scrollDown();
+      scrollDown(this.pane);
     }
 
     end(e) {
@@ -570,10 +945,20 @@
           entry.body.textContent = full;
         }
         if (entry.kind === "reasoning") entry.node.open = false;
-        if (entry.kind === "text" && this.sources) this.sources.cite(entry.text);
+        if (entry.kind === "text") this.finish(entry);
         if (e.status === "incomplete") entry.node.append(h("span", "badge status-incomplete", "incomplete"));
       }
-      scrollDown();
+      scrollDown(this.pane);
+    }
+
+    /** A finished reply: its citations lead to their sources, its code blocks and itself can be copied. */
+    finish(entry) {
+      if (this.sources) {
+        this.sources.cite(entry.text);
+        this.sources.link(entry.body);
+      }
+      if (entry.markdown) addCodeCopies(entry.body);
+      if (!entry.node.querySelector(":scope > .msg-actions")) entry.node.append(messageActions(() => entry.text));
     }
 
     toolResult(e) {
@@ -592,7 +977,7 @@
       result.append(h("pre", null, e.error ? e.error : pretty(e.result)));
       if (e.error) card.classList.add("failed");
       card.resultNode.replaceChildren(result);
-      scrollDown();
+      scrollDown(this.pane);
     }
 
     /** Noted, and said only under a completed reply: which model answered when the first choice could not. */
@@ -638,7 +1023,7 @@
     approvalRequest(e) {
       const card = this.cards.get(e.tool_call_id);
       if (card) card.resultNode.replaceChildren(h("span", "badge status-waiting", "waiting for approval"));
-      if (!this.approvals) this.approvals = new ApprovalPanel(this.node);
+      if (!this.approvals) this.approvals = new ApprovalPanel(this.node, this.pane);
       this.approvals.add(e);
     }
 
@@ -658,7 +1043,7 @@
       box.dataset.reason = e.reason || "";
       const head = h("div", "run-end-head");
       head.append(h("span", `badge status-${e.status}`, e.status));
-      if (e.status !== "completed") head.append(h("span", "run-message", REASONS[e.reason] || "The answer could not be finished."));
+      if (e.status !== "completed") head.append(h("span", "run-message", whyNot(e)));
       head.append(h("span", "run-duration", seconds(e.duration_ms)));
       const tokens = e.usage && e.usage.total_tokens;
       if (tokens) head.append(h("span", "run-usage", `${tokens} tokens`));
@@ -666,6 +1051,7 @@
       if (note) head.append(note);
       box.append(head);
       if (e.status === "failed") box.append(runDetails(e));
+      if (e.output !== undefined && e.output !== null) this.output(e.output);
       if (e.next !== undefined && e.next !== null) {
         const details = h("details", "run-next");
         details.open = true;
@@ -673,6 +1059,24 @@
         box.append(details);
       }
       this.place(box);
+    }
+
+    /** A run with an output schema: its validated value is the answer; the model's replies (the accepted
+     *  one and any the schema rejected, which were asked again) are folded under "details". */
+    output(value) {
+      const replies = [...this.messages.values()].filter((m) => m.kind === "text" && m.node.isConnected);
+      const box = h("div", "msg assistant structured-output");
+      box.append(h("div", "kind-label", "Answer"), h("pre", "output-value", pretty(value)));
+      box.append(messageActions(() => pretty(value)));
+      this.place(box);
+      if (!replies.length) return;
+      const details = h("details", "output-attempts");
+      const rejected = replies.length - 1;
+      details.append(h("summary", null, rejected
+        ? `details: the model's ${replies.length} replies (${rejected} did not match the schema and were asked again)`
+        : "details: the model's reply"));
+      for (const reply of replies) details.append(reply.node);
+      this.place(details);
     }
 
     // -- tool cards
@@ -752,6 +1156,7 @@
         item.dataset.n = String(r.n);
         const where = r.heading && (r.heading === r.title || r.heading.startsWith(`${r.title} › `))
           ? r.heading : [r.title, r.heading].filter(Boolean).join(" › ");
+        item.dataset.where = where;
         const head = h("details", "source-item");
         const label = h("summary", null, `[${r.n}] ${where}`);
         label.append(h("span", "source-origin", r.source === "web" ? " · web" : ` · ${r.collection}`));
@@ -770,6 +1175,43 @@
       this.summary.textContent = `Sources (${this.items.size})`;
     }
 
+    /** Each `[n]` in a rendered reply that names a source becomes a button that opens that source. */
+    link(body) {
+      const skip = (node) => node.parentElement.closest("pre, code, a, button");
+      const walker = document.createTreeWalker(body, NodeFilter.SHOW_TEXT, {
+        acceptNode: (node) => (skip(node) ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
+      });
+      const found = [];
+      while (walker.nextNode()) if (/\[\d{1,3}\]/.test(walker.currentNode.data)) found.push(walker.currentNode);
+      for (const node of found) {
+        const pieces = node.data.split(/(\[\d{1,3}\])/);
+        const fragment = document.createDocumentFragment();
+        for (const piece of pieces) {
+          const number = /^\[(\d{1,3})\]$/.exec(piece);
+          const item = number && this.items.get(Number(number[1]));
+          fragment.append(item ? this.citation(Number(number[1]), item) : piece);
+        }
+        node.replaceWith(fragment);
+      }
+    }
+
+    citation(n, item) {
+      const button = h("button", "cite", `[${n}]`);
+      button.type = "button";
+      button.setAttribute("aria-label", `Source ${n}: ${item.dataset.where}`);
+      button.addEventListener("click", () => {
+        const details = item.querySelector("details");
+        details.open = true;
+        this.node.open = true;
+        item.scrollIntoView({ block: "nearest" });
+        details.querySelector("summary").focus();
+        item.classList.remove("flash");
+        void item.offsetWidth; // restart the highlight
+        item.classList.add("flash");
+      });
+      return button;
+    }
+
     /** Mark what `text` cites as [n]; say which cited numbers match no source. */
     cite(text) {
       this.turnNode.append(this.node); // beside (after) the answer it supports
@@ -786,7 +1228,16 @@
     }
   }
 
-  /** Folded: the run id an operator finds the run by in the server's log, and the error it stored, once. */
+  /** Why a run did not complete, in a sentence; a model that cannot read the images sent is said as such. */
+  function whyNot(e) {
+    if (e.reason === "model_error" && e.error && /cannot read images/.test(errorText(e.error))) {
+      return "This assistant's model cannot read images, so the message was not sent to it (it stays in the " +
+        "chat). Send it again without the images, or choose an assistant that can read them.";
+    }
+    return REASONS[e.reason] || "The answer could not be finished.";
+  }
+
+    /** Folded: the run id an operator finds the run by in the server's log, and the error it stored, once. */
   function runDetails(e) {
     const details = h("details", "run-details");
     details.append(h("summary", null, `details: run ${e.run_id}`));
@@ -819,8 +1270,9 @@
    *  and Deny with an optional reason. The API takes the decisions of a run all at once, so they go out
    *  when every call has a choice; the continuation then streams below like any run. */
   class ApprovalPanel {
-    constructor(parent) {
-      this.parent = parent; // the turn (or transcript) whose tool cards show these calls
+    constructor(parent, pane) {
+      this.parent = parent; // the turn (or pane) whose tool cards show these calls
+      this.pane = pane;
       this.calls = new Map(); // tool_call_id → {request, card, approve, deny, reason, note, choice}
       this.chatId = null;
       this.ready = false; // the run has ended waiting: the chat is free, decisions can go out
@@ -843,7 +1295,7 @@
       this.node.append(heading, this.intro, this.list, this.progress, this.error);
       parent.append(this.node);
       this.sync();
-      scrollDown();
+      scrollDown(this.pane);
     }
 
     add(request) {
@@ -888,19 +1340,20 @@
       });
       this.list.append(card);
       this.sync();
-      scrollDown();
+      scrollDown(this.pane);
     }
 
     /** The run has ended waiting for these calls: they can be decided now. */
     open(chatId, focus) {
       this.chatId = chatId;
       this.ready = true;
-      state.approvals = this;
+      this.pane.approvals = this;
       this.sync();
+      if (!this.pane.visible) return; // said when the person opens this chat
       setStatus(`Waiting for your approval (${this.calls.size === 1 ? "1 tool call" : `${this.calls.size} tool calls`}).`,
         "waiting");
       if (focus) this.heading.focus({ preventScroll: true });
-      scrollDown();
+      scrollDown(this.pane);
     }
 
     choose(call, approve) {
@@ -915,7 +1368,7 @@
 
     /** Every call has a choice: send them all; the continuation streams as a run does. */
     async submit() {
-      if (state.run) {
+      if (this.pane.run) {
         this.fail("Another answer is still streaming in this chat. Wait for it, then decide again.");
         return;
       }
@@ -930,7 +1383,7 @@
       this.posting = true;
       this.error.hidden = true;
       this.sync();
-      await stream(`/api/chats/${enc(this.chatId)}/approvals`, { decisions }, { decided: this });
+      await stream(`/api/chats/${enc(this.chatId)}/approvals`, { decisions }, { decided: this, pane: this.pane });
       this.posting = false;
       this.sync(); // stopped before the server answered: the buttons come back (a repeat says if it was taken)
     }
@@ -938,7 +1391,7 @@
     /** The server took the decisions: each card says what was decided; the run goes on below. */
     accepted() {
       this.done = true;
-      if (state.approvals === this) state.approvals = null;
+      if (this.pane.approvals === this) this.pane.approvals = null;
       for (const decision of this.decisions) {
         const call = this.calls.get(decision.tool_call_id);
         const said = decision.approve ? "Approved" : `Denied${decision.reason ? `: ${decision.reason}` : ""}`;
@@ -956,7 +1409,7 @@
       const gone = err instanceof ApiError && (err.status === 404 || err.status === 409);
       if (gone) {
         this.done = true;
-        if (state.approvals === this) state.approvals = null;
+        if (this.pane.approvals === this) this.pane.approvals = null;
       }
       this.fail(`Your decisions were not accepted: ${plainError(err)}`, gone);
     }
@@ -977,7 +1430,7 @@
     /** A new message was sent meanwhile: the server denies what waits (CONTRACT §4.8), and says so here. */
     superseded() {
       this.done = true;
-      if (state.approvals === this) state.approvals = null;
+      if (this.pane.approvals === this) this.pane.approvals = null;
       for (const call of this.calls.values()) this.settle(call, "denied", "Denied: you sent a new message");
       this.intro.hidden = true;
       this.sync();
@@ -1018,7 +1471,8 @@
   /** The open chat's calls waiting for a person, as a panel under its history (404: none wait). */
   async function checkApprovals() {
     const chatId = state.chatId;
-    if (!chatId || !authed() || state.run) return false;
+    const pane = state.pane;
+    if (!chatId || !authed() || pane.run) return false;
     let pending = null;
     try {
       const res = await request("GET", `/api/chats/${enc(chatId)}/approvals`);
@@ -1027,10 +1481,10 @@
     } catch (err) {
       report(err);
     }
-    if (!pending || chatId !== state.chatId || state.run || !(pending.approvals || []).length) return false;
-    const turns = ui.transcript.querySelectorAll(".turn");
-    const parent = turns.length ? turns[turns.length - 1] : ui.transcript;
-    const panel = new ApprovalPanel(parent);
+    if (!pending || pane !== state.pane || pane.run || !(pending.approvals || []).length) return false;
+    const turns = pane.node.querySelectorAll(".turn");
+    const parent = turns.length ? turns[turns.length - 1] : pane.node;
+    const panel = new ApprovalPanel(parent, pane);
     for (const request of pending.approvals) panel.add(request);
     panel.open(chatId, true);
     return true;
@@ -1044,28 +1498,137 @@
     return from < 0 || to < from ? 0 : messages.slice(from, to + 1).filter((m) => m.role !== "summary").length;
   }
 
-  function renderHistory(messages) {
-    ui.transcript.replaceChildren();
-    let turn = null;
-    let turnRun = null;
-    for (const m of messages) {
-      if (m.role === "user") {
-        addUser(textOf(m.content));
-        turn = null;
+  /** The stored chat in `pane`: the current messages, and where an answer was regenerated or a message
+   *  edited, the earlier versions beside the current one (the server marks them `replaced_by` its run). */
+  function renderHistory(messages, pane) {
+    pane.node.replaceChildren();
+    const continued = new Set(messages.map((m) => m.continues).filter(Boolean)); // fragments a Continue finished
+    const shown = messages.filter((m) => !continued.has(m.message_id));
+    let i = 0;
+    let place = new Placer(pane, pane.node, shown);
+    while (i < shown.length) {
+      if (!shown[i].replaced_by) {
+        place.message(shown[i++]);
         continue;
+      }
+      i = placeVersions(shown, i, pane);
+      place = new Placer(pane, pane.node, shown); // what follows starts a turn of its own
+    }
+    if (!shown.length) pane.node.append(h("p", "muted", "This chat has no messages."));
+    decorate(pane);
+    if (pane.visible) ui.transcript.scrollTop = ui.transcript.scrollHeight;
+  }
+
+  /** Lays stored messages out in a container: a person's messages, and each run's replies as one turn. */
+  class Placer {
+    constructor(pane, parent, all) {
+      this.pane = pane;
+      this.parent = parent;
+      this.all = all; // the whole history: a summary counts what it covers in it
+      this.turn = null;
+      this.turnRun = null;
+    }
+
+    message(m) {
+      if (m.role === "user") {
+        addUser(m.content, this.pane, this.parent, m.message_id);
+        this.turn = null;
+        return;
       }
       // A result the continuation of a run stored (a decision, a resume) replaces its call's stand-in in
       // place: it is shown on the call's card, not as a card of its own under another run.
-      const ownCall = m.role === "tool" && turn && turn.cards.has(m.tool_call_id);
-      if (!turn || (m.run_id !== turnRun && !ownCall)) {
-        turn = new Turn();
-        turnRun = m.run_id;
+      const ownCall = m.role === "tool" && this.turn && this.turn.cards.has(m.tool_call_id);
+      if (!this.turn || (m.run_id !== this.turnRun && !ownCall)) {
+        this.turn = new Turn(undefined, this.pane, this.parent);
+        this.turnRun = m.run_id;
       }
-      if (m.role === "summary") turn.summary(m, coveredCount(messages, m));
-      else turn.stored(m);
+      if (m.role === "summary") this.turn.summary(m, coveredCount(this.all, m));
+      else this.turn.stored(m);
     }
-    if (!messages.length) ui.transcript.append(h("p", "muted", "This chat has no messages."));
-    ui.transcript.scrollTop = ui.transcript.scrollHeight;
+  }
+
+  /** The earlier versions starting at `messages[from]` (one per run that replaced them), then the current
+   *  one: what the last replacing run stored. Returns the index after them. */
+  function placeVersions(messages, from, pane) {
+    const earlier = new Map(); // replacing run id → its messages
+    let i = from;
+    for (; i < messages.length && messages[i].replaced_by; i++) {
+      const by = messages[i].replaced_by;
+      if (!earlier.has(by)) earlier.set(by, []);
+      earlier.get(by).push(messages[i]);
+    }
+    const last = messages[i - 1].replaced_by;
+    const current = [];
+    // The current version: an edited message's new text, and what the replacing run answered.
+    const edited = earlier.get(last)[0].role === "user";
+    if (i < messages.length && messages[i].role === "user" && (messages[i].run_id === last || edited)) {
+      current.push(messages[i++]);
+    }
+    for (; i < messages.length && messages[i].run_id === last && !messages[i].replaced_by; i++) current.push(messages[i]);
+    const versions = new Versions(pane.node, pane);
+    versions.edits = edited;
+    for (const group of [...earlier.values(), current]) {
+      const place = new Placer(pane, versions.add(), messages);
+      for (const m of group) place.message(m);
+    }
+    versions.show(versions.items.length - 1);
+    return i;
+  }
+
+  /** Versions of one exchange, one shown at a time, with ‹ › to go through them. */
+  class Versions {
+    constructor(parent, pane) {
+      this.pane = pane;
+      this.node = h("div", "versions");
+      this.nav = h("div", "version-nav");
+      this.back = h("button", "secondary small version-back", "‹");
+      this.back.type = "button";
+      this.back.setAttribute("aria-label", "Earlier version");
+      this.label = h("span", "version-label");
+      this.forward = h("button", "secondary small version-forward", "›");
+      this.forward.type = "button";
+      this.forward.setAttribute("aria-label", "Later version");
+      this.nav.append(this.back, this.label, this.forward);
+      this.back.addEventListener("click", () => this.show(this.index - 1));
+      this.forward.addEventListener("click", () => this.show(this.index + 1));
+      this.items = [];
+      this.index = 0;
+      this.edits = false; // whether the versions begin with the person's message (an edit), or only answer it
+      this.nested = false; // inside another version: once the new one is stored, the chat is laid out afresh
+      this.node.append(this.nav);
+      this.node.yaoVersions = this;
+      if (parent) parent.append(this.node);
+    }
+
+    /** A new version, shown; those before it become earlier ones. */
+    add() {
+      for (const item of this.items) item.classList.add("earlier");
+      const item = h("div", "version");
+      this.items.push(item);
+      this.node.append(item);
+      this.show(this.items.length - 1);
+      return item;
+    }
+
+    /** The newest version was not made (the server refused it): back to what was there before. */
+    dropLatest() {
+      this.items.pop().remove();
+      const last = this.items[this.items.length - 1];
+      last.classList.remove("earlier");
+      if (this.items.length === 1) this.node.replaceWith(...last.childNodes);
+      else this.show(this.items.length - 1);
+    }
+
+    show(index) {
+      this.index = Math.max(0, Math.min(index, this.items.length - 1));
+      this.items.forEach((item, i) => {
+        item.hidden = i !== this.index;
+      });
+      const latest = this.index === this.items.length - 1;
+      this.label.textContent = `Version ${this.index + 1} of ${this.items.length}${latest ? "" : " (earlier)"}`;
+      this.back.disabled = this.index === 0;
+      this.forward.disabled = latest;
+    }
   }
 
   // ---------------------------------------------------------------- streaming
@@ -1104,17 +1667,24 @@
     }
   }
 
-  function setStreaming(on) {
-    ui.send.disabled = on || !authed();
-    ui.stop.disabled = !on;
-    ui.newChat.disabled = on || !authed();
-    ui.assistant.disabled = on || !state.assistants.length;
-    ui.resume.disabled = on;
-    ui.renameChat.disabled = on;
-    ui.deleteChat.disabled = on;
-    for (const button of ui.chats.querySelectorAll("button")) button.disabled = on;
-    ui.composer.setAttribute("aria-busy", on ? "true" : "false");
-    ui.transcript.setAttribute("aria-busy", on ? "true" : "false");
+  /** The controls follow the chat on screen: a run streaming in it (or one it follows) holds its composer,
+   *  while every other chat, and a new one, can be used meanwhile. */
+  function syncControls() {
+    const pane = state.pane;
+    const run = pane ? pane.run : null;
+    const busy = Boolean(run || (pane && pane.follow));
+    const signedIn = authed() && !ui.signedIn.hidden;
+    ui.send.disabled = busy || !signedIn;
+    ui.stop.disabled = !busy || Boolean(run && run.stopping);
+    ui.newChat.disabled = !signedIn;
+    ui.assistant.disabled = busy || !state.assistants.length;
+    ui.resume.disabled = busy;
+    ui.renameChat.disabled = busy;
+    ui.deleteChat.disabled = busy;
+    attachments.sync(busy || !signedIn);
+    for (const button of pane ? pane.node.querySelectorAll(".needs-idle") : []) button.disabled = busy;
+    ui.composer.setAttribute("aria-busy", busy ? "true" : "false");
+    ui.transcript.setAttribute("aria-busy", busy ? "true" : "false");
   }
 
   function endStatus(e) {
@@ -1124,162 +1694,194 @@
     return `Failed after ${seconds(e.duration_ms)}.`; // why: in the transcript, said once
   }
 
-  /** POST `path` and render the SSE run it answers with (a send, a resume, or a decision's continuation).
+  function turnLabel({ decided, resuming, versions }) {
+    if (decided) return "Assistant (continued)";
+    if (resuming) return "Assistant (resumed)";
+    return versions ? "Assistant (new version)" : "Assistant";
+  }
+
+  /** POST `path` and render the SSE run it answers with (a send, a resume, a decision's continuation, a
+   *  regenerated answer or an edited message) into `pane`, which keeps filling while another chat is shown.
    *  `decided`: the approval panel whose decisions this POST sends; it is told whether the server took them
-   *  (`accepted`) or refused them (`refused(err)`: the error is said on the panel, not as a failed turn). */
-  async function stream(path, body, { userText, resuming, decided } = {}) {
-    clearError();
-    ui.resumeBar.hidden = true;
-    if (userText !== undefined) addUser(userText);
-    const label = decided ? "Assistant (continued)" : resuming ? "Assistant (resumed)" : "Assistant";
-    const turn = new Turn(label);
-    const run = { controller: new AbortController(), chatId: state.chatId, stopping: false };
-    state.run = run;
-    setStreaming(true);
-    const waitingText = decided ? "Sending your decisions…" : resuming ? "Resuming the run…" : "Waiting for the assistant…";
-    setStatus(waitingText, "busy");
-    let ended = false;
+   *  (`accepted`) or refused them (`refused(err)`: said on the panel, not as a failed turn). `versions`: the
+   *  widget whose new version this run writes (regenerate, edit); it goes back to the old one if refused. */
+  async function stream(path, body, opts = {}) {
+    const { userContent, decided, versions } = opts;
+    const pane = opts.pane || state.pane;
+    const say = (text, kind) => pane.visible && setStatus(text, kind);
+    if (pane.visible) {
+      clearError();
+      ui.resumeBar.hidden = true;
+    }
+    const parent = versions ? versions.add() : pane.node;
+    const userBlock = userContent !== undefined ? addUser(userContent, pane, parent) : null;
+    const turn = new Turn(turnLabel(opts), pane, parent);
+    turn.userBlock = userBlock;
+    const run = { controller: new AbortController(), chatId: pane.chatId, stopping: false, turn };
+    pane.run = run;
+    if (pane.chatId) state.panes.set(pane.chatId, pane);
+    stopFollowing(pane);
+    syncControls();
+    renderChats();
+    say(decided ? "Sending your decisions…" : opts.resuming ? "Resuming the run…" : "Waiting for the assistant…", "busy");
     let waiting = null; // the stream_end of a run that stopped for approvals
-    const refuse = (err) => {
-      turn.node.remove(); // nothing ran: the panel says why, where the person decided
-      decided.refused(err);
-      setStatus("Decisions not sent.", "failed");
-    };
+    let sent = false; // the server took the request (a refused one leaves the chat as it was)
     try {
       const res = await request("POST", path, body, run.controller.signal);
       if (!res.ok) {
-        const err = await errorOf(res);
-        if (decided) {
-          refuse(err);
-          return;
-        }
-        if (err.status !== 401) turn.apiError(err);
-        setStatus("Not sent.", "failed");
-        if (userText !== undefined && !ui.message.value) ui.message.value = userText;
+        refused(await errorOf(res), { turn, pane, opts, say });
         return;
       }
+      sent = true;
       if (decided) decided.accepted();
-      const headerChat = res.headers.get("X-Chat-Id");
-      if (headerChat) adoptChat(run, headerChat);
-      for await (const e of sseEvents(res.body)) {
-        switch (e.type) {
-          case "stream_start":
-            adoptChat(run, e.chat_id);
-            if (!run.stopping) setStatus(`Streaming from ${e.assistant_id}…`, "busy");
-            break;
-          case "message_start":
-            turn.start(e);
-            break;
-          case "message_delta":
-            turn.delta(e);
-            break;
-          case "message_end":
-            turn.end(e);
-            break;
-          case "tool_result":
-            turn.toolResult(e);
-            break;
-          case "fallback":
-            turn.fallback(e);
-            break;
-          case "compaction":
-            turn.compaction(e);
-            break;
-          case "references":
-            turn.references(e.references);
-            break;
-          case "approval_request":
-            turn.approvalRequest(e);
-            break;
-          case "stream_end":
-            ended = true;
-            if (e.status === "waiting") {
-              waiting = e;
-              turn.approvalsFrom(e);
-            }
-            turn.streamEnd(e);
-            setStatus(endStatus(e), e.status);
-            break;
-          case "_unreadable":
-            turn.notice(`Unreadable event from the server: ${e.raw.slice(0, 200)}`, "error");
-            break;
-          default:
-            break; // an event this page does not know yet
-        }
-      }
-      if (!ended) {
-        turn.notice("The connection closed before the run ended.", "error");
-        setStatus("The connection closed before the run ended.", "failed");
-      }
+      adoptChat(run, pane, res.headers.get("X-Chat-Id"));
+      waiting = await follow(res.body, run, pane, say);
     } catch (err) {
-      if (err && err.name === "AbortError") {
-        turn.notice("Stopped.");
-        setStatus("Stopped.", "cancelled");
-      } else if (err instanceof ApiError && decided && !decided.done) {
-        refuse(err);
-      } else if (err instanceof ApiError) {
-        turn.apiError(err);
-        setStatus("Not sent.", "failed");
-      } else {
-        turn.notice("The connection to the server broke off before the answer ended.", "error");
-        setStatus("The connection broke off.", "failed");
-      }
+      if (err instanceof ApiError && !sent) refused(err, { turn, pane, opts, say });
+      else broken(err, turn, say);
     } finally {
-      state.run = null;
-      setStreaming(false);
-      // Decisions can go out once the run has ended (the chat is free), not before.
-      if (waiting && turn.approvals && run.chatId === state.chatId) turn.approvals.open(run.chatId, true);
-      await refreshChats();
-      await checkResume();
+      await settle(run, pane, { waiting, sent, versions });
     }
   }
 
-  function adoptChat(run, chatId) {
-    if (!chatId || run.chatId === chatId) return;
-    run.chatId = chatId;
-    state.chatId = chatId;
-    showTitle(ui.chatTitle.textContent);
-    if (run.stopping) cancelRun(run); // stop was pressed before the chat id was known
+  /** The events of the run as they come; returns its stream_end when it stopped for approvals. */
+  async function follow(body, run, pane, say) {
+    const turn = run.turn;
+    let ended = false;
+    let waiting = null;
+    for await (const e of sseEvents(body)) {
+      if (e.type === "stream_start") {
+        adoptChat(run, pane, e.chat_id);
+        if (!run.stopping) say(`Streaming from ${e.assistant_id}…`, "busy");
+      } else if (e.type === "stream_end") {
+        ended = true;
+        if (e.status === "waiting") {
+          waiting = e;
+          turn.approvalsFrom(e);
+        }
+        turn.streamEnd(e);
+        say(endStatus(e), e.status);
+      } else if (e.type === "_unreadable") {
+        turn.notice(`Unreadable event from the server: ${e.raw.slice(0, 200)}`, "error");
+      } else {
+        turn.event(e);
+      }
+    }
+    if (!ended) {
+      turn.notice("The connection closed before the run ended.", "error");
+      say("The connection closed before the run ended.", "failed");
+    }
+    return waiting;
   }
 
-  async function cancelRun(run) {
+  /** The server refused the request: nothing ran. Decisions say so on their panel; a message goes back into
+   *  the composer; a new version that was not made is taken away again. */
+  function refused(err, { turn, pane, opts, say }) {
+    if (opts.decided) {
+      turn.node.remove(); // the panel says why, where the person decided
+      opts.decided.refused(err);
+      say("Decisions not sent.", "failed");
+      return;
+    }
+    if (opts.versions) {
+      opts.versions.dropLatest();
+      if (err.status !== 401 && pane.visible) report(err);
+      say("Not sent.", "failed");
+      return;
+    }
+    if (err.status !== 401) turn.apiError(err);
+    if (turn.userBlock) turn.userBlock.classList.add("unsent"); // not stored: it cannot be edited
+    say("Not sent.", "failed");
+    if (opts.userContent !== undefined && pane.visible && !ui.message.value) ui.message.value = textOf(opts.userContent);
+  }
+
+  function broken(err, turn, say) {
+    if (err && err.name === "AbortError") {
+      turn.notice("Stopped.");
+      say("Stopped.", "cancelled");
+    } else {
+      turn.notice("The connection to the server broke off before the answer ended.", "error");
+      say("The connection broke off.", "failed");
+    }
+  }
+
+  /** The run is over for this page: its pane is free again, the list shows how it ended. */
+  async function settle(run, pane, { waiting, sent, versions }) {
+    pane.run = null;
+    syncControls();
+    const turn = run.turn;
+    // Decisions can go out once the run has ended (the chat is free), not before.
+    if (waiting && turn.approvals) turn.approvals.open(run.chatId, pane.visible);
+    if (!pane.visible && !waiting) state.panes.delete(pane.chatId); // opened again, it is read afresh
+    await refreshChats();
+    if (sent && versions && versions.nested && pane.visible) {
+      await loadPane(pane, state.chats.find((c) => c.chat_id === pane.chatId)); // laid out as stored
+      return;
+    }
+    decorate(pane);
+    if (pane.visible) await checkResume();
+  }
+
+  /** The chat id the server gave a new chat: the pane, the list and a pending stop learn it. */
+  function adoptChat(run, pane, chatId) {
+    if (!chatId || run.chatId === chatId) return;
+    run.chatId = chatId;
+    pane.chatId = chatId;
+    state.panes.set(chatId, pane);
+    if (pane.visible) {
+      state.chatId = chatId;
+      sessionStorage.setItem(OPEN_KEY, chatId);
+      showTitle(ui.chatTitle.textContent);
+    }
+    refreshChats(); // the new chat appears in the list, answering
+    if (run.stopping) cancelRun(run, pane); // stop was pressed before the chat id was known
+  }
+
+  async function cancelRun(run, pane) {
     try {
       const answer = await api("POST", `/api/chats/${enc(run.chatId)}/cancel`);
-      if (answer && answer.cancelled === 0 && state.run === run) {
-        // nothing was running yet (or any more): let the person try again
-        run.stopping = false;
-        ui.stop.disabled = false;
+      if (answer && answer.cancelled === 0 && pane.run === run) {
+        run.stopping = false; // nothing was running yet (or any more): let the person try again
+        syncControls();
       }
     } catch (err) {
       if (err instanceof ApiError && err.type === "no_active_run") return;
       report(err);
-      if (state.run === run) {
+      if (pane.run === run) {
         run.stopping = false;
-        ui.stop.disabled = false;
+        syncControls();
       }
     }
   }
 
+  /** Stop the open chat's run: this page's own, or one it only follows (started before a reload). */
   function stop() {
-    const run = state.run;
+    const pane = state.pane;
+    const run = pane.run;
+    if (!run && pane.follow && pane.chatId) {
+      setStatus("Stopping…", "busy");
+      api("POST", `/api/chats/${enc(pane.chatId)}/cancel`).catch(report);
+      return;
+    }
     if (!run || run.stopping) return;
     run.stopping = true;
-    ui.stop.disabled = true;
+    syncControls();
     setStatus("Stopping…", "busy");
-    if (run.chatId) cancelRun(run);
+    if (run.chatId) cancelRun(run, pane);
     // else: the cancel goes out as soon as the response names the chat (adoptChat)
   }
 
-  function send(event) {
+  async function send(event) {
     event.preventDefault();
-    if (state.run) return;
+    const pane = state.pane;
+    if (pane.run || pane.follow) return;
     const text = ui.message.value.trim();
     if (!authed()) {
       showAuth("Paste an API token first.", "error");
       ui.token.focus();
       return;
     }
-    if (!text) {
+    if (!text && !attachments.images.length) {
       ui.message.focus();
       return;
     }
@@ -1289,24 +1891,27 @@
       return;
     }
     localStorage.setItem(ASSISTANT_KEY, assistant);
+    const content = attachments.content(text);
     ui.message.value = "";
-    const body = { messages: [{ role: "user", content: text }] };
-    if (state.chatId) body.chat_id = state.chatId;
-    if (!state.chatId) ui.chatTitle.textContent = text.slice(0, 80);
-    if (state.approvals) state.approvals.superseded();
+    attachments.clear();
+    const body = { messages: [{ role: "user", content }] };
+    if (pane.chatId) body.chat_id = pane.chatId;
+    if (!pane.chatId) ui.chatTitle.textContent = (text || "Image").slice(0, 80);
+    if (pane.approvals) pane.approvals.superseded();
     stopRenaming();
-    stream(`/api/assistants/${enc(assistant)}/runs`, body, { userText: text });
+    await stream(`/api/assistants/${enc(assistant)}/runs`, body, { userContent: content, pane });
   }
 
   function resume() {
-    if (state.run || !state.chatId) return;
-    stream(`/api/chats/${enc(state.chatId)}/resume`, undefined, { resuming: true });
+    const pane = state.pane;
+    if (pane.run || pane.follow || !pane.chatId) return;
+    stream(`/api/chats/${enc(pane.chatId)}/resume`, undefined, { resuming: true, pane });
   }
 
   // ---------------------------------------------------------------- rename, delete
 
   function startRenaming() {
-    if (state.run || !state.chatId) return;
+    if (state.pane.run || !state.chatId) return;
     ui.renameInput.value = state.title;
     ui.chatTitle.hidden = true;
     ui.chatActions.hidden = true;
@@ -1345,7 +1950,7 @@
 
   async function deleteChat() {
     const chatId = state.chatId;
-    if (state.run || !chatId) return;
+    if (state.pane.run || state.pane.follow || !chatId) return;
     const title = state.title || "this chat";
     if (!window.confirm(`Delete “${title}”? Its messages are removed for good.`)) return;
     try {
@@ -1363,7 +1968,164 @@
     await refreshChats();
   }
 
+  // ---------------------------------------------------------------- attachments
+
+  const IMAGE_LIMIT = 5 * 1024 * 1024; // a data: URL grows by a third; larger pictures are refused here
+  const DOCUMENT = /\.(md|markdown|txt|html?|pdf)$/i;
+
+  function readAsDataUrl(file) {
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(String(reader.result));
+      reader.onerror = () => reject(reader.error || new Error(`${file.name} could not be read`));
+      reader.readAsDataURL(file);
+    });
+  }
+
+  /** What goes with the next message: images, sent in it (a model that cannot read images refuses them);
+   *  documents, added to the team's knowledge (the Knowledge section's collection), found by its search.
+   *  Picked with the Attach button, dropped on the conversation, or pasted into the message field. */
+  class Attachments {
+    constructor() {
+      this.images = []; // {name, url}
+      this.list = h("ul", "attachments");
+      this.list.setAttribute("aria-label", "Attached images");
+      this.list.hidden = true;
+      this.status = h("p", "attach-status");
+      this.status.setAttribute("role", "status");
+      this.input = h("input", "attach-input");
+      this.input.type = "file";
+      this.input.multiple = true;
+      this.input.accept = "image/*,.md,.markdown,.txt,.html,.htm,.pdf";
+      this.input.hidden = true;
+      this.button = h("button", "secondary attach", "Attach");
+      this.button.type = "button";
+      this.button.setAttribute("aria-label", "Attach images or documents");
+      const actions = ui.composer.querySelector(".composer-actions");
+      actions.prepend(this.button, this.input);
+      actions.before(this.list, this.status);
+      this.wire();
+    }
+
+    wire() {
+      this.button.addEventListener("click", () => this.input.click());
+      this.input.addEventListener("change", () => {
+        this.add([...this.input.files]);
+        this.input.value = "";
+      });
+      ui.message.addEventListener("paste", (event) => {
+        const files = [...((event.clipboardData && event.clipboardData.files) || [])];
+        if (!files.length) return;
+        event.preventDefault();
+        this.add(files);
+      });
+      const area = ui.transcript.closest("main") || ui.composer;
+      const carriesFiles = (event) => event.dataTransfer && [...event.dataTransfer.types].includes("Files");
+      area.addEventListener("dragover", (event) => {
+        if (!carriesFiles(event) || this.button.disabled) return;
+        event.preventDefault();
+        area.classList.add("dropping");
+      });
+      area.addEventListener("dragleave", () => area.classList.remove("dropping"));
+      area.addEventListener("drop", (event) => {
+        area.classList.remove("dropping");
+        if (!carriesFiles(event)) return;
+        event.preventDefault();
+        if (!this.button.disabled) this.add([...event.dataTransfer.files]);
+      });
+    }
+
+    sync(disabled) {
+      this.button.disabled = disabled;
+    }
+
+    say(text, failed = false) {
+      this.status.textContent = text;
+      this.status.classList.toggle("failed", failed);
+    }
+
+    async add(files) {
+      for (const file of files) {
+        if (file.type.startsWith("image/")) await this.image(file);
+        else if (DOCUMENT.test(file.name)) await this.document(file);
+        else this.say(`${file.name}: only images and documents (.md, .txt, .html, .pdf) can be attached.`, true);
+      }
+    }
+
+    async image(file) {
+      if (file.size > IMAGE_LIMIT) {
+        this.say(`${file.name} is larger than ${IMAGE_LIMIT / 1024 / 1024} MB: make it smaller, then attach it.`, true);
+        return;
+      }
+      try {
+        this.images.push({ name: file.name || "pasted image", url: await readAsDataUrl(file) });
+      } catch (err) {
+        this.say(plainError(err), true);
+        return;
+      }
+      this.render();
+      this.say(`${file.name || "The image"} goes with your next message.`);
+    }
+
+    async document(file) {
+      const knowledge = window.yaoKnowledge;
+      const collection = knowledge && knowledge.collection();
+      if (!collection) {
+        this.say(`${file.name}: documents are added to a knowledge collection, and none is open to you here.`, true);
+        return;
+      }
+      this.say(`Adding ${file.name} to ${collection}…`);
+      try {
+        this.say(`${await knowledge.add(file)} The assistant finds it when it searches that knowledge.`);
+      } catch (err) {
+        this.say(`${file.name} was not added: ${plainError(err)}`, true);
+      }
+    }
+
+    render() {
+      this.list.replaceChildren(...this.images.map((image, i) => {
+        const item = h("li", "attachment");
+        const thumb = h("img", "attachment-thumb");
+        thumb.src = image.url;
+        thumb.alt = image.name;
+        const remove = h("button", "secondary small", "Remove");
+        remove.type = "button";
+        remove.setAttribute("aria-label", `Remove ${image.name}`);
+        remove.addEventListener("click", () => {
+          this.images.splice(i, 1);
+          this.render();
+          ui.message.focus();
+        });
+        item.append(thumb, h("span", "attachment-name", image.name), remove);
+        return item;
+      }));
+      this.list.hidden = !this.images.length;
+    }
+
+    /** The message's content: its text alone, or text and images as parts. */
+    content(text) {
+      if (!this.images.length) return text;
+      const parts = text ? [{ type: "text", text }] : [];
+      return [...parts, ...this.images.map((image) => ({ type: "image_url", image_url: { url: image.url } }))];
+    }
+
+    clear() {
+      this.images = [];
+      this.render();
+      this.say("");
+    }
+  }
+
   // ---------------------------------------------------------------- wiring
+
+  // A reload or a closed tab ends the streams this page reads, and with them their runs: say which, so the
+  // page that comes next (a reload) resumes them.
+  window.addEventListener("pagehide", () => {
+    const cut = [...state.panes.values()].filter((p) => p.run && !p.run.stopping && p.chatId).map((p) => p.chatId);
+    if (cut.length) sessionStorage.setItem(CUT_KEY, JSON.stringify(cut));
+  });
+
+  const attachments = new Attachments();
 
   ui.tokenForm.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -1425,6 +2187,7 @@
 
   /** How this server signs pages in: with the identity provider when it has one (then maybe already), else a token. */
   async function start() {
+    showPane(new Pane(null));
     try {
       const res = await fetch("/auth/session", { headers: { Accept: "application/json" } });
       const session = res.ok ? await res.json() : {};

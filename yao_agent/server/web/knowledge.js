@@ -37,30 +37,42 @@
     ui.section.hidden = collections.length === 0;
   }
 
+  /** Add `file` to the chosen collection; what happened, in a sentence. */
+  async function add(file) {
+    const body = new FormData();
+    body.append("file", file, file.name);
+    const res = await chat.request("POST", `/api/knowledge/${encodeURIComponent(ui.collection.value)}/documents`, body);
+    if (!res.ok) throw await chat.errorOf(res);
+    const added = await res.json();
+    const doc = added.document;
+    await load();
+    return added.unchanged
+      ? `${file.name} is already there, unchanged: nothing to do.`
+      : `Added ${doc.title} (${doc.chunks} passage${doc.chunks === 1 ? "" : "s"}).`;
+  }
+
   async function upload(event) {
     event.preventDefault();
     const file = ui.file.files && ui.file.files[0];
     if (!file || !ui.collection.value) return;
-    const body = new FormData();
-    body.append("file", file, file.name);
     ui.upload.disabled = true;
     say(`Adding ${file.name}…`);
     try {
-      const res = await chat.request("POST", `/api/knowledge/${encodeURIComponent(ui.collection.value)}/documents`, body);
-      if (!res.ok) throw await chat.errorOf(res);
-      const added = await res.json();
-      const doc = added.document;
-      say(added.unchanged
-        ? `${file.name} is already there, unchanged: nothing to do.`
-        : `Added ${doc.title} (${doc.chunks} passage${doc.chunks === 1 ? "" : "s"}).`);
+      say(await add(file));
       ui.form.reset();
-      await load();
     } catch (err) {
       say(chat.plainError(err), true);
     } finally {
       ui.upload.disabled = false;
     }
   }
+
+  // What the chat's attachments use (app.js): a document dropped on the chat goes to the chosen collection.
+  window.yaoKnowledge = Object.freeze({
+    collection: () => (shown && !ui.section.hidden && ui.collection.value
+      ? ui.collection.selectedOptions[0].textContent : null),
+    add,
+  });
 
   // Filled once signed in (app.js shows the signed-in bar), emptied on sign-out.
   const watch = new MutationObserver(() => {
