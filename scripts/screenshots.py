@@ -74,7 +74,6 @@ async def chat(page: Page, live: Live, provider: FakeProvider) -> None:
 
 
 async def shoot(out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
     logging.disable(logging.INFO)  # the server's and the store's progress lines say nothing here; warnings do
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
@@ -110,9 +109,11 @@ async def shoot(out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description="Take the chat page's pictures in the documentation again.")
     parser.add_argument("--out", type=Path, default=REPO / "docs/images", help="the folder for the PNGs")
-    asyncio.run(shoot(parser.parse_args().out))
+    out: Path = parser.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
+    asyncio.run(shoot(out))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Locator, Page, ViewportSize, expect
 
 from tests.support import REPO
 from tests.support.approvals import add, payer_runtime, tally
@@ -31,8 +31,8 @@ expect.set_options(timeout=WAIT)
 AXE = REPO / "tests/support/vendor/axe.min.js"
 WEB = REPO / "yao_agent/server/web"
 
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
+DESKTOP = ViewportSize(width=1280, height=800)
+PHONE = ViewportSize(width=390, height=844)
 
 ANSWER = """\
 ## Paying the rent
@@ -69,7 +69,9 @@ async def problems(page: Page) -> list[str]:
         if rule["impact"] not in ("serious", "critical"):
             continue
         for node in rule["nodes"]:
-            found.append(f"{rule['id']} ({rule['impact']}): {rule['help']} — {node['target']}: {node['failureSummary']}")
+            found.append(
+                f"{rule['id']} ({rule['impact']}): {rule['help']} — {node['target']}: {node['failureSummary']}"
+            )
     return found
 
 
@@ -88,12 +90,24 @@ async def full_chat(page: Page, live: Live, provider: FakeProvider, ledger: Path
     await expect(page.locator("#status")).to_have_text("Waiting for your approval (1 tool call).")
 
 
+async def tab_to(page: Page, target: Locator) -> None:
+    """Press Tab until `target` has the focus, as a person would (a few dozen presses at most)."""
+    for _ in range(40):
+        if await target.evaluate("node => node === document.activeElement"):
+            return
+        await page.keyboard.press("Tab")
+    await expect(target).to_be_focused()
+
+
 async def test_axe_finds_nothing_serious_on_a_desktop_or_a_phone(
     approving: Live, provider: FakeProvider, page: Page, tmp_path: Path
 ) -> None:
     fetched: list[str] = []
     page.on("request", lambda request: fetched.append(request.url))
     await checked(page)
+    await page.goto(approving.url + "/")  # signed out: the token form
+    await expect(page.locator("#auth-message")).to_contain_text("Paste an API token")
+    assert await problems(page) == []
     await page.set_viewport_size(DESKTOP)
     await full_chat(page, approving, provider, tmp_path / "ledger.txt")
     assert await problems(page) == []
@@ -105,7 +119,14 @@ async def test_axe_finds_nothing_serious_on_a_desktop_or_a_phone(
     await page.click("#chats-toggle")
     await expect(page.locator("#chat-drawer")).to_be_visible()
     assert await problems(page) == []
-    await page.screenshot(path=str(artifact("web-a11y-phone-drawer.png")))
+    await page.screenshot(path=str(artifact("web-a11y-phone-drawer.png")), animations="disabled")
+    await page.keyboard.press("Escape")
+
+    # The usage panel, shown in place of the chat.
+    await page.set_viewport_size(DESKTOP)
+    await page.click("#usage-toggle")
+    await expect(page.locator("#usage-rows tr").first).to_be_visible()
+    assert await problems(page) == []
 
     # Everything the page loaded came from the server itself (axe came in by the test, not over the network).
     assert [url for url in fetched if not url.startswith(approving.url)] == []
@@ -127,30 +148,35 @@ async def test_on_a_phone_the_chat_list_is_a_drawer_the_keyboard_opens_and_close
     shown = await page.locator("#transcript").bounding_box()
     assert shown is not None and shown["width"] >= PHONE["width"] - 32, shown
 
-    # By keyboard alone: Tab, from the message box, round the page to the menu button (the skip link just
-    # before it); Enter opens the list, with the focus in it.
-    for _ in range(30):
-        if await toggle.evaluate("node => node === document.activeElement"):
-            break
-        await page.keyboard.press("Tab")
-    await expect(toggle).to_be_focused()
-    await page.keyboard.press("Shift+Tab")
-    await expect(page.get_by_role("link", name="Skip to the message box")).to_be_focused()
+    # By keyboard alone: Tab, from the message box, round the page to the skip link, which goes straight
+    # back to the message box; round again, the menu button is the next Tab stop after it.
+    skip = page.get_by_role("link", name="Skip to the message box")
+    await tab_to(page, skip)
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#message")).to_be_focused()
+    await tab_to(page, skip)
     await page.keyboard.press("Tab")
+    await expect(toggle).to_be_focused()
+
+    # Enter opens the list, with the focus in it.
     await page.keyboard.press("Enter")
     await expect(drawer).to_be_visible()
     await expect(toggle).to_have_attribute("aria-expanded", "true")
     await expect(drawer.locator(":focus")).to_have_count(1)
-    await expect(page.locator("#transcript")).to_have_js_property("inert", False)  # inside main, which is
-    await expect(page.locator("main")).to_have_js_property("inert", True)  # out of reach behind the drawer
-    await page.screenshot(path=str(artifact("web-phone-drawer.png")))
+    # Tab goes round the drawer, never to the page behind it.
+    for _ in range(12):
+        await page.keyboard.press("Tab")
+        where = await page.evaluate("document.activeElement.id || document.activeElement.tagName")
+        assert await drawer.evaluate(
+            "(d) => d.contains(document.activeElement) || document.activeElement === document.body"
+        ), where
+    await page.screenshot(path=str(artifact("web-phone-drawer.png")), animations="disabled")
 
     # Escape closes it, the focus back on the menu button; so do the close button and a tap beside the drawer.
     await page.keyboard.press("Escape")
     await expect(drawer).to_be_hidden()
     await expect(toggle).to_be_focused()
     await expect(toggle).to_have_attribute("aria-expanded", "false")
-    await expect(page.locator("main")).to_have_js_property("inert", False)
     await page.keyboard.press("Enter")
     await page.get_by_role("button", name="Close chats").click()
     await expect(drawer).to_be_hidden()

@@ -53,7 +53,7 @@
     drawer.classList.remove("open");
     backdrop.hidden = true;
     toggle.setAttribute("aria-expanded", "false");
-    drawer.removeAttribute("role");
+    drawer.setAttribute("role", "complementary");
     drawer.removeAttribute("aria-modal");
     for (const node of blocked) node.inert = false;
     blocked = [];
