@@ -22,8 +22,10 @@ DEFAULT_PORT = "8765"  # `serve`'s (app.yml server.port)
 
 
 def documents() -> list[Path]:
-    # Bytecode is written next to docs/hooks.py when the site is built; it is not a text users read.
-    written = (p for p in (REPO / "docs").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    # Bytecode is written next to docs/hooks.py when the site is built, and the pictures (docs/images) are
+    # pictures: neither is a text users read.
+    written = (p for p in (REPO / "docs").rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".png")  # fmt: skip
     return [REPO / "README.md", *written]
 
 
