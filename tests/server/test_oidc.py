@@ -329,6 +329,7 @@ async def test_the_page_signs_in_through_the_provider_and_chats(
     await page.click("#oidc-login")
     await expect(page.locator("#signed-in-label")).to_have_text("Signed in as bob@example.com")
     assert "yao_session" not in await page.evaluate("document.cookie")  # HttpOnly: no script reads it
+    assert await page.evaluate("Object.keys(localStorage)") == []  # no token kept where scripts can read it
     await page.select_option("#assistant", "chat")
     provider.enqueue(Reply(text="Hello Bob."))
     await page.fill("#message", "Hi")
