@@ -40,6 +40,7 @@ from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.run import execute
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunRequest
+from yao_agent.service import versions
 from yao_agent.service.chats import Chats
 from yao_agent.service.process import Process, user_messages
 from yao_agent.service.tenancy import Tenancy
@@ -152,6 +153,21 @@ class Runs:
         await self.rt.store.decide_approvals(identity, point.run.chat_id, point.run.id, verdicts)
         return await self.resume(identity, point.run.chat_id)
 
+    async def regenerate(self, identity: Identity, chat_id: str, metadata: Mapping[str, Any] | None = None,
+                         traceparent: str | None = None) -> RunHandle:  # fmt: skip
+        """Answer the chat's last user message again; what followed it becomes an earlier version (kept,
+        browsable, never sent to a model again). UsageError when the chat has no user message, ChatBusy
+        while a run of it is active."""
+        return await self.start(await versions.regenerate(self.conversations, identity, chat_id, metadata, traceparent))
+
+    async def edit(self, identity: Identity, chat_id: str, message_id: str, content: object,
+                   metadata: Mapping[str, Any] | None = None, traceparent: str | None = None) -> RunHandle:  # fmt: skip
+        """Put `content` in place of the chat's user message `message_id` and answer it: that message and
+        what followed it become an earlier version. NotFound for no such message, UsageError for one that
+        is not a current user message or content that is no message's, ChatBusy while a run is active."""
+        asked = await versions.edit(self.conversations, identity, chat_id, message_id, content, metadata, traceparent)
+        return await self.start(asked)
+
     async def cancel(self, identity: Identity, chat_id: str) -> int:
         """Cancel the chat's active run and every request accepted before now, in every process.
 
@@ -196,9 +212,9 @@ class Runs:
         """The caller's chats, most recently active first; `query` keeps those whose title or messages contain it."""
         return await self.conversations.listed(identity, query)
 
-    async def messages(self, identity: Identity, chat_id: str) -> list[ChatMessage]:
-        """The chat's stored messages, oldest first."""
-        return await self.conversations.messages(identity, chat_id)
+    async def messages(self, identity: Identity, chat_id: str, *, versions: bool = False) -> list[ChatMessage]:
+        """The chat's current messages, oldest first; `versions`: the earlier versions too (answer versions)."""
+        return await self.conversations.messages(identity, chat_id, versions=versions)
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint:
         """What `resume` would continue: the chat's latest run, if it did not complete, and its unfinished steps."""
