@@ -13,6 +13,7 @@ import pytest
 from tests.support.approvals import counted, events_of, payer_runtime, waiting_reply
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, assert_error, running, server_files, sse
+from yao_agent.identity import OPERATOR
 from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply
 
@@ -303,3 +304,27 @@ async def test_regenerating_while_calls_wait_for_approval_denies_them(
         assert {m["role"] for m in old} == {"assistant", "tool"}
         assert {m["replaced_by"] for m in old} == {ran["run_id"]}
         assert said(await messages(client, chat_id)) == [("user", "pay and add"), ("assistant", "I will not pay.")]
+
+
+async def test_the_operators_replay_sees_each_turn_as_its_chat_stood_then(live: Live, provider: FakeProvider) -> None:
+    async with live.client() as client:
+        chat_id = await conversation(client, provider, *TURNS)
+        provider.enqueue(Reply(text="6"))
+        regenerated = (await regenerate(client, chat_id)).json()["run_id"]
+    turns = await live.rt.store.stored_turns(OPERATOR)
+    seen = [(t.run.id, [m.content for m in t.before], [m.content for m in t.turn]) for t in turns[:2]]
+    assert seen == [
+        (regenerated, ["what is 2+2?", "4", "and 3+3?"], ["6"]),  # asked without the answer it replaced
+        (turns[1].run.id, ["what is 2+2?", "4"], ["and 3+3?", "five"]),  # what that run said, replaced since
+    ]
+
+
+async def test_the_chat_search_finds_only_the_current_version(live: Live, provider: FakeProvider) -> None:
+    async with live.client() as client:
+        chat_id = await conversation(client, provider, ("hi", "hello"), ("the capital of Spain?", "Madrid"))
+        asked = (await messages(client, chat_id))[2]["message_id"]
+        provider.enqueue(Reply(text="Lisbon"))
+        assert (await edit(client, chat_id, asked, "the capital of Portugal?")).status_code == 200
+        found = {q: [c["chat_id"] for c in (await client.get("/api/chats", params={"q": q})).json()["chats"]]
+                 for q in ("Spain", "Madrid", "Portugal", "Lisbon")}  # fmt: skip
+        assert found == {"Spain": [], "Madrid": [], "Portugal": [chat_id], "Lisbon": [chat_id]}
