@@ -199,7 +199,7 @@ async def regenerate(
     followed the message becomes an earlier version (see `?versions=true` of its messages). 400 when the
     chat has no user message; 409 while a run of it is active."""
     metadata = body.metadata if body is not None else None
-    handle = await runs_of(request).regenerate(who, chat_id, metadata, request.headers.get("traceparent"))
+    handle = await runs_of(request).versions.regenerate(who, chat_id, metadata, request.headers.get("traceparent"))
     return streamed(handle) if stream else await drained(request, handle)
 
 
@@ -209,8 +209,8 @@ async def edit(chat_id: str, body: EditBody, request: Request, who: Caller, stre
     """Change one of the chat's user messages and answer it, as a new run (SSE, or JSON with
     `?stream=false`): the message and what followed it become an earlier version, the new content the run's
     user message. 404 when the chat has no such message, 400 when it is not a current user message."""
-    handle = await runs_of(request).edit(who, chat_id, body.message_id, body.content, body.metadata,
-                                         request.headers.get("traceparent"))  # fmt: skip
+    handle = await runs_of(request).versions.edit(who, chat_id, body.message_id, body.content, body.metadata,
+                                                  request.headers.get("traceparent"))  # fmt: skip
     return streamed(handle) if stream else await drained(request, handle)
 
 

@@ -3,9 +3,10 @@
 It starts runs (streamed, or drained to their result), resumes, cancels and appends to them, and
 continues a run that waits for a person once they decide. Beside it, sharing one `Process` (the runs
 in flight here, and the runtime they run on; process.py): `Chats` answers what callers ask about their
-chats (chats.py), `Tenancy` their tokens, role mappings, usage and budgets (tenancy.py). The calls the
-Python API documents (README "Embedding") are all on `Runs`; what it does not do itself it hands to
-them (`runs.conversations`, `runs.tenancy`, `runs.process`).
+chats (chats.py), `Tenancy` their tokens, role mappings, usage and budgets (tenancy.py), `Versions`
+the runs that regenerate an answer or edit a question (versions.py). The calls the Python API documents
+(README "Embedding") are all on `Runs`; what it does not do itself it hands to them
+(`runs.conversations`, `runs.tenancy`, `runs.versions`, `runs.process`).
 
 Every check is made once, where it belongs: who may run which assistant on which chat, and whether the
 input is well formed, by the pipeline's permission stage; whether the chat is busy, by admission; who
@@ -40,10 +41,10 @@ from yao_agent.pipeline.handle import RunHandle, RunResult
 from yao_agent.pipeline.run import execute
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunRequest
-from yao_agent.service import versions
 from yao_agent.service.chats import Chats
 from yao_agent.service.process import Process, user_messages
 from yao_agent.service.tenancy import Tenancy
+from yao_agent.service.versions import Versions
 from yao_agent.store.records import ChatRecord, ResumePoint, RoleSetting, RunView
 
 
@@ -54,6 +55,7 @@ class Runs:
         self.process = Process(rt)
         self.conversations = Chats(self.process)
         self.tenancy = Tenancy(self.process)
+        self.versions = Versions(self.conversations, self.start)  # regenerate, edit: runs started as `start` does
 
     @classmethod
     async def open(cls, app_dir: str | Path, *, db: str | None = None, recover: bool = True) -> Runs:
@@ -152,21 +154,6 @@ class Runs:
         verdicts = approvals.parse_decisions(decisions, point.pending, identity.user_id, self.rt.clock())
         await self.rt.store.decide_approvals(identity, point.run.chat_id, point.run.id, verdicts)
         return await self.resume(identity, point.run.chat_id)
-
-    async def regenerate(self, identity: Identity, chat_id: str, metadata: Mapping[str, Any] | None = None,
-                         traceparent: str | None = None) -> RunHandle:  # fmt: skip
-        """Answer the chat's last user message again; what followed it becomes an earlier version (kept,
-        browsable, never sent to a model again). UsageError when the chat has no user message, ChatBusy
-        while a run of it is active."""
-        return await self.start(await versions.regenerate(self.conversations, identity, chat_id, metadata, traceparent))
-
-    async def edit(self, identity: Identity, chat_id: str, message_id: str, content: object,
-                   metadata: Mapping[str, Any] | None = None, traceparent: str | None = None) -> RunHandle:  # fmt: skip
-        """Put `content` in place of the chat's user message `message_id` and answer it: that message and
-        what followed it become an earlier version. NotFound for no such message, UsageError for one that
-        is not a current user message or content that is no message's, ChatBusy while a run is active."""
-        asked = await versions.edit(self.conversations, identity, chat_id, message_id, content, metadata, traceparent)
-        return await self.start(asked)
 
     async def cancel(self, identity: Identity, chat_id: str) -> int:
         """Cancel the chat's active run and every request accepted before now, in every process.

@@ -12,49 +12,61 @@ would then replace unseen: a busy chat is the 409 of `on_busy: reject`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from yao_agent.errors import NotFound, UsageError
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, user_content
 from yao_agent.pipeline import permission
+from yao_agent.pipeline.handle import RunHandle
 from yao_agent.pipeline.state import RunRequest
 from yao_agent.service.chats import Chats
 from yao_agent.store.records import Rewind
 
 
-async def regenerate(chats: Chats, identity: Identity, chat_id: str, metadata: Mapping[str, Any] | None = None,
-                     traceparent: str | None = None) -> RunRequest:  # fmt: skip
-    """The run that answers the chat's last user message again: what followed it becomes an earlier version."""
-    chat_id = permission.chat_id_shape(chat_id)
-    current = await chats.messages(identity, chat_id)
-    asked = next((m for m in reversed(current) if _a_persons(m)), None)
-    if asked is None:
-        raise UsageError(f"chat '{chat_id}' has no user message to answer again")
-    assistant_id = await _assistant_of(chats, identity, chat_id, asked)
-    return _request(identity, chat_id, assistant_id, (), Rewind(), metadata, traceparent)
+class Versions:
+    """Regenerate and edit on the caller's chats (`runs.versions`): each builds its run's request, checked,
+    and starts it as `Runs.start` starts any run."""
 
+    def __init__(self, chats: Chats, start: Callable[[RunRequest], Awaitable[RunHandle]]) -> None:
+        self.chats = chats
+        self.start = start
 
-async def edit(chats: Chats, identity: Identity, chat_id: str, message_id: str, content: object,
-               metadata: Mapping[str, Any] | None = None, traceparent: str | None = None) -> RunRequest:  # fmt: skip
-    """The run that answers `content` in place of the user message `message_id`: that message and what
-    followed it become an earlier version, and the new content is stored as the run's user message."""
-    chat_id = permission.chat_id_shape(chat_id)
-    found = await chats.messages(identity, chat_id, versions=True)
-    given = user_content(content, "content")
-    edited = next((m for m in found if m.id == message_id), None)
-    if edited is None:
-        raise NotFound(f"chat '{chat_id}' has no message '{message_id}' (message_id)")
-    if edited.replaced_by is not None:
-        raise UsageError(f"message_id: message '{message_id}' is an earlier version (replaced by run "
-                         f"'{edited.replaced_by}'); edit the current one")  # fmt: skip
-    if not _a_persons(edited):
-        raise UsageError(f"message_id: message '{message_id}' is not a user message (its role is "
-                         f"{_role_of(edited)}); only a user message can be edited")  # fmt: skip
-    assistant_id = await _assistant_of(chats, identity, chat_id, edited)
-    asked = [{"role": "user", "content": given}]
-    return _request(identity, chat_id, assistant_id, asked, Rewind(message_id), metadata, traceparent)
+    async def regenerate(self, identity: Identity, chat_id: str, metadata: Mapping[str, Any] | None = None,
+                         traceparent: str | None = None) -> RunHandle:  # fmt: skip
+        """Answer the chat's last user message again; what followed it becomes an earlier version. UsageError
+        when the chat has no user message, ChatBusy while a run of it is active."""
+        chat_id = permission.chat_id_shape(chat_id)
+        current = await self.chats.messages(identity, chat_id)
+        asked = next((m for m in reversed(current) if _a_persons(m)), None)
+        if asked is None:
+            raise UsageError(f"chat '{chat_id}' has no user message to answer again")
+        assistant_id = await _assistant_of(self.chats, identity, chat_id, asked)
+        return await self.start(_request(identity, chat_id, assistant_id, (), Rewind(), metadata, traceparent))
+
+    async def edit(self, identity: Identity, chat_id: str, message_id: str, content: object,
+                   metadata: Mapping[str, Any] | None = None, traceparent: str | None = None) -> RunHandle:  # fmt: skip
+        """Answer `content` in place of the user message `message_id`: that message and what followed it
+        become an earlier version, and the new content is stored as the run's user message. NotFound for
+        no such message, UsageError for one that is not a current user message or for content that is no
+        message's, ChatBusy while a run of the chat is active."""
+        chat_id = permission.chat_id_shape(chat_id)
+        found = await self.chats.messages(identity, chat_id, versions=True)
+        given = user_content(content, "content")
+        edited = next((m for m in found if m.id == message_id), None)
+        if edited is None:
+            raise NotFound(f"chat '{chat_id}' has no message '{message_id}' (message_id)")
+        if edited.replaced_by is not None:
+            raise UsageError(f"message_id: message '{message_id}' is an earlier version (replaced by run "
+                             f"'{edited.replaced_by}'); edit the current one")  # fmt: skip
+        if not _a_persons(edited):
+            raise UsageError(f"message_id: message '{message_id}' is not a user message (its role is "
+                             f"{_role_of(edited)}); only a user message can be edited")  # fmt: skip
+        assistant_id = await _assistant_of(self.chats, identity, chat_id, edited)
+        asked = [{"role": "user", "content": given}]
+        return await self.start(_request(identity, chat_id, assistant_id, asked, Rewind(message_id), metadata,
+                                         traceparent))  # fmt: skip
 
 
 def _a_persons(message: ChatMessage) -> bool:
