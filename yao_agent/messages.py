@@ -107,6 +107,12 @@ class ChatMessage:
     connector: str | None = None  # an assistant message's: the connector that answered (of a fallback chain)
     model: str | None = None  # ... and its model
     cited: Cited | None = None  # an assistant message's references and citations (knowledge search)
+    replaced_by: str | None = None  # an earlier version: the run (regenerate, edit) that replaced it
+
+    @property
+    def withheld(self) -> bool:
+        """Never sent to a model again: a hook's hidden turn, or an earlier version of the chat (replaced)."""
+        return self.hidden or self.replaced_by is not None
 
     def to_api(self) -> MessageOut:
         """The stored-message shape of CONTRACT §6."""
@@ -129,6 +135,8 @@ class ChatMessage:
         if self.cited is not None:
             out["references"] = [cast("ReferenceOut", dict(r)) for r in self.cited.references]
             out["citations"], out["unknown_citations"] = list(self.cited.citations), list(self.cited.unknown)
+        if self.replaced_by is not None:
+            out["replaced_by"] = self.replaced_by
         return out
 
     def to_provider(self) -> dict[str, Any]:
@@ -175,7 +183,7 @@ def provider_messages(history: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     pending: dict[str, dict[str, Any] | None] = {}  # the calls of the last assistant turn → their result
     for message in history:
-        if message.hidden or (message.status == "incomplete" and message.role == "assistant"):
+        if message.withheld or (message.status == "incomplete" and message.role == "assistant"):
             continue  # an incomplete reply was shown once; it is never presented to a model as an answer
         if message.role == "tool":
             if message.tool_call_id in pending:
@@ -271,6 +279,12 @@ def _parse_one(item: object, where: str) -> dict[str, Any]:
     if role == "assistant" and message.get("tool_calls") is not None:
         out["tool_calls"] = _tool_calls(message.get("tool_calls"), f"{where}.tool_calls")
     return out
+
+
+def user_content(value: object, where: str = "content") -> Content:
+    """A user message's content as a request gives it (a string, or a non-empty list of typed parts), checked
+    as `parse_input` checks a message's; a UsageError naming `where` otherwise."""
+    return _content(value, where, "user")
 
 
 def _content(value: object, where: str, role: str) -> Content:

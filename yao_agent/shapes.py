@@ -94,6 +94,9 @@ class MessageOut(TypedDict):
     """an assistant message's: the reference numbers its text cites"""
     unknown_citations: NotRequired[list[int]]
     """an assistant message's: numbers its text cites that match no reference"""
+    replaced_by: NotRequired[str]
+    """an earlier version's (listed with `?versions=true` only): the run, a regeneration or an edit, that
+    replaced it; a current message has no such field"""
     created_at: str
     """ISO 8601, UTC"""
 

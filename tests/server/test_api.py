@@ -263,7 +263,8 @@ async def test_openapi_document_lists_every_route(live: Live) -> None:
         paths = set((await client.get("/openapi.json")).json()["paths"])
     assert {"/v1/chat/completions", "/v1/models", "/api/assistants/{assistant_id}/runs", "/api/chats",
             "/api/chats/{chat_id}/cancel", "/api/chats/{chat_id}/append", "/api/chats/{chat_id}/messages",
-            "/api/chats/{chat_id}/resume", "/api/assistants", "/api/roles/{role}", "/healthz"} <= paths  # fmt: skip
+            "/api/chats/{chat_id}/resume", "/api/chats/{chat_id}/regenerate", "/api/chats/{chat_id}/edit",
+            "/api/assistants", "/api/roles/{role}", "/healthz"} <= paths  # fmt: skip
 
 
 async def test_the_openapi_document_says_what_the_server_answers(live: Live) -> None:
@@ -299,7 +300,8 @@ async def test_the_openapi_document_says_what_the_server_answers(live: Live) -> 
     streamed = {p for p, ops in document["paths"].items() for op in ops.values()
                 if "text/event-stream" in op["responses"]["200"]["content"]}  # fmt: skip
     assert streamed == {"/api/assistants/{assistant_id}/runs", "/api/chats/{chat_id}/resume",
-                        "/api/chats/{chat_id}/approvals", "/v1/chat/completions", "/v1/messages",
+                        "/api/chats/{chat_id}/approvals", "/api/chats/{chat_id}/regenerate",
+                        "/api/chats/{chat_id}/edit", "/v1/chat/completions", "/v1/messages",
                         "/v1/responses"}  # fmt: skip
     completions = document["paths"]["/v1/chat/completions"]["post"]["responses"]
     assert {"400", "404", "409", "413", "502", "504", "508"} <= set(completions)

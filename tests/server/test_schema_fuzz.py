@@ -294,7 +294,7 @@ def test_every_operation_of_the_openapi_document(served: Served) -> None:
                     fuzz_one(served, session, operation, mode)
                     count += 1
     assert (
-        count == 38 + 17
+        count == 40 + 20
     )  # every operation (test_tenants.py checks they are every route), and those with inputs negatively
 
 
@@ -475,6 +475,8 @@ ID_ROUTES = [
     ("GET", "/api/chats/c1/runs/{}", None),
     ("POST", "/api/chats/{}/cancel", None),
     ("POST", "/api/chats/{}/append", {"messages": [{"role": "user", "content": "more"}]}),
+    ("POST", "/api/chats/{}/regenerate?stream=false", None),
+    ("POST", "/api/chats/{}/edit?stream=false", {"message_id": "msg_1", "content": "changed"}),
     ("PUT", "/api/roles/{}", {"connector": "demo.echo"}),
     ("POST", "/api/assistants/{}/runs?stream=false", {"messages": [{"role": "user", "content": "hi"}]}),
 ]

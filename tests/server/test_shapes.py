@@ -139,6 +139,22 @@ async def runs_and_chats(api: Api) -> str:
     return chat
 
 
+async def versions(api: Api) -> None:
+    """An answer regenerated and a question edited: the runs' answers, the versions listed, the refusals."""
+    api.model.enqueue(Reply(text="first"), Reply(text="again"), Reply(text="edited"))
+    chat = (await api.call("POST", RUNS, 200, body=says("hi"), query="?stream=false", assistant_id="chat"))["chat_id"]
+    await api.call("POST", CHAT + "/regenerate", 200, query="?stream=false", chat_id=chat)
+    await api.call("POST", CHAT + "/regenerate", 404, query="?stream=false", chat_id="nochat")
+    await api.call("POST", CHAT + "/regenerate", 400, body={"bogus": 1}, chat_id=chat)
+    listed = await api.call("GET", CHAT + "/messages", 200, query="?versions=true", chat_id=chat)
+    assert [m.get("replaced_by") is not None for m in listed["messages"]] == [False, True, False]
+    await api.call("GET", CHAT + "/messages", 400, query="?versions=maybe", chat_id=chat)
+    edited = {"message_id": listed["messages"][0]["message_id"], "content": [{"type": "text", "text": "hello"}]}
+    await api.call("POST", CHAT + "/edit", 200, body=edited, query="?stream=false", chat_id=chat)
+    await api.call("POST", CHAT + "/edit", 400, body=edited, query="?stream=false", chat_id=chat)  # replaced now
+    await api.call("POST", CHAT + "/edit", 404, body={**edited, "message_id": "msg_none"}, chat_id=chat)
+
+
 async def busy_chat(api: Api, chat: str) -> None:
     """Cancel and append: to an idle chat, and to one whose run is under way."""
     await api.call("POST", CHAT + "/cancel", 200, chat_id=chat)
@@ -287,6 +303,7 @@ async def test_every_route_answers_as_the_document_says(api: Api) -> None:
     await knowledge(api)
     await tokens(api)
     chat = await runs_and_chats(api)
+    await versions(api)
     await busy_chat(api, chat)
     await resumed(api, chat)
     await approved(api)

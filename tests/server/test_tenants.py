@@ -50,7 +50,7 @@ async def snapshot(live: Live, who: Identity, client: httpx.AsyncClient, chat_id
     resume = await client.get(f"/api/chats/{chat_id}/resume")
     return {
         "listed": listed,
-        "messages": (await client.get(f"/api/chats/{chat_id}/messages")).json(),
+        "messages": (await client.get(f"/api/chats/{chat_id}/messages?versions=true")).json(),  # (earlier ones too)
         "resume": (resume.status_code, resume.json()),
         "runs": [(r.id, r.status, r.reason) for r in await live.rt.store.runs_of(who, chat_id)],
     }
@@ -69,6 +69,11 @@ def chat_requests(chat_id: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", f"/api/chats/{chat_id}/approvals", {"json": {"decisions": [{"tool_call_id": "t1", "approve": True}]}}),
         ("PATCH", f"/api/chats/{chat_id}", {"json": {"title": "intruder title"}}),
         ("DELETE", f"/api/chats/{chat_id}", {}),
+        ("GET", f"/api/chats/{chat_id}/messages?versions=true", {}),
+        ("POST", f"/api/chats/{chat_id}/regenerate", {}),
+        ("POST", f"/api/chats/{chat_id}/regenerate?stream=false", {"json": {}}),
+        ("POST", f"/api/chats/{chat_id}/edit", {"json": {"message_id": "msg_1", "content": "intruder edit"}}),
+        ("POST", f"/api/chats/{chat_id}/edit?stream=false", {"json": {"message_id": "msg_1", "content": "x"}}),
     ]
 
 
@@ -364,6 +369,9 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("POST", f"/api/chats/{CHAT}/append", {"messages": says("more")}),
     ("GET", "/api/chats", None),
     ("GET", f"/api/chats/{CHAT}/messages", None),
+    ("GET", f"/api/chats/{CHAT}/messages?versions=true", None),
+    ("POST", f"/api/chats/{CHAT}/regenerate?stream=false", None),
+    ("POST", f"/api/chats/{CHAT}/edit?stream=false", {"message_id": "msg_1", "content": "changed"}),
     ("GET", f"/api/chats/{CHAT}/resume", None),
     ("POST", f"/api/chats/{CHAT}/resume", None),
     ("GET", f"/api/chats/{CHAT}/approvals", None),

@@ -17,7 +17,20 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Column, bindparam, create_engine, select, text
 
 from yao_agent.identity import OPERATOR, Identity
-from yao_agent.store import HEAD, SqlStore, Store, chats, kbsql, leases, open_engine, runlog, sql, store_url, tokens
+from yao_agent.store import (
+    HEAD,
+    SqlStore,
+    Store,
+    chats,
+    kbsql,
+    leases,
+    open_engine,
+    runlog,
+    sql,
+    store_url,
+    tokens,
+    versions,
+)
 from yao_agent.store.protocol import RunStore
 from yao_agent.store.schema import metadata, steps
 from yao_agent.store.tx import Sql
@@ -77,7 +90,7 @@ async def test_the_migrated_schema_is_schema_py(store: SqlStore) -> None:
 
 
 def statements() -> Iterator[tuple[str, Sql]]:
-    for module in (chats, kbsql, leases, runlog, sql, tokens):
+    for module in (chats, kbsql, leases, runlog, sql, tokens, versions):
         for name, value in vars(module).items():
             if isinstance(value, Sql):
                 yield f"{module.__name__}.{name}", value
@@ -181,5 +194,34 @@ async def test_tokens_made_before_token_kinds_keep_working_with_an_id_of_their_o
         assert len({t.id for t in found}) == 2 and all(t.id.startswith("tok_") for t in found)
         owner = await store.db.read_tx(lambda tx: tx.all(tokens.SELECT_OWNER, {"hash": "a" * 64}))
         assert (owner[0].user_id, owner[0].admin, owner[0].operator) == ("bob", True, False)
+    finally:
+        await store.aclose()
+
+
+async def test_messages_stored_before_answer_versions_are_all_current(tmp_path: Path) -> None:
+    """Migration 0017 on a database holding a chat: every message it had is current (none replaced), read
+    alike by the history a run loads, by the chat's readers, and with its versions."""
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(VERSIONS.parent))
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0016")
+        conn.execute(text("INSERT INTO chats (id, user_id, team_id, assistant_id, created_at, updated_at, "
+                          "message_count) VALUES ('c1', 'alice', '', 'chat', 1.0, 1.0, 2)"))  # fmt: skip
+        for seq, (role, said) in enumerate([("user", '"hi"'), ("assistant", '"hello"')], 1):
+            conn.execute(text("INSERT INTO messages (id, chat_id, seq, run_id, role, content, status, created_at) "
+                              "VALUES (:id, 'c1', :seq, 'r1', :role, :content, 'completed', 1.0)"),
+                         {"id": f"m{seq}", "seq": seq, "role": role, "content": said})  # fmt: skip
+    engine.dispose()
+    store = SqlStore(await open_engine(store_url(url, tmp_path)))
+    try:
+        alice = Identity("alice")
+        current = await store.history(alice, "c1")
+        assert [(m.id, m.content, m.replaced_by) for m in current] == [("m1", "hi", None), ("m2", "hello", None)]
+        assert await store.history(alice, "c1", versions=True) == current
+        loaded = await store.db.read_tx(lambda tx: runlog.context_of(tx, "c1", 20))
+        assert [m.id for m in loaded] == ["m1", "m2"]
     finally:
         await store.aclose()

@@ -105,7 +105,7 @@ def _covered(state: RunState, kept: Sequence[dict[str, Any]]) -> _Covered | None
         m for m in (*root.history, *root.written, *root.buffer.messages) if m.role != "summary" and not m.replaces
     ]
     users = [m for m in kept if m.get("role") == "user"]
-    positions = [i for i, m in enumerate(stored) if m.role == "user" and not m.hidden]
+    positions = [i for i, m in enumerate(stored) if m.role == "user" and not m.withheld]
     wanted = canonical(users[0])
     at = positions[-len(users)] if len(positions) >= len(users) else None
     if at is None or canonical(stored[at].to_provider()) != wanted:  # a hook added or rewrote user turns

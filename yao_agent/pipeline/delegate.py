@@ -189,7 +189,7 @@ def _towards(steps: tuple[StepRecord, ...], start: str | None, thread: str | Non
 
 
 def _thread_messages(root: RunState, thread_id: str) -> list[dict[str, Any]]:
-    return [m.to_provider() for m in root.history if m.thread_id == thread_id and not m.hidden]
+    return [m.to_provider() for m in root.history if m.thread_id == thread_id and not m.withheld]
 
 
 def _owner(step: StepRecord) -> str | None:

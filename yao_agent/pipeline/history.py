@@ -33,11 +33,12 @@ async def load(rt: Runtime, state: RunState) -> None:
     given = [from_provider(m, rt.ids.new("msg"), state.run_id, now) for m in state.input]
     if state.input_unreadable:  # images no connector of the chain reads (connector.py): kept, never sent
         given = [replace(m, hidden=True) for m in given]
+    rewind = state.ctx.request.rewind if state.ctx.parent is None else None  # (regenerate, edit: the root's)
     try:
-        loaded = await rt.store.load_and_start(state.identity, state.run, rt.app.config.history_size, given)
+        loaded = await rt.store.load_and_start(state.identity, state.run, rt.app.config.history_size, given, rewind)
     except HistoryUnavailable as exc:  # only the read failed, and nothing was written
         log.warning("history of chat %s could not be loaded, continuing without it: %s", state.chat_id, exc)
-        await rt.store.start_run(state.identity, state.run, given)
+        await rt.store.start_run(state.identity, state.run, given, rewind)
         loaded = Loaded([], [], given)
     state.history = loaded.history
     state.summary = next((m for m in loaded.history[:1] if m.role == "summary"), None)

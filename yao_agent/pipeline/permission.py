@@ -45,7 +45,8 @@ async def check(rt: Runtime, request: RunRequest, *, chat_is_theirs: bool = Fals
     chat_id = request.chat_id
     if chat_id is not None and not (chat_is_theirs or resume.owned(request, identity)):
         await chat(rt, identity, valid_chat_id(chat_id), request.chat_must_exist)
-    given = parse_input(request.messages) if request.resume is None or request.messages else []
+    # A resume adds no input; a regeneration none either (it answers the chat's last user message again).
+    given = parse_input(request.messages) if request.messages or not (request.resume or request.rewind) else []
     check_text(request.metadata, "metadata")  # it reaches prompts and hooks, which need text that encodes
     options = RunOptions.of_request(request.options).over(client_tools.options(request))
     run_id = rt.ids.new("run")

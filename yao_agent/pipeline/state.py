@@ -20,7 +20,7 @@ from yao_agent.pipeline.buffer import Buffer
 from yao_agent.pipeline.channel import EventChannel
 from yao_agent.pipeline.options import RunOptions
 from yao_agent.pipeline.outcomes import Wait
-from yao_agent.store.records import Approval, ResumePoint, RunRecord, StepRecord
+from yao_agent.store.records import Approval, ResumePoint, Rewind, RunRecord, StepRecord
 from yao_agent.tools import Offer
 from yao_agent.vocabulary import OnBusy
 
@@ -51,6 +51,8 @@ class RunRequest:
     tool_choice: str | Mapping[str, Any] | None = None
     # The client's results for the calls the run it resumes waits for: call id → the result's text.
     client_results: Mapping[str, str] = field(default_factory=dict[str, str])
+    # A regeneration or an edit: the end of the chat this run replaces (an earlier version from then on).
+    rewind: Rewind | None = None
 
 
 class ChildRuns(Protocol):

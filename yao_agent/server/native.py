@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from yao_agent import ids, shapes
 from yao_agent.dsl.specs import ServerSettings
@@ -160,11 +160,58 @@ async def chats(request: Request, who: Caller, q: doc.Search = "") -> shapes.Cha
     return {"chats": [c.to_api() for c in found]}
 
 
+Versions = Annotated[bool, Query(description="true: the earlier versions too (replaced by a regeneration or an "
+                                              "edit), each in its place, with `replaced_by`")]  # fmt: skip
+
+
 @router.get("/api/chats/{chat_id}/messages", tags=["chats"], response_model=None,
-            responses=doc.answers(shapes.MessagesOut, 401, 404))  # fmt: skip
-async def messages(chat_id: str, request: Request, who: Caller) -> shapes.MessagesOut:
-    found = await runs_of(request).messages(who, chat_id)
+            responses=doc.answers(shapes.MessagesOut, 400, 401, 404))  # fmt: skip
+async def messages(chat_id: str, request: Request, who: Caller, versions: Versions = False) -> shapes.MessagesOut:
+    """The chat's messages, oldest first: its current version; `?versions=true` adds the earlier ones."""
+    found = await runs_of(request).messages(who, chat_id, versions=versions)
     return {"chat_id": chat_id, "messages": [m.to_api() for m in found]}
+
+
+class RegenerateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    metadata: dict[str, Any] | None = None
+
+
+# A message's content, as a run's messages take it: text, or a non-empty list of typed parts.
+CONTENT = {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "object"}}]}
+
+
+class EditBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message_id: str = Field(description="the user message to change: one of the chat's current messages")
+    content: Annotated[Any, WithJsonSchema(CONTENT)] = Field(
+        description="its new content: text, or a list of content parts, as a run's message has"
+    )
+    metadata: dict[str, Any] | None = None
+
+
+@router.post("/api/chats/{chat_id}/regenerate", tags=["chats"], response_model=None,
+             responses=doc.answers(shapes.RunOut, 400, 401, 404, 409, 413, 429, stream=doc.EVENTS))  # fmt: skip
+async def regenerate(
+    chat_id: str, request: Request, who: Caller, body: RegenerateBody | None = None, stream: Streamed = True
+) -> Any:
+    """Answer the chat's last user message again, as a new run (SSE, or JSON with `?stream=false`): what
+    followed the message becomes an earlier version (see `?versions=true` of its messages). 400 when the
+    chat has no user message; 409 while a run of it is active."""
+    metadata = body.metadata if body is not None else None
+    handle = await runs_of(request).versions.regenerate(who, chat_id, metadata, request.headers.get("traceparent"))
+    return streamed(handle) if stream else await drained(request, handle)
+
+
+@router.post("/api/chats/{chat_id}/edit", tags=["chats"], response_model=None,
+             responses=doc.answers(shapes.RunOut, 400, 401, 404, 409, 413, 429, stream=doc.EVENTS))  # fmt: skip
+async def edit(chat_id: str, body: EditBody, request: Request, who: Caller, stream: Streamed = True) -> Any:
+    """Change one of the chat's user messages and answer it, as a new run (SSE, or JSON with
+    `?stream=false`): the message and what followed it become an earlier version, the new content the run's
+    user message. 404 when the chat has no such message, 400 when it is not a current user message."""
+    handle = await runs_of(request).versions.edit(who, chat_id, body.message_id, body.content, body.metadata,
+                                                  request.headers.get("traceparent"))  # fmt: skip
+    return streamed(handle) if stream else await drained(request, handle)
 
 
 @router.get("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,

@@ -197,7 +197,8 @@ async def retrieve(response_id: str, request: Request, who: Caller) -> shapes.Re
     if view is None:
         raise NotFound(f"no response '{response_id}'")
     run = view.run
-    said = [m for m in await runs.messages(who, chat_id) if m.run_id == run_id]
+    # (versions: a response a regeneration or an edit replaced later is still what its run answered)
+    said = [m for m in await runs.messages(who, chat_id, versions=True) if m.run_id == run_id]
     texts = [(m.id, text_of(m.content)) for m in _answers(said)]
     status = status_of(run.status, run.reason)
     error: shapes.ResponseErrorOut | None = None

@@ -41,11 +41,12 @@ class Chats:
         if await self.store.check_chat(identity, chat_id) is None:  # NotFound already if another's
             raise NotFound(f"no chat '{chat_id}'")
 
-    async def messages(self, identity: Identity, chat_id: str) -> list[ChatMessage]:
-        """The chat's stored messages, oldest first."""
+    async def messages(self, identity: Identity, chat_id: str, *, versions: bool = False) -> list[ChatMessage]:
+        """The chat's current messages, oldest first; with `versions`, the earlier versions (replaced by a
+        regeneration or an edit) too, each in its place, with the run that replaced it."""
         chat_id = permission.chat_id_shape(chat_id)
         await self.check(identity, chat_id)
-        return await self.store.history(identity, chat_id)
+        return await self.store.history(identity, chat_id, versions=versions)
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint:
         """What a resume would continue: the chat's latest run, if it did not complete, and its unfinished steps."""

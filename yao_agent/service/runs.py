@@ -3,9 +3,10 @@
 It starts runs (streamed, or drained to their result), resumes, cancels and appends to them, and
 continues a run that waits for a person once they decide. Beside it, sharing one `Process` (the runs
 in flight here, and the runtime they run on; process.py): `Chats` answers what callers ask about their
-chats (chats.py), `Tenancy` their tokens, role mappings, usage and budgets (tenancy.py). The calls the
-Python API documents (README "Embedding") are all on `Runs`; what it does not do itself it hands to
-them (`runs.conversations`, `runs.tenancy`, `runs.process`).
+chats (chats.py), `Tenancy` their tokens, role mappings, usage and budgets (tenancy.py), `Versions`
+the runs that regenerate an answer or edit a question (versions.py). The calls the Python API documents
+(README "Embedding") are all on `Runs`; what it does not do itself it hands to them
+(`runs.conversations`, `runs.tenancy`, `runs.versions`, `runs.process`).
 
 Every check is made once, where it belongs: who may run which assistant on which chat, and whether the
 input is well formed, by the pipeline's permission stage; whether the chat is busy, by admission; who
@@ -43,6 +44,7 @@ from yao_agent.pipeline.state import RunRequest
 from yao_agent.service.chats import Chats
 from yao_agent.service.process import Process, user_messages
 from yao_agent.service.tenancy import Tenancy
+from yao_agent.service.versions import Versions
 from yao_agent.store.records import ChatRecord, ResumePoint, RoleSetting, RunView
 
 
@@ -53,6 +55,7 @@ class Runs:
         self.process = Process(rt)
         self.conversations = Chats(self.process)
         self.tenancy = Tenancy(self.process)
+        self.versions = Versions(self.conversations, self.start)  # regenerate, edit: runs started as `start` does
 
     @classmethod
     async def open(cls, app_dir: str | Path, *, db: str | None = None, recover: bool = True) -> Runs:
@@ -196,9 +199,9 @@ class Runs:
         """The caller's chats, most recently active first; `query` keeps those whose title or messages contain it."""
         return await self.conversations.listed(identity, query)
 
-    async def messages(self, identity: Identity, chat_id: str) -> list[ChatMessage]:
-        """The chat's stored messages, oldest first."""
-        return await self.conversations.messages(identity, chat_id)
+    async def messages(self, identity: Identity, chat_id: str, *, versions: bool = False) -> list[ChatMessage]:
+        """The chat's current messages, oldest first; `versions`: the earlier versions too (answer versions)."""
+        return await self.conversations.messages(identity, chat_id, versions=versions)
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint:
         """What `resume` would continue: the chat's latest run, if it did not complete, and its unfinished steps."""

@@ -17,10 +17,19 @@ from sqlalchemy import ColumnElement, Integer, Text, bindparam, cast, delete, fa
 from yao_agent.errors import HistoryUnavailable, NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
-from yao_agent.store import approvals, journal, runlog, step_inputs
+from yao_agent.store import approvals, journal, runlog, step_inputs, versions
 from yao_agent.store.audit import actor_of
 from yao_agent.store.engine import Database
-from yao_agent.store.records import Approval, ChatRecord, Loaded, ResumePoint, RunRecord, RunView, StepRecord
+from yao_agent.store.records import (
+    Approval,
+    ChatRecord,
+    Loaded,
+    ResumePoint,
+    Rewind,
+    RunRecord,
+    RunView,
+    StepRecord,
+)
 from yao_agent.store.runlog import chat_record, team_of
 from yao_agent.store.schema import chat_leases, chats, memory, messages, metadata, runs, steps
 from yao_agent.store.tx import Sql, Tx
@@ -43,7 +52,7 @@ def _matching() -> ColumnElement[bool]:
     said = (
         select(messages.c.id)
         .where(messages.c.chat_id == chats.c.id, or_(messages.c.role == "user", messages.c.role == "assistant"),
-               messages.c.hidden == false(), in_text)
+               messages.c.hidden == false(), runlog.CURRENT, in_text)
         .exists()
     )  # fmt: skip
     return in_title | said
@@ -154,18 +163,30 @@ class ChatStore:
     db: Database
     clock: Callable[[], float]
 
-    async def start_run(self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage]) -> None:
-        """Write-ahead: the clean input and a `running` run are durable before any model is called."""
+    async def start_run(
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], rewind: Rewind | None = None
+    ) -> None:
+        """Write-ahead: the clean input and a `running` run are durable before any model is called; what a
+        `rewind` replaces is replaced in the same transaction."""
         identity = _require(identity)
         now = self.clock()
-        await self.db.write_tx(lambda tx: runlog.start(tx, identity, run, _locked(tx, identity, run), new, now))
+
+        def work(tx: Tx) -> None:
+            chat = _locked(tx, identity, run)
+            if chat is not None and rewind is not None:
+                versions.rewind(tx, run.chat_id, run.id, rewind)
+            runlog.start(tx, identity, run, chat, new, now)
+
+        await self.db.write_tx(work)
 
     async def load_and_start(
-        self, identity: Identity, run: RunRecord, limit: int, given: Sequence[ChatMessage]
-    ) -> Loaded:
+        self, identity: Identity, run: RunRecord, limit: int, given: Sequence[ChatMessage],
+        rewind: Rewind | None = None,
+    ) -> Loaded:  # fmt: skip
         """History and write-ahead in one transaction: the last `limit` messages are read, then the given
         input is stored, less its leading messages that repeat the end of that history (clients resend
-        the conversation; see `messages.overlap`).
+        the conversation; see `messages.overlap`). A `rewind` (regenerate, edit) first makes the end of the
+        chat an earlier version (store/versions.py), and its input is stored whole: it is no resent history.
 
         Being one transaction, no other run's messages can land in between: the input is compared with
         the chat as it is when it is written. A history that cannot be read raises `HistoryUnavailable`
@@ -180,12 +201,14 @@ class ChatStore:
             if chat is not None and chat.last_status == "waiting" and run.resumed_from is None:
                 approvals.deny_pending(tx, run.chat_id, actor_of(identity), now)  # a new message (CONTRACT §4.8)
                 unseen = approvals.close_client_calls(tx, run.chat_id, chat.last_run_id)  # (§9.2)
+            if chat is not None and rewind is not None:
+                versions.rewind(tx, run.chat_id, run.id, rewind)
             try:
                 past = self.read_history(tx, run.chat_id, limit, since_summary=True) if chat is not None else []
             except Exception as exc:
                 raise HistoryUnavailable(str(exc) or type(exc).__name__) from exc
             sent, repeated = runlog.fresh_input(past, given, unseen)
-            fresh = list(given[repeated:])
+            fresh = list(given[0 if rewind is not None else repeated :])
             runlog.start(tx, identity, run, chat, fresh, now)
             return Loaded(past, sent, fresh)
 
@@ -279,15 +302,22 @@ class ChatStore:
 
         return await self.db.write_tx(work)
 
-    async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]:
-        """The chat's messages in order; with `limit`, only the last `limit` of them. A call's result says
+    async def history(
+        self, identity: Identity, chat_id: str, limit: int | None = None, *, versions: bool = False
+    ) -> list[ChatMessage]:
+        """The chat's current messages in order; with `limit`, only the last `limit` of them; with
+        `versions` (and no limit), the earlier versions too, each in its place. A call's result says
         what a person decided about the call, if it waited for one."""
         identity = _require(identity)
 
         def work(tx: Tx) -> list[ChatMessage]:
             if runlog.owned_chat(tx, identity, chat_id, lock=False) is None:
                 return []
-            found = self.read_history(tx, chat_id, limit)
+            found = (
+                runlog.messages_of(tx, chat_id, limit, versions=True)
+                if versions
+                else self.read_history(tx, chat_id, limit)
+            )
             decided = approvals.decided_in(tx, chat_id)
             for message in found if decided else ():
                 decision = decided.get(message.id) if message.role == "tool" else None

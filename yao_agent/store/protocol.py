@@ -43,6 +43,7 @@ from yao_agent.store.records import (
     ChatRecord,
     Loaded,
     ResumePoint,
+    Rewind,
     RoleSetting,
     RunRecord,
     RunView,
@@ -62,10 +63,13 @@ class RunStore(Protocol):
     async def check_chat(self, identity: Identity, chat_id: str) -> ChatRecord | None: ...
 
     async def load_and_start(
-        self, identity: Identity, run: RunRecord, limit: int, given: Sequence[ChatMessage]
-    ) -> Loaded: ...
+        self, identity: Identity, run: RunRecord, limit: int, given: Sequence[ChatMessage],
+        rewind: Rewind | None = None,
+    ) -> Loaded: ...  # fmt: skip
 
-    async def start_run(self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage]) -> None: ...
+    async def start_run(
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], rewind: Rewind | None = None
+    ) -> None: ...
 
     async def commit_steps(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
@@ -113,7 +117,9 @@ class ChatQueries(Protocol):
 
     async def list_chats(self, identity: Identity, limit: int = 100, query: str | None = None) -> list[ChatRecord]: ...
 
-    async def history(self, identity: Identity, chat_id: str, limit: int | None = None) -> list[ChatMessage]: ...
+    async def history(
+        self, identity: Identity, chat_id: str, limit: int | None = None, *, versions: bool = False
+    ) -> list[ChatMessage]: ...
 
     async def runs_of(self, identity: Identity, chat_id: str, limit: int = 100) -> list[RunRecord]: ...
 

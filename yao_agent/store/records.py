@@ -216,3 +216,15 @@ class Loaded:
     history: list[ChatMessage]  # the chat's last messages (from its latest summary on), oldest first
     sent: list[dict[str, Any]]  # the same as a model is sent them (see messages.provider_messages)
     written: list[ChatMessage]  # the input less what repeated the history's end: what was stored
+
+
+@dataclass(frozen=True, slots=True)
+class Rewind:
+    """Where a run takes its chat up again, making what follows an earlier version (answer versions:
+    regenerate and edit). Applied in the run's write-ahead transaction, once the chat is the run's, so a
+    refused or queued request replaces nothing.
+
+    `message_id` None: after the chat's last current user message (a regeneration: that message is answered
+    again); else from that user message on, itself included (an edit: the run's input takes its place)."""
+
+    message_id: str | None = None

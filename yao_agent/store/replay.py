@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
@@ -24,6 +24,7 @@ from yao_agent.store.schema import runs, tool_catalogs
 from yao_agent.store.tx import Sql, Tx
 
 SELECT_CATALOGS = Sql(select(tool_catalogs.c.server_id, tool_catalogs.c.tools))
+RUN_STARTS = Sql(select(runs.c.id, runs.c.started_at).where(runs.c.chat_id == bindparam("chat_id")))
 
 
 def _upsert_catalog() -> Sql:
@@ -85,6 +86,11 @@ class ReplayStore:
 
 
 def _turn(tx: Tx, run: RunRecord) -> StoredTurn:
-    chat = runlog.messages_of(tx, run.chat_id, None)
+    """The run's turn and its chat as it stood when the run started: a message a later regeneration or edit
+    replaced was still there then (and the run's own messages are its turn, replaced or not); one replaced by
+    this run or an earlier one was not."""
+    chat = runlog.messages_of(tx, run.chat_id, None, versions=True)
+    started: dict[str, float] = dict(tx.tuples(RUN_STARTS, {"chat_id": run.chat_id}))
     first = next((i for i, m in enumerate(chat) if m.run_id == run.id), len(chat))
-    return StoredTurn(run, chat[:first], [m for m in chat[first:] if m.run_id == run.id])
+    before = [m for m in chat[:first] if m.replaced_by is None or started.get(m.replaced_by, 0.0) > run.started_at]
+    return StoredTurn(run, before, [m for m in chat[first:] if m.run_id == run.id])

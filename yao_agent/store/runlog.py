@@ -31,15 +31,18 @@ _CHAT = select(*CHAT_COLUMNS).where(chats.c.id == bindparam("chat_id"))
 SELECT_CHAT = Sql(_CHAT)
 LOCK_CHAT = Sql(_CHAT.with_for_update())  # PostgreSQL locks the row; SQLite's write lock covers it
 _OF_CHAT = messages.c.chat_id == bindparam("chat_id")
+# The chat as it is now: an earlier version (replaced by a regeneration or an edit) is read by nobody but
+# a reader asking for the versions (`messages_of`), so no run, resume or compaction ever sees one.
+CURRENT = messages.c.replaced_by.is_(None)
 # What `_message` reads, in the order it unpacks them (every message of a run's history is read so).
 _READ = [messages.c[name] for name in ("id", "seq", "run_id", "role", "content", "tool_calls", "tool_call_id",
                                        "reasoning", "status", "thread_id", "created_at", "hidden",
-                                       "summarises", "connector", "model", "citations")]  # fmt: skip
+                                       "summarises", "connector", "model", "citations", "replaced_by")]  # fmt: skip
 READ_COLUMNS = _READ
 _LAST = bindparam("limit", type_=Integer)
-SELECT_HISTORY = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq.desc()).limit(_LAST))
+SELECT_HISTORY = Sql(select(*_READ).where(_OF_CHAT, CURRENT).order_by(messages.c.seq.desc()).limit(_LAST))
 SELECT_LATEST_SUMMARY = Sql(
-    select(*_READ).where(_OF_CHAT, messages.c.role == SUMMARY_ROLE).order_by(messages.c.seq.desc()).limit(1)
+    select(*_READ).where(_OF_CHAT, CURRENT, messages.c.role == SUMMARY_ROLE).order_by(messages.c.seq.desc()).limit(1)
 )
 _covered = messages.alias("covered")
 _AFTER_COVERED = select(_covered.c.seq).where(
@@ -47,11 +50,12 @@ _AFTER_COVERED = select(_covered.c.seq).where(
 )
 SELECT_SINCE_SUMMARY = Sql(  # what follows a summary's last message, other summaries aside
     select(*_READ)
-    .where(_OF_CHAT, messages.c.seq > _AFTER_COVERED.scalar_subquery(), messages.c.role != SUMMARY_ROLE)
+    .where(_OF_CHAT, CURRENT, messages.c.seq > _AFTER_COVERED.scalar_subquery(), messages.c.role != SUMMARY_ROLE)
     .order_by(messages.c.seq.desc())
     .limit(_LAST)
 )
-SELECT_ALL_HISTORY = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq))
+SELECT_ALL_HISTORY = Sql(select(*_READ).where(_OF_CHAT, CURRENT).order_by(messages.c.seq))
+SELECT_VERSIONS = Sql(select(*_READ).where(_OF_CHAT).order_by(messages.c.seq))  # the earlier versions too
 INSERT_CHAT = Sql(chats.insert())
 INSERT_MESSAGE = Sql(messages.insert())
 REPLACE_MESSAGE = Sql(
@@ -111,10 +115,12 @@ def owned_chat(tx: Tx, identity: Identity, chat_id: str, *, lock: bool) -> ChatR
     return chat_record(row)
 
 
-def messages_of(tx: Tx, chat_id: str, limit: int | None) -> list[ChatMessage]:
-    """A chat's messages, oldest first; with `limit`, only the last `limit` of them. No scope check."""
+def messages_of(tx: Tx, chat_id: str, limit: int | None, *, versions: bool = False) -> list[ChatMessage]:
+    """A chat's current messages, oldest first; with `limit`, only the last `limit` of them; with
+    `versions` (and no limit), the earlier versions too, each in its place. No scope check."""
     if limit is None:
-        return [_message(row) for row in tx.tuples(SELECT_ALL_HISTORY, {"chat_id": chat_id})]
+        found = tx.tuples(SELECT_VERSIONS if versions else SELECT_ALL_HISTORY, {"chat_id": chat_id})
+        return [_message(row) for row in found]
     return [_message(row) for row in reversed(tx.tuples(SELECT_HISTORY, {"chat_id": chat_id, "limit": limit}))]
 
 
@@ -227,7 +233,8 @@ def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
             "hidden": message.hidden,
             "summarises": list(message.summarises) if message.summarises else None,
             "connector": message.connector, "model": message.model,
-            "citations": message.cited.to_json() if message.cited is not None else None}  # fmt: skip
+            "citations": message.cited.to_json() if message.cited is not None else None,
+            "replaced_by": message.replaced_by}  # fmt: skip
 
 
 def _call(stored: Mapping[str, Any]) -> ToolCall:
@@ -239,14 +246,14 @@ def _call(stored: Mapping[str, Any]) -> ToolCall:
 
 def _message(row: Any) -> ChatMessage:
     (message_id, seq, run_id, role, content, calls, tool_call_id, reasoning, status, thread_id, created_at, hidden,
-     summarises, connector, model, citations) = row  # fmt: skip
+     summarises, connector, model, citations, replaced_by) = row  # fmt: skip
     # `written`: a chat stored before invalid arguments were replaced must not carry them to a provider
     tool_calls = tuple(_call(c) for c in calls or ())
     return ChatMessage(
         id=message_id, role=role, content=content, run_id=run_id, tool_calls=tool_calls, tool_call_id=tool_call_id,
         reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at, seq=seq, hidden=hidden,
         summarises=(str(summarises[0]), str(summarises[1])) if summarises else None, connector=connector,
-        model=model, cited=Cited.from_json(citations) if citations is not None else None,
+        model=model, cited=Cited.from_json(citations) if citations is not None else None, replaced_by=replaced_by,
     )  # fmt: skip
 
 

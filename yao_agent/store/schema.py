@@ -71,6 +71,9 @@ messages = Table(
     Column("connector", String(256), nullable=True),  # an assistant message's: who answered (CONTRACT §6)
     Column("model", String(256), nullable=True),
     Column("citations", JSON, nullable=True),  # an assistant message's references and what it cited (Cited)
+    # An earlier version: the run (a regeneration or an edit) that replaced it. Kept and browsable, it is
+    # no longer part of the chat: never sent to a model, not in the history a run or a reader loads.
+    Column("replaced_by", String(64), nullable=True),
     Index("ux_messages_chat_seq", "chat_id", "seq", unique=True),
 )
 # A run loads its chat from the latest summary on: this finds it without reading the chat's other
