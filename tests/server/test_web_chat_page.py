@@ -262,3 +262,74 @@ async def test_a_document_goes_to_knowledge_and_a_citation_opens_its_source(
     await cite.click()
     await expect(source.locator(".source-text")).to_be_visible()
     await expect(source.locator("summary")).to_be_focused()
+
+
+async def test_regenerate_keeps_the_old_answer_as_an_earlier_version(
+    live: Live, provider: FakeProvider, page: Page
+) -> None:
+    await sign_in(page, live, live.tokens["alice"])
+    provider.enqueue(Reply(text="Pack a map."))
+    first = await send(page, "What should I pack?", "chat")
+    await expect(first.locator(".run-end")).to_have_attribute("data-status", "completed")
+
+    provider.enqueue(Reply(text="Pack a compass."))
+    await page.get_by_role("button", name="Regenerate the answer (the one shown is kept as an earlier version)").click()
+    versions = page.locator("#transcript .versions")
+    await expect(versions.locator(".version-label")).to_have_text("Version 2 of 2")
+    await expect(versions.locator(".version:not(.earlier) .kind-text .bubble")).to_have_text("Pack a compass.")
+    await expect(versions.locator(".version.earlier")).to_be_hidden()
+    # the model was asked the same question, without the answer it replaces
+    assert [m["content"] for m in provider.requests[-1].messages if m["role"] != "system"] == ["What should I pack?"]
+
+    await versions.get_by_role("button", name="Show the previous version").click()
+    await expect(versions.locator(".version-label")).to_have_text("Version 1 of 2 (earlier)")
+    await expect(versions.locator(".version.earlier .kind-text .bubble")).to_have_text("Pack a map.")
+    await versions.get_by_role("button", name="Show the next version").click()
+
+    # Stored so: opened again, the chat shows both versions, the new one current; a third chains on.
+    await page.reload()
+    await expect(page.locator("#transcript .versions .version-label")).to_have_text("Version 2 of 2")
+    provider.enqueue(Reply(text="Pack a torch."))
+    await page.locator("#transcript .regenerate").click()
+    await expect(page.locator("#transcript .versions .version-label")).to_have_text("Version 3 of 3")
+    await expect(page.locator("#transcript .version:not(.earlier) .kind-text .bubble")).to_have_text("Pack a torch.")
+    await expect(page.locator("#transcript .version:not(.earlier) .run-end")).to_have_attribute(
+        "data-status", "completed"
+    )
+
+
+async def test_a_message_is_edited_and_the_chat_goes_on_from_it(live: Live, provider: FakeProvider, page: Page) -> None:
+    await sign_in(page, live, live.tokens["alice"])
+    provider.enqueue(Reply(text="Paris is lovely."))
+    await expect((await send(page, "Tell me about Paris", "chat")).locator(".run-end")).to_have_attribute(
+        "data-status", "completed"
+    )
+    provider.enqueue(Reply(text="Rome is older."))
+    await expect((await send(page, "And Rome?")).locator(".run-end")).to_have_attribute("data-status", "completed")
+
+    # Edit the first message: it and everything after it become the earlier version.
+    await page.locator("#transcript .msg.user").first.get_by_role("button", name="Edit and resend this message").click()
+    field = page.get_by_role("textbox", name="Edit your message")
+    await expect(field).to_have_value("Tell me about Paris")
+    await field.fill("Tell me about Lyon")
+    provider.enqueue(Reply(text="Lyon is known for its food."))
+    await page.get_by_role("button", name="Send edited message").click()
+    current = page.locator("#transcript .version:not(.earlier)")
+    await expect(current.locator(".msg.user .bubble")).to_have_text(["Tell me about Lyon"])
+    await expect(current.locator(".kind-text .bubble")).to_have_text(["Lyon is known for its food."])
+    await expect(page.locator("#transcript .version-label")).to_have_text("Version 2 of 2")
+    assert [m["content"] for m in provider.requests[-1].messages if m["role"] != "system"] == ["Tell me about Lyon"]
+
+    # The earlier version holds the whole replaced exchange; the chat goes on from the edit.
+    await page.get_by_role("button", name="Show the previous version").click()
+    earlier = page.locator("#transcript .version.earlier")
+    await expect(earlier.locator(".msg.user .bubble")).to_have_text(["Tell me about Paris", "And Rome?"])
+    provider.enqueue(Reply(text="Yes, and its silk."))
+    await expect((await send(page, "Anything else?")).locator(".kind-text .bubble")).to_have_text("Yes, and its silk.")
+    sent = [m["content"] for m in provider.requests[-1].messages if m["role"] != "system"]
+    assert sent == ["Tell me about Lyon", "Lyon is known for its food.", "Anything else?"]
+    await page.reload()
+    await expect(page.locator("#transcript .version:not(.earlier) .msg.user .bubble")).to_have_text(
+        ["Tell me about Lyon"]
+    )
+    await expect(page.locator("#transcript .msg.user .bubble").last).to_have_text("Anything else?")

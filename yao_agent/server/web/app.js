@@ -1583,11 +1583,11 @@
       this.nav = h("div", "version-nav");
       this.back = h("button", "secondary small version-back", "‹");
       this.back.type = "button";
-      this.back.setAttribute("aria-label", "Earlier version");
+      this.back.setAttribute("aria-label", "Show the previous version");
       this.label = h("span", "version-label");
       this.forward = h("button", "secondary small version-forward", "›");
       this.forward.type = "button";
-      this.forward.setAttribute("aria-label", "Later version");
+      this.forward.setAttribute("aria-label", "Show the next version");
       this.nav.append(this.back, this.label, this.forward);
       this.back.addEventListener("click", () => this.show(this.index - 1));
       this.forward.addEventListener("click", () => this.show(this.index + 1));
