@@ -107,6 +107,9 @@ class ChatMessage:
     connector: str | None = None  # an assistant message's: the connector that answered (of a fallback chain)
     model: str | None = None  # ... and its model
     cited: Cited | None = None  # an assistant message's references and citations (knowledge search)
+    # An assistant message a resume made by continuing a reply cut off before: that reply's id. Its text is
+    # the cut reply's and what followed; the cut one stays stored (incomplete), never sent to a model.
+    continues: str | None = None
 
     def to_api(self) -> MessageOut:
         """The stored-message shape of CONTRACT §6."""
@@ -126,6 +129,8 @@ class ChatMessage:
             out["approval"] = self.approval
         if self.connector is not None:
             out["connector"], out["model"] = self.connector, self.model
+        if self.continues is not None:
+            out["continues"] = self.continues
         if self.cited is not None:
             out["references"] = [cast("ReferenceOut", dict(r)) for r in self.cited.references]
             out["citations"], out["unknown_citations"] = list(self.cited.citations), list(self.cited.unknown)

@@ -94,6 +94,9 @@ class MessageOut(TypedDict):
     """an assistant message's: the reference numbers its text cites"""
     unknown_citations: NotRequired[list[int]]
     """an assistant message's: numbers its text cites that match no reference"""
+    continues: NotRequired[str]
+    """an assistant message a resume made by continuing a reply cut off before: that (incomplete) reply's id;
+    its content is the cut reply's text and what followed"""
     created_at: str
     """ISO 8601, UTC"""
 

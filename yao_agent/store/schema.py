@@ -70,7 +70,9 @@ messages = Table(
     Column("summarises", JSON, nullable=True),  # a summary's [first, last] message ids
     Column("connector", String(256), nullable=True),  # an assistant message's: who answered (CONTRACT §6)
     Column("model", String(256), nullable=True),
-    Column("citations", JSON, nullable=True),  # an assistant message's references and what it cited (Cited)
+    # An assistant message's extras: its references and what it cited (Cited), and `continues` (the id of the
+    # cut reply a resume continued into it: store/runlog.py `_extras`).
+    Column("citations", JSON, nullable=True),
     Index("ux_messages_chat_seq", "chat_id", "seq", unique=True),
 )
 # A run loads its chat from the latest summary on: this finds it without reading the chat's other
