@@ -19,9 +19,7 @@ pytestmark = pytest.mark.both_stores  # what it tests is what the database keeps
 ANSWER = "Paris is the capital of France, and its largest city by far."
 
 
-async def test_a_cancelled_reply_resumed_over_http_goes_on_where_it_stopped(
-    live: Live, provider: FakeProvider
-) -> None:
+async def test_a_cancelled_reply_resumed_over_http_goes_on_where_it_stopped(live: Live, provider: FakeProvider) -> None:
     provider.enqueue(Reply(text=ANSWER, chunk_size=5, delay_s=0.05))
     body = {"messages": [{"role": "user", "content": "capital of France?"}]}
     async with live.client() as client, client.stream("POST", "/api/assistants/chat/runs", json=body) as response:
