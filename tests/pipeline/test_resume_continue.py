@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.runtimes import ALICE, app_files, end_of, make_runtime, runs_of, turn
+from tests.support.hooks import hooked
+from tests.support.runtimes import ALICE, app_files, close, end_of, make_runtime, runs_of, turn
 from yao_agent.events import Event, MessageDelta, MessageEnd, MessageStart
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunRequest, Runtime
@@ -210,3 +211,26 @@ async def test_a_continuation_that_only_calls_a_tool_still_ends_the_cut_text(rt:
     [cut, whole, *_] = await messages(rt)
     assert (start.continues, said, done.content) == (cut.id, "", "Chec")
     assert (whole.content, [c.name for c in whole.tool_calls], whole.continues) == ("Chec", ["lookup"], cut.id)
+
+
+async def test_a_delegated_childs_cut_reply_is_continued_in_its_thread(
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
+) -> None:
+    rt = make_runtime(tmp_path / "app", store, hooked(fake, "", more={
+        "hooks/front.js": "function Create() { return {delegate: {assistant_id: 'expert', messages: "
+                          "[{role: 'user', content: 'greet them'}]}} }\n",
+        "assistants/front/assistant.yml": "name: Front\nhook: hooks/front.js\n",
+        "assistants/expert/assistant.yml": "name: Expert\n",
+    }), model=fake)  # fmt: skip
+    fake.enqueue(Reply(text="The expert says hello", chunk_size=4, drop_after=3), Reply(text="rt says hello."))
+    assert end_of(await turn(rt, "ask the expert", assistant="front")).reason == "model_error"
+    [cut] = await messages(rt)
+    assert (cut.content, cut.thread_id is not None) == ("The expe", True)
+    events = await resumed(rt)
+    asked = fake.requests[-1].messages
+    assert asked[-2:] == [{"role": "assistant", "content": "The expe"}, GO_ON]
+    assert asked.count({"role": "assistant", "content": "The expe"}) == 1  # not also in the child's history
+    [start], said, [done] = texts(events)
+    assert (start.continues, start.thread_id, said) == (cut.id, cut.thread_id, "rt says hello.")
+    assert (end_of(events).status, done.content) == ("completed", "The expert says hello.")
+    await close(rt)
