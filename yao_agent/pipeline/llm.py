@@ -267,14 +267,12 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
                     first_token = rt.monotonic()  # time to first token: what a person waits before text moves
                 await reply.add(event)
     except BaseException as exc:  # whatever stopped it, what the client saw is kept (as incomplete)
-        cut = _fragment(reply, await _keep_partial(rt, state, reply))
+        kept = await _keep_partial(rt, state, reply)
         cancelled = isinstance(exc, asyncio.CancelledError)
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
         # Cut off mid-reply, a provider rarely sent its usage (it comes last): what was sent and said is counted.
         used = call_usage(reply.piece.usage, answering) or trail.cut_usage(reply.got, request, answering, since)
-        spent = _spent(state, answering, used) if used is not None else None  # tokens a failed call was billed
-        spent = (spent or {}) | {"fallbacks": hops} if hops else spent
-        spent = (spent or {}) | {"fragment": cut} if cut is not None else spent  # what a resume continues
+        spent = _broke_off(state, answering, used, hops, _fragment(reply, kept))
         state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent)
         state.root.usage.add(used)  # a child's calls are the run's calls
         await quota.after_call(rt, state, held, step)
@@ -295,6 +293,17 @@ def _made(state: RunState, reply: LiveReply, answering: ConnectorSpec | None) ->
     how many tokens at what cost (shown by GET /api/chats/{id}/runs/{run_id}; the usage ledger's row)."""
     made: dict[str, Any] = {"message_id": reply.message_id(), "finish": reply.piece.finish}
     return made | (_spent(state, answering, call_usage(reply.piece.usage, answering)) or {})
+
+
+def _broke_off(
+    state: RunState, answering: ConnectorSpec | None, used: dict[str, Any] | None, hops: list[dict[str, str]],
+    cut: str | None,
+) -> dict[str, Any] | None:  # fmt: skip
+    """What the step of a call that broke off keeps: the tokens it was billed, the fallbacks it took, and the
+    cut text a resume of it continues (`fragment`: pipeline/cut.py)."""
+    spent = _spent(state, answering, used) if used is not None else None
+    spent = (spent or {}) | {"fallbacks": hops} if hops else spent
+    return (spent or {}) | {"fragment": cut} if cut is not None else spent
 
 
 def _spent(state: RunState, answering: ConnectorSpec | None, used: dict[str, Any] | None) -> dict[str, Any] | None:
