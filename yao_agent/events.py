@@ -31,10 +31,15 @@ class StreamStart:
 
 @dataclass(frozen=True, slots=True)
 class MessageStart:
+    """A message begins. `continues`: a resumed run's text that goes on from a reply cut off before (the
+    stored message of that id, status incomplete): its deltas carry only the new text, to be appended to
+    the cut one as shown; its `message_end` has the whole text."""
+
     run_id: str
     message_id: str
     kind: Kind
     thread_id: str | None = None
+    continues: str | None = None
     type: Literal["message_start"] = "message_start"
 
 

@@ -108,6 +108,9 @@ class ChatMessage:
     model: str | None = None  # ... and its model
     cited: Cited | None = None  # an assistant message's references and citations (knowledge search)
     replaced_by: str | None = None  # an earlier version: the run (regenerate, edit) that replaced it
+    # An assistant message a resume made by continuing a reply cut off before: that reply's id. Its text is
+    # the cut reply's and what followed; the cut one stays stored (incomplete), never sent to a model.
+    continues: str | None = None
 
     @property
     def withheld(self) -> bool:
@@ -132,6 +135,8 @@ class ChatMessage:
             out["approval"] = self.approval
         if self.connector is not None:
             out["connector"], out["model"] = self.connector, self.model
+        if self.continues is not None:
+            out["continues"] = self.continues
         if self.cited is not None:
             out["references"] = [cast("ReferenceOut", dict(r)) for r in self.cited.references]
             out["citations"], out["unknown_citations"] = list(self.cited.citations), list(self.cited.unknown)

@@ -97,6 +97,9 @@ class MessageOut(TypedDict):
     replaced_by: NotRequired[str]
     """an earlier version's (listed with `?versions=true` only): the run, a regeneration or an edit, that
     replaced it; a current message has no such field"""
+    continues: NotRequired[str]
+    """an assistant message a resume made by continuing a reply cut off before: that (incomplete) reply's id;
+    its content is the cut reply's text and what followed"""
     created_at: str
     """ISO 8601, UTC"""
 

@@ -11,7 +11,7 @@ import pytest
 from tests.support.stores import ALICE, a_run, finished
 from yao_agent.errors import NotFound, PermissionDenied
 from yao_agent.identity import OPERATOR, Identity
-from yao_agent.messages import ChatMessage, Role, ToolCall
+from yao_agent.messages import ChatMessage, Cited, Role, ToolCall
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.step_inputs import ModelCall
@@ -52,6 +52,23 @@ async def test_a_run_comes_back_as_it_was_written(store: SqlStore) -> None:
     assert (stored.status, stored.usage["total_tokens"], stored.next) == ("completed", 8, {"route": "light", "n": 2})
     point = await store.resume_point(ALICE, "c1")
     assert point is None  # the run completed, so nothing is left to resume
+
+
+async def test_a_message_that_continues_a_cut_one_keeps_which_beside_its_citations(store: SqlStore) -> None:
+    """`continues` lives in the `citations` JSON column (no migration): alone, or beside references."""
+    run = a_run()
+    await store.start_run(ALICE, run, [ChatMessage("m1", "user", "hi", run_id=run.id)])
+    cited = Cited(({"n": 1, "title": "Leave"},), (1,), ())
+    await store.finish_run(ALICE, finished(run), [
+        ChatMessage("m2", "assistant", "Half", run_id=run.id, status="incomplete"),
+        ChatMessage("m3", "assistant", "Half and whole", run_id=run.id, continues="m2"),
+        ChatMessage("m4", "assistant", "Half and whole [1]", run_id=run.id, continues="m3", cited=cited),
+    ], [])  # fmt: skip
+    history = await store.history(ALICE, "c1")
+    assert [(m.id, m.continues, m.cited) for m in history] == [
+        ("m1", None, None), ("m2", None, None), ("m3", "m2", None), ("m4", "m3", cited)]  # fmt: skip
+    assert [m.to_api().get("continues") for m in history] == [None, None, "m2", "m3"]
+    assert "references" not in history[2].to_api()
 
 
 async def test_a_chat_is_only_its_owners(store: SqlStore) -> None:

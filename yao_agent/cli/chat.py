@@ -40,6 +40,7 @@ from yao_agent.events import (
     Guardrail,
     MessageDelta,
     MessageEnd,
+    MessageStart,
     References,
     StreamEnd,
     StreamStart,
@@ -107,8 +108,18 @@ class Renderer:
             self.midline = True
         elif isinstance(event, MessageEnd):
             self._message_end(event)
+        elif isinstance(event, MessageStart) and event.continues is not None:
+            self._continued(event)
         else:
             self._other(event)
+
+    def _continued(self, event: MessageStart) -> None:
+        """A resume goes on from a reply cut off before (shown then, and in `history`): the new text follows
+        an ellipsis."""
+        self._newline()
+        self.streaming = event.message_id
+        self.console.print("…", end="", style="dim")
+        self.midline = True
 
     def _newline(self) -> None:
         if self.midline:

@@ -189,7 +189,9 @@ def _towards(steps: tuple[StepRecord, ...], start: str | None, thread: str | Non
 
 
 def _thread_messages(root: RunState, thread_id: str) -> list[dict[str, Any]]:
-    return [m.to_provider() for m in root.history if m.thread_id == thread_id and not m.withheld]
+    # A reply cut off mid-stream is never sent to a model as an answer (a resume may continue it: cut.py).
+    cut = {m.id for m in root.history if m.role == "assistant" and m.status == "incomplete"}
+    return [m.to_provider() for m in root.history if m.thread_id == thread_id and not m.withheld and m.id not in cut]
 
 
 def _owner(step: StepRecord) -> str | None:

@@ -47,6 +47,11 @@ CONTINUE_PROMPT = (
     "anything: what you write next is appended to your reply as it is."
 )
 CUT_CALL_NOTE = " The tool call you were writing was cut off and discarded: make that call again, in full."
+# A resume of a run whose reply broke off (cancelled, dropped, failed) asks the same way (pipeline/cut.py).
+RESUME_PROMPT = (
+    "Your reply was cut off before it was finished. Continue exactly where you stopped, without repeating "
+    "anything: what you write next is appended to your reply as it is."
+)
 
 
 @dataclass
@@ -62,6 +67,10 @@ class LiveReply:
     ids: dict[str, str] = field(default_factory=dict[str, str])  # "text" / "reasoning" / "call:<index>"
     own_id: str | None = None  # the stored message's id, once a step has named it
     guard: OutputGuard | None = None  # the output guardrails: what is sent and kept of the text (guard.py)
+    # A resumed reply that goes on from a cut one (pipeline/cut.py): that one's id and text. The client has
+    # shown the text already, so only what follows it is sent; the stored message and `message_end` have both.
+    continues: str | None = None
+    prefix: str = ""
 
     async def add(self, delta: Delta) -> None:
         call = self.got.add(delta)
@@ -111,7 +120,8 @@ class LiveReply:
             # Text first seen in a continuation takes the id an earlier piece's step already named.
             fresh = self.own_id if key == "text" and self.own_id is not None else self.new_id("msg")
             message_id = self.ids[key] = fresh
-            await self.state.emit(MessageStart(self.state.run_id, message_id, kind, self.thread_id))
+            continues = self.continues if key == "text" else None
+            await self.state.emit(MessageStart(self.state.run_id, message_id, kind, self.thread_id, continues))
         return message_id
 
     async def _call_delta(self, delta: ToolCallDelta, call: PartialCall) -> None:
@@ -145,6 +155,10 @@ class LiveReply:
         """End every message the client saw and build the stored assistant message."""
         got, run_id = self.got, self.state.run_id
         content, reasoning = await self._guarded(status == "completed")
+        if self.continues is not None and status == "completed" and "text" not in self.ids:
+            await self._open("text", "text")  # nothing new was said: the cut reply is whole as it is, and says so
+        continues = self.continues if "text" in self.ids else None
+        content = self.prefix + content if continues is not None else content
         if "reasoning" in self.ids:
             await self.state.emit(MessageEnd(run_id, self.ids["reasoning"], "reasoning", reasoning, status,
                                              self.thread_id))  # fmt: skip
@@ -157,7 +171,7 @@ class LiveReply:
         return ChatMessage(
             id=self.message_id(), role="assistant", content=content or None,
             run_id=run_id, tool_calls=calls if status == "completed" else (), reasoning=reasoning or None,
-            status=status, thread_id=self.thread_id, created_at=0.0,
+            status=status, thread_id=self.thread_id, created_at=0.0, continues=continues,
         )  # fmt: skip
 
 
@@ -168,11 +182,15 @@ async def call(
     tools: Sequence[dict[str, Any]] = (),
     options: CallOptions = NO_OPTIONS,
     why: Transition = "first",
+    continues: ChatMessage | None = None,
 ) -> ChatMessage:
     """One model reply: streamed to the client and stored in the buffer, each model call it took recorded
-    as an `llm` step with the transition that asked for it (`why`, then `output_recovery`)."""
+    as an `llm` step with the transition that asked for it (`why`, then `output_recovery`). `continues`: the
+    cut reply this one goes on from (a resume's: `messages` end with it and RESUME_PROMPT, pipeline/cut.py)."""
     request = ModelRequest(messages=list(messages), tools=list(tools), options=options)
     reply = LiveReply(state, rt.ids.new, state.thread_id, guard=guard.OutputGuard.of(rt, state))
+    if continues is not None:
+        reply.continues, reply.prefix = continues.id, text_of(continues.content)
     made = [await _piece(rt, state, request, reply, why)]
     dropped = await reply.drop_cut_call()
     for _ in range(rt.app.config.limits.max_output_continuations):
@@ -227,7 +245,8 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
     try:
         held = await quota.before_call(rt, state, step, request)
     except OverBudget:  # the call is not made and the run ends budget_exceeded: what was said stands, cut
-        await _keep_partial(rt, state, reply)
+        cut = _fragment(reply, await _keep_partial(rt, state, reply))
+        step.output = {"fragment": cut} if cut is not None else step.output
         raise
     state.turns += 1
     answering = state.chain[0] if state.chain else None
@@ -248,13 +267,12 @@ async def _piece(rt: Runtime, state: RunState, request: ModelRequest, reply: Liv
                     first_token = rt.monotonic()  # time to first token: what a person waits before text moves
                 await reply.add(event)
     except BaseException as exc:  # whatever stopped it, what the client saw is kept (as incomplete)
-        await _keep_partial(rt, state, reply)
+        kept = await _keep_partial(rt, state, reply)
         cancelled = isinstance(exc, asyncio.CancelledError)
         error = None if cancelled else {"message": str(exc) if isinstance(exc, ModelError) else type(exc).__name__}
         # Cut off mid-reply, a provider rarely sent its usage (it comes last): what was sent and said is counted.
         used = call_usage(reply.piece.usage, answering) or trail.cut_usage(reply.got, request, answering, since)
-        spent = _spent(state, answering, used) if used is not None else None  # tokens a failed call was billed
-        spent = (spent or {}) | {"fallbacks": hops} if hops else spent
+        spent = _broke_off(state, answering, used, hops, _fragment(reply, kept))
         state.buffer.end(step, "cancelled" if cancelled else "failed", error=error, output=spent)
         state.root.usage.add(used)  # a child's calls are the run's calls
         await quota.after_call(rt, state, held, step)
@@ -277,6 +295,17 @@ def _made(state: RunState, reply: LiveReply, answering: ConnectorSpec | None) ->
     return made | (_spent(state, answering, call_usage(reply.piece.usage, answering)) or {})
 
 
+def _broke_off(
+    state: RunState, answering: ConnectorSpec | None, used: dict[str, Any] | None, hops: list[dict[str, str]],
+    cut: str | None,
+) -> dict[str, Any] | None:  # fmt: skip
+    """What the step of a call that broke off keeps: the tokens it was billed, the fallbacks it took, and the
+    cut text a resume of it continues (`fragment`: pipeline/cut.py)."""
+    spent = _spent(state, answering, used) if used is not None else None
+    spent = (spent or {}) | {"fallbacks": hops} if hops else spent
+    return (spent or {}) | {"fragment": cut} if cut is not None else spent
+
+
 def _spent(state: RunState, answering: ConnectorSpec | None, used: dict[str, Any] | None) -> dict[str, Any] | None:
     """Who answered for which assistant, and what the call used (a failed call's tokens are billed too)."""
     if answering is None:
@@ -285,10 +314,22 @@ def _spent(state: RunState, answering: ConnectorSpec | None, used: dict[str, Any
     return made | ({"usage": used} if used is not None else {})
 
 
-async def _keep_partial(rt: Runtime, state: RunState, reply: LiveReply) -> None:
+async def _keep_partial(rt: Runtime, state: RunState, reply: LiveReply) -> ChatMessage | None:
+    """Store what the client saw of a reply that broke off, as incomplete; None when it saw nothing."""
     if not reply.ids:
-        return  # nothing reached the client
+        return None  # nothing reached the client
     message = await reply.close("incomplete")
     message.created_at = rt.clock()
     message.hidden = state.hidden
-    state.buffer.add(message)
+    return state.buffer.add(message)
+
+
+def _fragment(reply: LiveReply, kept: ChatMessage | None) -> str | None:
+    """The cut text a resume of this failed call continues (its step's `fragment`, pipeline/cut.py): the
+    reply just kept when it has text and no tool call was begun (a call cannot be continued); when nothing
+    new was shown, the cut reply this one was to continue, which still stands. None: asked again whole."""
+    if kept is None:
+        return reply.continues
+    if reply.got.calls or not text_of(kept.content).strip():
+        return None
+    return kept.id

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from yao_agent.messages import ToolCall
+from yao_agent.messages import ChatMessage, ToolCall
 from yao_agent.pipeline.answers import Delegation
 from yao_agent.store.records import Approval
 from yao_agent.vocabulary import Transition
@@ -19,11 +19,14 @@ from yao_agent.vocabulary import Transition
 
 @dataclass(frozen=True, slots=True)
 class Continue:
-    """One more model turn, and why; `extra` is said to the model for this turn only."""
+    """One more model turn, and why; `extra` is said to the model for this turn only. `continues`: a
+    resume's turn that goes on from this cut reply (`extra` ends with it and the request to go on:
+    pipeline/cut.py)."""
 
     transition: Transition
     extra: tuple[dict[str, Any], ...] = ()
     with_tools: bool = True
+    continues: ChatMessage | None = None
 
 
 @dataclass(frozen=True, slots=True)

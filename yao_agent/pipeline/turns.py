@@ -25,6 +25,7 @@ from yao_agent.pipeline import (
     approvals,
     client_tools,
     context,
+    cut,
     delegate,
     guard,
     guards,
@@ -96,7 +97,7 @@ async def _opening(rt: Runtime, state: RunState, resume_at: StepRecord | None) -
         if state.create_messages is not None:
             state.conversation = list(state.create_messages)
         await search.run(rt, state)  # the search step, unless the run it resumes made it (pipeline/carry.py)
-        return _again(step)
+        return cut.go_on(state, step, _again(step))  # a reply that broke off goes on where it stopped
     handed_to = await hook_create.run(rt, state)
     if handed_to is not None:
         return HandOver(handed_to)
@@ -178,14 +179,18 @@ async def model_turn(rt: Runtime, state: RunState, how: Continue) -> ChatMessage
     messages = [*prompts.system_messages(rt, state), *notes, *state.conversation, *how.extra]
     messages = await context.fit(rt, state, messages, tools)  # the context budget (5), before every call
     options = prompts.call_options(state).over(client_tools.call_option(state, tools))
+    if how.continues is not None:  # as an output-limit continuation: a schema would start a new JSON value
+        options = options.without("response_format")
     try:
-        reply = await llm.call(rt, state, messages, tools, options=options, why=how.transition)
+        reply = await llm.call(rt, state, messages, tools, options=options, why=how.transition,
+                               continues=how.continues)  # fmt: skip
     except ModelError as exc:  # the provider found it too long after all: compacted harder, tried once more
         if exc.kind != "context_overflow":
             raise
         messages = await context.refit(rt, state, messages, tools, exc)
         guards.before_model_call(state, rt.app.config.limits.max_turns)
-        reply = await llm.call(rt, state, messages, tools, options=options, why="compact_retry")
+        reply = await llm.call(rt, state, messages, tools, options=options, why="compact_retry",
+                               continues=how.continues)  # fmt: skip
     state.conversation.append(reply.to_provider())
     return reply
 

@@ -223,7 +223,8 @@ async def resume_point(chat_id: str, request: Request, who: Caller) -> shapes.Re
 @router.post("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
              responses=doc.answers(shapes.RunOut, 400, 401, 404, 409, 429, stream=doc.EVENTS))  # fmt: skip
 async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed = True) -> Any:
-    """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`)."""
+    """Continue the chat's failed, cancelled or interrupted run (SSE, or JSON with `?stream=false`). A reply
+    it cut off mid-stream is continued where it stopped: the new message `continues` the cut one."""
     with ids.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
         handle = await runs_of(request).resume(who, chat_id)
     return streamed(handle) if stream else await drained(request, handle)

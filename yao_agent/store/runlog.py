@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Integer, bindparam, select, update
 
+from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.errors import NotFound
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, Cited, ToolCall, as_client_saw, overlap, provider_messages
@@ -232,9 +233,26 @@ def _message_row(message: ChatMessage, chat_id: str) -> dict[str, Any]:
             "status": message.status, "thread_id": message.thread_id, "created_at": message.created_at,
             "hidden": message.hidden,
             "summarises": list(message.summarises) if message.summarises else None,
-            "connector": message.connector, "model": message.model,
-            "citations": message.cited.to_json() if message.cited is not None else None,
+            "connector": message.connector, "model": message.model, "citations": _extras(message),
             "replaced_by": message.replaced_by}  # fmt: skip
+
+
+def _extras(message: ChatMessage) -> dict[str, Any] | None:
+    """What the `citations` column keeps of an assistant message: its references and citations, and the cut
+    reply it continues — beside them, in the one JSON column an assistant message has, so `continues`
+    needed no migration (an older row has no such key: it continues nothing)."""
+    kept = message.cited.to_json() if message.cited is not None else {}
+    if message.continues is not None:
+        kept["continues"] = message.continues
+    return kept or None
+
+
+def _from_extras(stored: object) -> tuple[Cited | None, str | None]:
+    """The references and citations, and the id of the reply it continues, from the `citations` column."""
+    kept = as_mapping(stored)
+    continues = kept.get("continues")
+    cited = Cited.from_json(kept) if "references" in kept else None
+    return cited, continues if isinstance(continues, str) else None
 
 
 def _call(stored: Mapping[str, Any]) -> ToolCall:
@@ -249,11 +267,12 @@ def _message(row: Any) -> ChatMessage:
      summarises, connector, model, citations, replaced_by) = row  # fmt: skip
     # `written`: a chat stored before invalid arguments were replaced must not carry them to a provider
     tool_calls = tuple(_call(c) for c in calls or ())
+    cited, continues = _from_extras(citations)
     return ChatMessage(
         id=message_id, role=role, content=content, run_id=run_id, tool_calls=tool_calls, tool_call_id=tool_call_id,
         reasoning=reasoning, status=status, thread_id=thread_id, created_at=created_at, seq=seq, hidden=hidden,
         summarises=(str(summarises[0]), str(summarises[1])) if summarises else None, connector=connector,
-        model=model, cited=Cited.from_json(citations) if citations is not None else None, replaced_by=replaced_by,
+        model=model, cited=cited, continues=continues, replaced_by=replaced_by,
     )  # fmt: skip
 
 

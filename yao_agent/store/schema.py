@@ -70,7 +70,9 @@ messages = Table(
     Column("summarises", JSON, nullable=True),  # a summary's [first, last] message ids
     Column("connector", String(256), nullable=True),  # an assistant message's: who answered (CONTRACT §6)
     Column("model", String(256), nullable=True),
-    Column("citations", JSON, nullable=True),  # an assistant message's references and what it cited (Cited)
+    # An assistant message's extras: its references and what it cited (Cited), and `continues` (the id of the
+    # cut reply a resume continued into it: store/runlog.py `_extras`).
+    Column("citations", JSON, nullable=True),
     # An earlier version: the run (a regeneration or an edit) that replaced it. Kept and browsable, it is
     # no longer part of the chat: never sent to a model, not in the history a run or a reader loads.
     Column("replaced_by", String(64), nullable=True),
