@@ -119,15 +119,21 @@ async def test_chat_streams_stops_and_lists_the_chat(live: Live, provider: FakeP
     await expect(page.locator("#transcript .msg.user .bubble")).to_have_text(["Who are you?", "Count for a long time"])
     await expect(page.locator("#transcript .kind-text .bubble").first).to_have_text(answer)
 
-    # Resume continues the cancelled run in the same chat: the cut answer goes on where it stopped (the
-    # stream's new message `continues` it; its end has the whole text).
+    # Resume continues the cancelled run in the same chat: the cut answer goes on where it stopped, in
+    # its own bubble (the stream's new message `continues` it), its "incomplete" mark gone.
     provider.enqueue(Reply(text="Picking up where I stopped.", chunk_size=4))
     await page.click("#resume")
     resumed = page.locator("#transcript .turn").last
-    await expect(resumed.locator(".kind-text .bubble")).to_have_text(
+    await expect(resumed.locator(".run-end")).to_have_attribute("data-status", "completed")
+    cut = page.locator("#transcript .turn").nth(1).locator(".kind-text")
+    await expect(cut.locator(".bubble")).to_have_text(re.compile(r"^tick .*Picking up where I stopped\.\s*$"))
+    await expect(cut.locator(".badge.status-incomplete")).to_have_count(0)
+    await expect(resumed.locator(".kind-text")).to_have_count(0)
+    await page.reload()  # stored as one message: shown once, whole
+    await expect(page.locator("#transcript .kind-text .bubble").last).to_have_text(
         re.compile(r"^tick .*Picking up where I stopped\.\s*$")
     )
-    await expect(resumed.locator(".run-end")).to_have_attribute("data-status", "completed")
+    await expect(page.locator("#transcript .kind-text")).to_have_count(2)
     await expect(page.locator("#resume")).to_be_hidden()
     await expect(chat.locator(".badge")).to_have_text("completed")
 

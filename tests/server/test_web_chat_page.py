@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -120,7 +121,11 @@ async def test_a_reload_resumes_the_answer_it_cut_off(live: Live, provider: Fake
     await expect(page.locator("#transcript .msg.user .bubble")).to_have_text(["Keep going"])
     resumed = page.locator("#transcript .turn", has_text="Assistant (resumed)")
     await expect(resumed.locator(".run-end")).to_have_attribute("data-status", "completed")
-    await expect(page.locator("#transcript")).to_contain_text("and that is all.")
+    # the reply goes on from the words shown, in the same bubble: one reply, not a second answer
+    await expect(page.locator("#transcript .kind-text .bubble")).to_have_text(
+        re.compile(r"^w0 w1 .*and that is all\.\s*$")
+    )
+    assert provider.requests[-1].messages[-2]["role"] == "assistant"  # the cut text, for the model to go on from
     await expect(page.locator("#status")).to_contain_text("Completed")
     await expect(page.locator("#send")).to_be_enabled()
     assert len(provider.requests) == 2
