@@ -93,6 +93,8 @@ class Database:
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="yao-store")
         self._local = threading.local()  # the loop thread's own sqlite3 connection (one per thread)
         self._inline_connections: list[sqlite3.Connection] = []
+        self._closed = False  # disposed: a connection a transaction still under way gives back is closed
+        self._giving_back = threading.Lock()  # a connection goes back to the pool wholly before or after `dispose`
 
     async def read_tx(self, work: Callable[[Tx], T]) -> T:
         return await self._run(work, write=False)
@@ -114,7 +116,11 @@ class Database:
         try:
             return self._transaction(connection.driver_connection, work, write)
         finally:
-            connection.close()  # back to the pool
+            with self._giving_back:
+                if self._closed:  # the pool was disposed meanwhile: nobody would ever close the connection
+                    connection.invalidate()  # (closes the driver's connection)
+                else:
+                    connection.close()  # back to the pool
 
     def _transaction(self, connection: Any, work: Callable[[Tx], T], write: bool) -> T:
         begin(connection, self.dialect, write=write)
@@ -137,11 +143,20 @@ class Database:
         return conn
 
     async def dispose(self) -> None:
+        """Close every connection: the pool's now, and the one a transaction still under way holds (on its
+        thread: a task nobody waited for, or one cancelled) when that transaction ends. Given back to a
+        disposed pool, that connection would stay open until the garbage collector found it, which psycopg
+        reports with a ResourceWarning wherever that happens to be."""
         for conn in self._inline_connections:
             conn.close()
         self._inline_connections.clear()
-        await asyncio.get_running_loop().run_in_executor(self.executor, self.engine.dispose)
+        await asyncio.get_running_loop().run_in_executor(self.executor, self._dispose_pool)
         self.executor.shutdown(wait=False)
+
+    def _dispose_pool(self) -> None:
+        with self._giving_back:
+            self._closed = True
+            self.engine.dispose()
 
 
 def _locked(exc: BaseException) -> bool:
