@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
-from sqlalchemy import literal, select
 
 from tests.support.stores import ALICE, a_run, finished
 from yao_agent.errors import NotFound, PermissionDenied
@@ -18,7 +15,6 @@ from yao_agent.messages import ChatMessage, Role, ToolCall
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.step_inputs import ModelCall
-from yao_agent.store.tx import Sql, Tx
 
 pytestmark = pytest.mark.both_stores  # what it tests is what the database does
 
@@ -88,34 +84,6 @@ async def test_a_second_process_writing_delays_a_write_without_stalling_the_loop
         assert [m.content for m in await store.history(ALICE, "c1")] == ["hi"]
     finally:
         await store.aclose()
-
-
-@pytest.mark.parametrize("store_raw_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
-async def test_a_transaction_under_way_when_the_store_closes_closes_its_connection_when_it_ends(
-    store_raw_url: str, tmp_path: Path
-) -> None:
-    """Fixed: a transaction still running on its thread when the store closed (a task nobody waited for, as a
-    token's last-use write after a short test) gave its connection back to the disposed pool, open; the garbage
-    collector found it later, in whichever test ran then, and psycopg's ResourceWarning failed that test.
-    (PostgreSQL: SQLite's transactions run on the loop, unless another process holds the file's lock.)"""
-    store = SqlStore(await open_engine(store_url(store_raw_url, tmp_path)))
-    inside, go_on = threading.Event(), threading.Event()
-    used: list[Any] = []
-
-    def work(tx: Tx) -> int:
-        used.append(cast(Any, tx.cursor).connection)  # the driver's connection (psycopg's)
-        inside.set()
-        go_on.wait(10)
-        return tx.scalar(Sql(select(literal(7))), {})
-
-    try:
-        writing = asyncio.ensure_future(store.db.write_tx(work))
-        assert await asyncio.to_thread(inside.wait, 10)
-    finally:
-        await store.aclose()  # while the transaction is under way
-    go_on.set()
-    assert await asyncio.wait_for(writing, 10) == 7  # it ends as it would have (a write is not cut short)
-    assert used[0].closed, "the connection of the transaction went back to the closed pool, open"
 
 
 def said(role: Role, text: str, n: int, run_id: str) -> ChatMessage:

@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
+from yao_agent.base.aio import wait_despite_cancel
 from yao_agent.dsl.envvars import resolve_env
 from yao_agent.errors import UsageError
 from yao_agent.store.tx import Tx
@@ -234,13 +235,20 @@ def _upgrade(connection: Connection) -> None:
 async def open_engine(url: URL) -> Database:
     """Connect and migrate; a database that cannot be opened is a usage error naming it (no password)."""
     db = connect(url)
+    migrating = asyncio.get_running_loop().run_in_executor(db.executor, _migrate, db.engine)
     try:
-        await asyncio.get_running_loop().run_in_executor(db.executor, _migrate, db.engine)
+        await asyncio.shield(migrating)
     except (DBAPIError, OSError) as exc:
         await db.dispose()
         reason = str(getattr(exc, "orig", exc)).splitlines()[0]
         raise UsageError(f"cannot open the store at {shown(url)}: {reason}") from None
     except asyncio.CancelledError:
+        # The migration goes on on its thread: its connection must be back in the pool before the pool is
+        # disposed, or nothing closes it (psycopg's ResourceWarning when the garbage collector finds it).
+        await wait_despite_cancel(asyncio.gather(migrating, return_exceptions=True))
+        await db.dispose()
+        raise
+    except Exception:
         await db.dispose()
         raise
     return db
