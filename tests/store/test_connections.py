@@ -96,7 +96,7 @@ async def test_an_opening_store_cancelled_while_it_migrates_leaves_no_connection
         await psycopg.AsyncConnection.connect(dsn) as holder,
         await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watcher,
     ):
-        await holder.execute("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE")  # the migration's look waits
+        await holder.execute("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE")  # its look at the revision waits
         opening = asyncio.create_task(open_engine(url))
 
         async def waits_on_the_lock() -> bool:
