@@ -111,14 +111,16 @@ def _run_server(raw_url: str, tmp: Path, ready: Future[Served]) -> None:
         async with FakeProvider(default=answer_in_kind) as provider:
             store = SqlStore(await open_engine(store_url(raw_url, tmp)))
             rt = make_runtime(tmp / "app", store, server_files(provider.base_url))
+            runs = Runs(rt)
             try:
                 tokens = {name: await store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
-                server, task, url = await serve(Runs(rt), max_body_bytes=LIMIT)
+                server, task, url = await serve(runs, max_body_bytes=LIMIT)
                 ready.set_result(Served(url, tokens, provider, lambda: loop.call_soon_threadsafe(stopping.set)))
                 await stopping.wait()
                 server.should_exit = True
                 await task
             finally:
+                await runs.tenancy.tokens.aclose()  # the tokens' last-use writes, before their store closes
                 await rt.engines.aclose()
                 await rt.tools.aclose()
                 await store.aclose()

@@ -90,7 +90,8 @@ def server_files(base_url: str, **options: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def running(rt: Runtime, max_body_bytes: int | None = None) -> AsyncGenerator[Live]:
-    """The runs of `rt` served on loopback, with a token per tenant; closed (engines, tools, hooks) afterwards."""
+    """The runs of `rt` served on loopback, with a token per tenant; closed (engines, tools, hooks) afterwards,
+    the tokens' last-use writes ended (the store is the caller's, closed after this)."""
     tokens = {name: await rt.store.create_token(OPERATOR, who) for name, who in TENANTS.items()}
     runs = Runs(rt)
     server, task, url = await serve(runs, max_body_bytes=max_body_bytes)
@@ -99,6 +100,7 @@ async def running(rt: Runtime, max_body_bytes: int | None = None) -> AsyncGenera
     finally:
         server.should_exit = True
         await task
+        await runs.tenancy.tokens.aclose()
         await rt.engines.aclose()
         await rt.tools.aclose()
         await rt.hooks.aclose()

@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
+from yao_agent.base.aio import wait_despite_cancel
 from yao_agent.dsl.envvars import resolve_env
 from yao_agent.errors import UsageError
 from yao_agent.store.tx import Tx
@@ -93,6 +94,8 @@ class Database:
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="yao-store")
         self._local = threading.local()  # the loop thread's own sqlite3 connection (one per thread)
         self._inline_connections: list[sqlite3.Connection] = []
+        self._closed = False  # disposed: a connection a transaction still under way gives back is closed
+        self._giving_back = threading.Lock()  # a connection goes back to the pool wholly before or after `dispose`
 
     async def read_tx(self, work: Callable[[Tx], T]) -> T:
         return await self._run(work, write=False)
@@ -114,7 +117,11 @@ class Database:
         try:
             return self._transaction(connection.driver_connection, work, write)
         finally:
-            connection.close()  # back to the pool
+            with self._giving_back:
+                if self._closed:  # the pool was disposed meanwhile: nobody would ever close the connection
+                    connection.invalidate()  # (closes the driver's connection)
+                else:
+                    connection.close()  # back to the pool
 
     def _transaction(self, connection: Any, work: Callable[[Tx], T], write: bool) -> T:
         begin(connection, self.dialect, write=write)
@@ -137,11 +144,20 @@ class Database:
         return conn
 
     async def dispose(self) -> None:
+        """Close every connection: the pool's now, and the one a transaction still under way holds (on its
+        thread: a task nobody waited for, or one cancelled) when that transaction ends. Given back to a
+        disposed pool, that connection would stay open until the garbage collector found it, which psycopg
+        reports with a ResourceWarning wherever that happens to be."""
         for conn in self._inline_connections:
             conn.close()
         self._inline_connections.clear()
-        await asyncio.get_running_loop().run_in_executor(self.executor, self.engine.dispose)
+        await asyncio.get_running_loop().run_in_executor(self.executor, self._dispose_pool)
         self.executor.shutdown(wait=False)
+
+    def _dispose_pool(self) -> None:
+        with self._giving_back:
+            self._closed = True
+            self.engine.dispose()
 
 
 def _locked(exc: BaseException) -> bool:
@@ -219,13 +235,20 @@ def _upgrade(connection: Connection) -> None:
 async def open_engine(url: URL) -> Database:
     """Connect and migrate; a database that cannot be opened is a usage error naming it (no password)."""
     db = connect(url)
+    migrating = asyncio.get_running_loop().run_in_executor(db.executor, _migrate, db.engine)
     try:
-        await asyncio.get_running_loop().run_in_executor(db.executor, _migrate, db.engine)
+        await asyncio.shield(migrating)
     except (DBAPIError, OSError) as exc:
         await db.dispose()
         reason = str(getattr(exc, "orig", exc)).splitlines()[0]
         raise UsageError(f"cannot open the store at {shown(url)}: {reason}") from None
     except asyncio.CancelledError:
+        # The migration goes on on its thread: its connection must be back in the pool before the pool is
+        # disposed, or nothing closes it (psycopg's ResourceWarning when the garbage collector finds it).
+        await wait_despite_cancel(asyncio.gather(migrating, return_exceptions=True))
+        await db.dispose()
+        raise
+    except Exception:
         await db.dispose()
         raise
     return db

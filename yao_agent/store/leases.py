@@ -26,9 +26,9 @@ import contextlib
 import json
 import logging
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql
@@ -40,8 +40,6 @@ from yao_agent.store.chats import mark_interrupted
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import chat_leases, runs
 from yao_agent.store.tx import Sql, Tx
-
-_Conn = TypeVar("_Conn")
 
 log = logging.getLogger("yao_agent.lease")
 CHANNEL = "yao_agent_chats"
@@ -400,7 +398,9 @@ class PgLease:
         dsn = self.db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         while True:
             try:
-                async with await _connected(psycopg.AsyncConnection.connect(dsn, autocommit=True)) as conn:
+                # Cancelled while it connects, `connect` leaves no connection behind: psycopg makes the
+                # connection object at its last step, and hands it over without awaiting anything after.
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     ready.set()
                     async for notice in conn.notifies():
@@ -484,24 +484,3 @@ def lease_for(
     if db.dialect != "postgresql":
         return LocalLease(clock)
     return PgLease(db, owner, on_cancel, clock=clock, ttl_s=ttl_s, on_lost=on_lost, on_append=on_append)
-
-
-async def _connected(connecting: Coroutine[Any, Any, _Conn]) -> _Conn:
-    """The connection `connecting` makes. Cancelled meanwhile (the lease is closing), the connection that
-    still arrives is closed, never left for the garbage collector to find open."""
-    made = asyncio.ensure_future(connecting)
-    try:
-        return await asyncio.shield(made)
-    except asyncio.CancelledError:
-        made.add_done_callback(_close_late)
-        raise
-
-
-def _close_late(made: asyncio.Future[Any]) -> None:
-    if not made.cancelled() and made.exception() is None:
-        closing = asyncio.ensure_future(made.result().close())
-        _LATE.add(closing)
-        closing.add_done_callback(_LATE.discard)
-
-
-_LATE: set[asyncio.Future[Any]] = set()  # closings under way (a task nobody holds may be collected)
