@@ -18,8 +18,11 @@ import psycopg
 import pytest
 from sqlalchemy import literal, select
 
+from tests.support.stores import ALICE, a_run
 from tests.support.waits import wait_until
+from yao_agent.messages import ChatMessage
 from yao_agent.store import SqlStore, open_engine, store_url
+from yao_agent.store.chats import mark_interrupted
 from yao_agent.store.leases import PgLease
 from yao_agent.store.tx import Sql, Tx
 
@@ -120,3 +123,27 @@ async def test_an_opening_store_cancelled_while_it_migrates_leaves_no_connection
                 break
             await asyncio.sleep(0.05)
         assert await only_ours(), "the migration's connection is still open"
+
+
+async def test_two_processes_reaping_one_run_mark_it_once(store: SqlStore) -> None:
+    """Fixed: two processes that both found a dead process's run still `running` both marked it; the second
+    waited for the first's row lock, then wrote its interrupted step again (a duplicate key error)."""
+    await store.start_run(ALICE, a_run(), [ChatMessage(id="m1", role="user", content="hi", run_id="r1")])
+    inside, go_on = threading.Event(), threading.Event()
+
+    def first(tx: Tx) -> bool:
+        marked = mark_interrupted(tx, "r1", 200.0, "first")
+        inside.set()
+        go_on.wait(10)  # committed only once the second has found the run running, and waits for its lock
+        return marked
+
+    one = asyncio.ensure_future(store.db.write_tx(first))
+    assert await asyncio.to_thread(inside.wait, 10)
+    two = asyncio.ensure_future(store.db.write_tx(lambda tx: mark_interrupted(tx, "r1", 201.0, "second")))
+    await asyncio.sleep(0.3)  # not a wait for a state: the second reaches the lock, or finds the run marked
+    go_on.set()
+    assert (await one, await two) == (True, False)
+    point = await store.resume_point(ALICE, "c1")
+    assert point is not None and [(s.status, s.error) for s in point.steps] == [
+        ("interrupted", {"message": "the process running this run stopped before it finished (first)"})
+    ]

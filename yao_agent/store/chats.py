@@ -98,8 +98,10 @@ RUNNING = Sql(select(runs.c.id, runs.c.owner, runs.c.heartbeat_at).where(runs.c.
 RUNNING_RUN = Sql(
     select(runs.c.chat_id, runs.c.started_at).where(runs.c.id == bindparam("run_id"), runs.c.status == "running")
 )
+# Only a run still `running`: two processes that both found it so (each reaping what a dead one left)
+# race here, and on PostgreSQL the second waits for the first's row lock, then finds nothing to mark.
 INTERRUPT_RUN = Sql(
-    update(runs).where(runs.c.id == bindparam("run_id")),
+    update(runs).where(runs.c.id == bindparam("run_id"), runs.c.status == "running"),
     columns=("status", "reason", "error", "ended_at", "duration_ms"),
 )
 INTERRUPTED_STEP = Sql(steps.insert())
@@ -493,8 +495,11 @@ def mark_interrupted(tx: Tx, run_id: str, now: float, why: str) -> bool:
     if row is None:
         return False  # it finished meanwhile
     error = {"message": f"the process running this run stopped before it finished ({why})"}
-    tx.execute(INTERRUPT_RUN, {"status": "interrupted", "reason": "internal_error", "error": error, "ended_at": now,
-                               "duration_ms": int((now - row.started_at) * 1000), "run_id": run_id})  # fmt: skip
+    marked = tx.execute(INTERRUPT_RUN, {"status": "interrupted", "reason": "internal_error", "error": error,
+                                        "ended_at": now, "duration_ms": int((now - row.started_at) * 1000),
+                                        "run_id": run_id})  # fmt: skip
+    if not marked:
+        return False  # another process marked it first (or it ended): its step is written already
     tx.execute(INTERRUPTED_STEP, journal.resume_step(tx, run_id, row.chat_id, error, row.started_at, now))
     tx.execute(INTERRUPT_CHAT, {"last_status": "interrupted", "updated_at": now, "chat_id": row.chat_id,
                                 "run_id": run_id})  # fmt: skip
