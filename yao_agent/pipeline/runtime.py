@@ -14,6 +14,7 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,7 +132,10 @@ class Runtime:
 
     async def aclose(self) -> None:
         """Close the engines, hooks, tools and the store (the runs using them are `Runs.aclose`'s to end first)."""
-        await self.engines.aclose()
-        await self.hooks.aclose()
-        await self.tools.aclose()
-        await self.store.aclose()
+        # Each is closed whatever the one before did (the stack runs them last-in first-out, every one): a
+        # store left open when a tool server failed to stop would leave its connections to the collector.
+        async with AsyncExitStack() as closing:
+            closing.push_async_callback(self.store.aclose)
+            closing.push_async_callback(self.tools.aclose)
+            closing.push_async_callback(self.hooks.aclose)
+            closing.push_async_callback(self.engines.aclose)

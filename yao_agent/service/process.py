@@ -198,11 +198,13 @@ class Process:
             self._sweeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeping
-        await self.lease.aclose()
-        for retiring in list(self._retiring):
-            with contextlib.suppress(Exception):
-                await retiring
-        await self.rt.aclose()
+        try:
+            await self.lease.aclose()
+            for retiring in list(self._retiring):
+                with contextlib.suppress(Exception):
+                    await retiring
+        finally:
+            await self.rt.aclose()  # the runtime and its store, even when the lease failed to close
 
 
 def user_messages(messages: object) -> list[dict[str, Any]]:
