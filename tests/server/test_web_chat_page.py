@@ -14,7 +14,7 @@ import pytest
 from playwright.async_api import Page, expect
 
 from tests.support.browser import WAIT, send, sign_in
-from tests.support.pdfs import pdf
+from tests.support.pdfs import facilities_guide
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, running, server_files
 from tests.support.waits import wait_until
@@ -246,9 +246,7 @@ async def test_images_are_dropped_and_pasted_and_a_model_without_sight_refuses_t
 async def test_a_document_goes_to_knowledge_and_a_citation_opens_its_source(
     rich: Live, provider: FakeProvider, page: Page, tmp_path: Path
 ) -> None:
-    document = tmp_path / "facilities.pdf"
-    document.write_bytes(pdf(["Parking for Acme staff is on level 2 of the tower, bays 200 to 260."],
-                             title="Facilities guide"))  # fmt: skip
+    document = facilities_guide(tmp_path)
     await sign_in(page, rich, rich.tokens["bob_admin"])
     await expect(page.locator("#knowledge")).to_be_visible()
     await page.set_input_files(".attach-input", str(document))

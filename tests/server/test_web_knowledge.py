@@ -11,7 +11,7 @@ import pytest
 from playwright.async_api import Page, expect
 
 from tests.support.browser import WAIT, send, sign_in
-from tests.support.pdfs import pdf
+from tests.support.pdfs import facilities_guide
 from tests.support.runtimes import make_runtime
 from tests.support.servers import Live, running, server_files
 from yao_agent.identity import OPERATOR
@@ -35,9 +35,7 @@ async def live(tmp_path: Path, store: SqlStore, provider: FakeProvider) -> Async
 async def test_an_admin_uploads_and_a_member_sees_the_cited_source(
     live: Live, provider: FakeProvider, page: Page, tmp_path: Path
 ) -> None:
-    document = tmp_path / "facilities.pdf"
-    document.write_bytes(pdf(["Parking for Acme staff is on level 2 of the tower, bays 200 to 260."],
-                             title="Facilities guide"))  # fmt: skip
+    document = facilities_guide(tmp_path)
     await sign_in(page, live, live.tokens["bob_admin"])
     section = page.locator("#knowledge")
     await expect(section).to_be_visible()

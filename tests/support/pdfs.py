@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 from itertools import pairwise
+from pathlib import Path
 
 Outline = Sequence[tuple[tuple[str, ...], int]]  # (heading path, page index), in reading order
 
@@ -33,6 +34,14 @@ def pdf(pages: list[str], title: str | None = None, *, outline: Outline = ()) ->
         objects.append(b"<< /Title %s >>" % _text_string(title))
         info = b" /Info %d 0 R" % len(objects)
     return _file(objects, info)
+
+
+def facilities_guide(folder: Path) -> Path:
+    """A one-page PDF a team admin adds to the team's knowledge in the page tests: where Acme staff park."""
+    document = folder / "facilities.pdf"
+    document.write_bytes(pdf(["Parking for Acme staff is on level 2 of the tower, bays 200 to 260."],
+                             title="Facilities guide"))  # fmt: skip
+    return document
 
 
 def _content(text: str) -> bytes:
