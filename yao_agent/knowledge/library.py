@@ -24,7 +24,6 @@ from yao_agent.knowledge.embedder import Embedders
 from yao_agent.knowledge.ingest import EMBED_BATCH, Added, Upload, add, embedding_text
 from yao_agent.knowledge.references import Reference
 from yao_agent.knowledge.search import Ask, Searcher
-from yao_agent.knowledge.vectors import pack
 from yao_agent.store.audit import CLI, Actor, actor_of
 from yao_agent.store.knowledge import CollectionRecord, DocumentRecord, Sight
 from yao_agent.store.protocol import KnowledgeFace
@@ -162,6 +161,8 @@ class Library:
         """Embed the chunks that have no vector yet: all of them after the collection's embedding changed."""
         if not collection.embedding:
             return 0
+        from yao_agent.knowledge.vectors import pack  # (NumPy: loaded once a collection has vectors)
+
         done = 0
         while rows := await self.store.kb_unembedded(sight, collection.id, EMBED_BATCH):
             got = await self.embedders.for_collection(collection, [embedding_text(h, t) for _, h, t in rows])
