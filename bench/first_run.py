@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Row, fake_provider, installed_cli, print_table, write_app
+from bench.common import REPO, Row, fake_provider, installed_cli, print_table, write_app
 
 APP = {
     "app.yml": "store: sqlite:///.yao/agent.db\n",
@@ -78,7 +78,8 @@ Sample = tuple[float, float, float, float]  # wall and CPU from the process's st
 def first_run(argv: list[str]) -> Sample:
     """One fresh process, until the line it prints at stream_end."""
     started = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # From this checkout's folder, `python -c` imports this checkout's package, wherever the bench was started.
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     assert process.stdout is not None
     line = process.stdout.readline()
     elapsed = time.perf_counter() - started
