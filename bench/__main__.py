@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     cold_chat,
     context,
+    first_run,
     flush,
     guardrails,
     hooks,
@@ -72,6 +73,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "flush": lambda: asyncio.run(flush.measure(300 // scale, flush.PG)),
         "validate": lambda: load_app.measure(7 // scale + 1, 1000),
         "cold_chat": with_fake_sync(cold_chat.measure, runs=7 // scale + 1),
+        "first_run": with_fake_sync(first_run.measure, runs=9 // scale + 1),
         "context": lambda: context.measure(200 // scale),
         "quota": lambda: asyncio.run(quota.measure(2000 // scale, quota.CALLS, flush.PG)),
         "tokens": lambda: asyncio.run(tokens.measure(5000 // scale, flush.PG)),

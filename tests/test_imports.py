@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.apps import make_app
 from yao_agent.store.protocol import RunStore
+from yao_agent.testing import FakeProvider
 
 PACKAGE = Path(__file__).resolve().parents[1] / "yao_agent"
 REPO = PACKAGE.parent
@@ -198,6 +199,20 @@ def test_a_chat_with_a_scripted_connector_imports_no_model_sdk(tmp_path: Path) -
     loaded = loaded_by("--app", str(app), "chat", "chat", "hi")
     assert "sqlalchemy" in loaded  # (the run is stored)
     assert among(loaded, MODEL_SDKS) == []
+
+
+def test_a_chat_over_a_plain_openai_endpoint_imports_neither_the_sdk_nor_numpy(tmp_path: Path) -> None:
+    """The first run of a process pays for what it uses: the engine says the SDK's headers itself, and
+    vectors load with the first collection that has them."""
+    with FakeProvider().running_in_thread() as provider:
+        app = make_app(tmp_path / "app", {
+            "app.yml": "store: sqlite:///.yao/agent.db\nroles:\n  default: demo.remote\n",
+            "connectors/demo/remote.yml": f"type: openai\nmodel: text\nbase_url: {provider.base_url}\napi_key: sk-x\n",
+        })  # fmt: skip
+        loaded = loaded_by("--app", str(app), "chat", "chat", "hi")
+        assert len(provider.requests) == 1
+    assert "aiohttp" in loaded  # (the engine's own HTTP)
+    assert among(loaded, ("openai", "litellm", "httpx", "httpx2", "numpy")) == []
 
 
 def test_the_tests_import_only_the_support_package_of_the_suite() -> None:

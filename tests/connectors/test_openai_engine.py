@@ -1,4 +1,5 @@
-"""The `openai` engine's clients: one TLS context for all of them, made once, off the event loop."""
+"""The `openai` engine's clients: one TLS context for all of them, made once, off the event loop, when
+an https endpoint needs it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tests.support.connectors import assemble, drain, fake_connector
 from yao_agent.connectors import Engines
 from yao_agent.connectors.openai_engine import OpenAIEngine
 from yao_agent.connectors.tls import default_tls, on_thread
+from yao_agent.errors import ModelError
 from yao_agent.testing import FakeProvider, Reply
 
 
@@ -36,16 +38,40 @@ async def test_every_client_shares_one_tls_context_made_on_a_thread(provider: Fa
     ]
 
 
-async def test_a_failure_to_make_the_tls_context_reaches_the_call(provider: FakeProvider) -> None:
+async def test_a_failure_to_make_the_tls_context_reaches_a_call_over_https() -> None:
     def broken() -> ssl.SSLContext:
         raise ssl.SSLError("no CA bundle here")
 
     engines = Engines({"openai": OpenAIEngine(on_thread(broken))})
     try:
         with pytest.raises(ssl.SSLError, match="no CA bundle here"):
-            await drain([fake_connector(provider.base_url)], engines=engines)
+            await drain([fake_connector("https://127.0.0.1:9/v1")], engines=engines)
     finally:
         await engines.aclose()
+
+
+async def test_a_call_over_plain_http_needs_no_tls_context(provider: FakeProvider) -> None:
+    def broken() -> ssl.SSLContext:
+        raise ssl.SSLError("no CA bundle here")
+
+    engines = Engines({"openai": OpenAIEngine(on_thread(broken))})
+    provider.enqueue(Reply(text="plain"))
+    try:
+        assert assemble(await drain([fake_connector(provider.base_url)], engines=engines)).content == "plain"
+    finally:
+        await engines.aclose()
+
+
+async def test_the_engine_makes_the_context_when_an_https_endpoint_first_needs_it() -> None:
+    engine = OpenAIEngine()
+    try:
+        assert engine.wire._tls is None  # pyright: ignore[reportPrivateUsage]
+        with pytest.raises(ModelError):  # nothing listens there: the context was made, the connection failed
+            await drain([fake_connector("https://127.0.0.1:9/v1")], engines=Engines({"openai": engine}))
+        context = await engine.wire.context()
+        assert context.verify_mode == ssl.CERT_REQUIRED
+    finally:
+        await engine.aclose()
 
 
 def test_the_shared_context_verifies_certificates_as_the_sdk_would() -> None:

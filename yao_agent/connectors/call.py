@@ -65,7 +65,7 @@ class Engines:
         name = engine_for(connector)
         engine = self._engines.get(name)
         if engine is None:
-            engine = self._engines[name] = _create(name)
+            engine = self._engines[name] = _create(name, connector)
         return engine
 
     async def aclose(self) -> None:
@@ -74,7 +74,7 @@ class Engines:
             await engine.aclose()
 
 
-def _create(name: str) -> Engine:
+def _create(name: str, connector: ConnectorSpec) -> Engine:
     if name == "scripted":
         from yao_agent.connectors.scripted_engine import ScriptedEngine
 
@@ -86,7 +86,10 @@ def _create(name: str) -> Engine:
     if name == "openai":
         from yao_agent.connectors.tls import on_thread
 
-        tls = on_thread()  # the CA bundle loads (outside the GIL) while the SDK is imported
+        # Over https the CA bundle loads (outside the GIL) while the engine is imported; a connector
+        # over plain http may well never need it (the engine then makes it when one does).
+        plain = connector.base_url is not None and connector.base_url.raw.startswith("http://")
+        tls = None if plain else on_thread()
         from yao_agent.connectors.openai_engine import OpenAIEngine
 
         return OpenAIEngine(tls)

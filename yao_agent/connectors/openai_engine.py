@@ -30,7 +30,6 @@ from yao_agent.connectors.deltas import Delta, Embedded, Finish, ReasoningDelta,
 from yao_agent.connectors.openai_wire import Gaps, Wire, lines
 from yao_agent.connectors.providers import Endpoint, resolve_endpoint
 from yao_agent.connectors.request import ModelRequest
-from yao_agent.connectors.tls import on_thread
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 
@@ -56,9 +55,9 @@ class OpenAIEngine:
     name = "openai"
 
     def __init__(self, tls: Future[ssl.SSLContext] | None = None) -> None:
-        """`tls` is the one TLS context every endpoint shares, being made on a thread (`tls.on_thread`):
-        by default the SDK's own settings, which its transport would otherwise load for each client."""
-        self.wire = Wire(tls if tls is not None else on_thread())
+        """`tls` is the one TLS context every https endpoint shares, being made on a thread
+        (`tls.on_thread`); if not given, made so by the first that needs it, with the SDK's settings."""
+        self.wire = Wire(tls)
 
     async def aclose(self) -> None:
         await self.wire.aclose()

@@ -1,7 +1,8 @@
 """The `openai` engine's HTTP: the request the SDK would send, sent by aiohttp, and its answer read as lines.
 
-The SDK still says what a request to an endpoint carries — its URL, its headers (the key, the SDK's
-own, the connector's, `OPENAI_ORG_ID`'s) — worked out once per endpoint. Sending it through the SDK
+A request to an endpoint carries what the SDK's client would send — its URL, its headers (the key, the
+SDK's own, the connector's, `OPENAI_ORG_ID`'s) — worked out once per endpoint (openai_headers.py says
+them without importing the SDK, where the endpoint is plain). Sending it through the SDK
 cost more CPU than the whole rest of a run: each call merged its options and headers again, built an
 httpx request and response around aiohttp's, and passed every piece of the body through four
 decoders (measured in one `yao-agent serve`: 1.4 ms of a 5.5 ms run start, 40 µs of a 160 µs chunk).
@@ -23,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import openai
 import yarl
 
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.connectors.classify import kind_for_status, model_error
+from yao_agent.connectors.openai_headers import merged, sdk_request
 from yao_agent.connectors.providers import Endpoint
+from yao_agent.connectors.tls import on_thread
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import ModelError
 
@@ -44,24 +46,35 @@ class Target:
     headers: dict[str, str]
     timeout: aiohttp.ClientTimeout
     embeddings: yarl.URL
+    tls: bool  # https: over the shared TLS context
 
 
 class Wire:
-    """One aiohttp session for every endpoint, over the shared TLS context; a `Target` per endpoint."""
+    """One aiohttp session for every endpoint, over the shared TLS context; a `Target` per endpoint.
 
-    def __init__(self, tls: Future[ssl.SSLContext]) -> None:
+    The TLS context (`tls`, being made on a thread) is started, if not given, by the first endpoint
+    that needs it: one over plain http (a server on this machine or the local network) never loads
+    the CA bundle."""
+
+    def __init__(self, tls: Future[ssl.SSLContext] | None = None) -> None:
         self._tls = tls
         self._session: aiohttp.ClientSession | None = None
         self._targets: dict[tuple[Any, ...], Target] = {}
 
     async def target(self, connector: ConnectorSpec, endpoint: Endpoint) -> Target:
-        if not self._tls.done():
-            await asyncio.wrap_future(self._tls)
         key = (endpoint.base_url, endpoint.api_key, tuple(sorted(endpoint.headers.items())), connector.timeout_s)
         found = self._targets.get(key)
         if found is None:
-            found = self._targets[key] = await _target(endpoint, connector.timeout_s, self._tls.result())
+            found = self._targets[key] = await _target(endpoint, connector.timeout_s)
         return found
+
+    async def context(self) -> ssl.SSLContext:
+        """The shared TLS context, once made (its failure raised to every call that needs it)."""
+        if self._tls is None:
+            self._tls = on_thread()
+        if not self._tls.done():
+            await asyncio.wrap_future(self._tls)
+        return self._tls.result()
 
     async def post(
         self, connector: ConnectorSpec, endpoint: Endpoint, body: bytes, *, embeddings: bool = False
@@ -70,11 +83,12 @@ class Wire:
         its status a success; a ModelError for any other outcome."""
         target = await self.target(connector, endpoint)
         url = target.embeddings if embeddings else target.url
+        context = await self.context() if target.tls else True  # (True: aiohttp's default, unused over http)
         if self._session is None:
-            pool = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S, ssl=self._tls.result())
+            pool = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S)
             self._session = aiohttp.ClientSession(connector=pool)
         try:
-            response = await self._session.post(url, data=body, headers=target.headers,
+            response = await self._session.post(url, data=body, headers=target.headers, ssl=context,
                                                 timeout=target.timeout, allow_redirects=False)  # fmt: skip
         except (aiohttp.ClientError, OSError) as exc:  # (aiohttp's timeouts are both)
             raise _unsent(exc, connector, endpoint) from None
@@ -88,26 +102,37 @@ class Wire:
             await session.close()
 
 
-async def _target(endpoint: Endpoint, timeout_s: float, tls: ssl.SSLContext) -> Target:
-    """What the SDK's client for this endpoint sends with a chat completion, made by that client."""
+async def _target(endpoint: Endpoint, timeout_s: float) -> Target:
+    """What the SDK's client for this endpoint sends with a chat completion (said here where that is
+    plain, see openai_headers.py; else made by that client)."""
+    said = sdk_request(endpoint)
+    if said is not None:
+        base, headers = said
+        chat, embeddings = f"{base}chat/completions", f"{base}embeddings"
+    else:
+        chat, embeddings, headers = await _by_sdk(endpoint)
+    headers |= {"x-stainless-retry-count": "0", "x-stainless-read-timeout": str(float(timeout_s))}
+    connect = min(10.0, timeout_s)  # as the SDK had them: connecting, within 10 s; the pool and each read, timeout_s
+    timeout = aiohttp.ClientTimeout(connect=timeout_s, sock_connect=connect, sock_read=timeout_s)
+    url = yarl.URL(chat, encoded=True)
+    return Target(url, headers, timeout, yarl.URL(embeddings, encoded=True), tls=url.scheme == "https")
+
+
+async def _by_sdk(endpoint: Endpoint) -> tuple[str, str, dict[str, str]]:
+    """The chat completions and embeddings URLs and the headers, as the SDK's own client has them. It
+    only says them, it sends nothing: it needs no CA bundle."""
+    import openai  # most of a second to import: only for what openai_headers.py leaves to it
+
     client = openai.AsyncOpenAI(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0,
                                 default_headers=dict(endpoint.headers) or None,
-                                http_client=openai.DefaultAioHttpClient(verify=tls))  # fmt: skip
+                                http_client=openai.DefaultAioHttpClient(verify=False))  # fmt: skip
     try:
         given = {**client.auth_headers, **client.default_headers}
         base = client.base_url  # (with the trailing slash the SDK gives it)
     finally:
         await client.close()
-    headers: dict[str, str] = {}
-    for name, value in given.items():
-        if isinstance(value, str):  # (the SDK's `Omit` leaves a header out)
-            headers = {k: v for k, v in headers.items() if k.lower() != name.lower()} | {name: value}
-    headers |= {"x-stainless-retry-count": "0", "x-stainless-read-timeout": str(float(timeout_s))}
-    url = yarl.URL(str(base.copy_with(raw_path=base.raw_path + b"chat/completions")), encoded=True)
-    embeddings = yarl.URL(str(base.copy_with(raw_path=base.raw_path + b"embeddings")), encoded=True)
-    connect = min(10.0, timeout_s)  # as the SDK had them: connecting, within 10 s; the pool and each read, timeout_s
-    timeout = aiohttp.ClientTimeout(connect=timeout_s, sock_connect=connect, sock_read=timeout_s)
-    return Target(url, headers, timeout, embeddings)
+    chat, embeddings = (str(base.copy_with(raw_path=base.raw_path + p)) for p in (b"chat/completions", b"embeddings"))
+    return chat, embeddings, merged(given)
 
 
 def _unsent(exc: BaseException, connector: ConnectorSpec, endpoint: Endpoint) -> ModelError:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from yao_agent.dsl.specs import ChunkSettings
 from yao_agent.knowledge.chunk import Chunk, chunks, content_hash
 from yao_agent.knowledge.parse import parse
-from yao_agent.knowledge.vectors import pack
 from yao_agent.store.audit import CLI, Actor
 from yao_agent.store.knowledge import ChunkIn, CollectionRecord, DocumentRecord, Sight
 from yao_agent.store.protocol import KnowledgeFace
@@ -75,6 +74,8 @@ async def _vectors(
     for start in range(0, len(missing), EMBED_BATCH):
         batch = missing[start : start + EMBED_BATCH]
         found = await embed([embedding_text(c.heading, c.text) for c in batch])
+        from yao_agent.knowledge.vectors import pack  # (NumPy: loaded once a collection has vectors)
+
         vectors.update((c.digest, pack(v)) for c, v in zip(batch, found, strict=True))
     return vectors, len(known)
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from yao_agent.connectors import Engines
 from yao_agent.connectors.deltas import Embedded
@@ -21,13 +22,14 @@ from yao_agent.errors import NotFound, PermissionDenied, UsageError
 from yao_agent.identity import Identity, Operator
 from yao_agent.ids import IdSource
 from yao_agent.knowledge.embedder import Embedders
-from yao_agent.knowledge.ingest import EMBED_BATCH, Added, Upload, add, embedding_text
 from yao_agent.knowledge.references import Reference
 from yao_agent.knowledge.search import Ask, Searcher
-from yao_agent.knowledge.vectors import pack
 from yao_agent.store.audit import CLI, Actor, actor_of
 from yao_agent.store.knowledge import CollectionRecord, DocumentRecord, Sight
 from yao_agent.store.protocol import KnowledgeFace
+
+if TYPE_CHECKING:  # (documents are read and cut only when one is added: a run that searches needs none of it)
+    from yao_agent.knowledge.ingest import Added, Upload
 
 Caller = Identity | Operator
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -123,6 +125,8 @@ class Library:
         async def embed(texts: Sequence[str]) -> list[list[float]]:
             return (await self.embedders.for_collection(collection, texts)).vectors
 
+        from yao_agent.knowledge.ingest import add
+
         return await add(self.store, sight, collection, upload, chunking, embed if collection.embedding else None,
                          new_id=self.ids.new("doc"), now=self.clock(), by=by)  # fmt: skip
 
@@ -147,6 +151,8 @@ class Library:
         sight = self.sight(Operator())
         collection = await self.collection(Operator(), collection_id)
         files = source_files(self.app.root, self.app.knowledge[collection_id].sources)
+        from yao_agent.knowledge.ingest import Upload
+
         added: list[str] = []
         unchanged = 0
         for rel, path in files:
@@ -162,6 +168,9 @@ class Library:
         """Embed the chunks that have no vector yet: all of them after the collection's embedding changed."""
         if not collection.embedding:
             return 0
+        from yao_agent.knowledge.ingest import EMBED_BATCH, embedding_text
+        from yao_agent.knowledge.vectors import pack  # (NumPy: loaded once a collection has vectors)
+
         done = 0
         while rows := await self.store.kb_unembedded(sight, collection.id, EMBED_BATCH):
             got = await self.embedders.for_collection(collection, [embedding_text(h, t) for _, h, t in rows])

@@ -13,13 +13,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from yao_agent.knowledge.references import Reference
-from yao_agent.knowledge.vectors import Matrix, VectorCache, nearest
 from yao_agent.store.knowledge import ChunkHit, CollectionRecord, Sight
 from yao_agent.store.protocol import KnowledgeFace
+
+if TYPE_CHECKING:
+    from yao_agent.knowledge.vectors import Matrix, VectorCache
 
 log = logging.getLogger("yao_agent.knowledge")
 
@@ -45,7 +46,7 @@ class Searcher:
     def __init__(self, store: KnowledgeFace, vector_of: QueryVector, cache: VectorCache | None = None) -> None:
         self._store = store
         self._vector_of = vector_of
-        self._cache = cache or VectorCache()
+        self._cache = cache  # made by the first search by meaning: NumPy loads then, not with every process
 
     async def search(self, sight: Sight, collections: Sequence[CollectionRecord], ask: Ask) -> list[Reference]:
         if not collections or not ask.query.strip():
@@ -69,6 +70,9 @@ class Searcher:
         for collection in collections:
             if not collection.embedding:
                 continue
+            from yao_agent.knowledge.vectors import VectorCache, nearest
+
+            self._cache = self._cache or VectorCache()
             if collection.embedding not in vectors:
                 vectors[collection.embedding] = await self._query_vector(collection, ask.query)
             query = vectors[collection.embedding]
@@ -90,6 +94,8 @@ class Searcher:
             return None
         if vector is None:
             return None
+        import numpy as np
+
         array: Matrix = np.asarray(vector, dtype="<f4")
         norm = float(np.linalg.norm(array))
         return (array / np.float32(norm)).astype("<f4") if norm else None
