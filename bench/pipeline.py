@@ -6,7 +6,9 @@ A plain run: one model call streaming 20 chunks, stored. A tool run: the model c
 arguments in 20 pieces), the tool runs on an in-process MCP server, the model answers in 20 chunks,
 all stored. The baselines make the same calls with the `openai` SDK (or litellm) and the `mcp`
 client, storing nothing. The fake provider runs in its own process; a SQLite file holds the store.
-Each pair alternates run by run; medians of this process's CPU time, wall time beside it.
+The ways alternate run by run, every other round in reverse order, as many tool runs as plain ones;
+medians of this process's CPU time, wall time beside it, and the quartiles of the ratio taken round by
+round (how far the verdict can be trusted).
 """
 
 from __future__ import annotations
@@ -31,7 +33,18 @@ import openai
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from bench.common import MODEL, PLAIN, Row, Sample, alternate, fake_provider, median_ms, print_table, write_app
+from bench.common import (
+    MODEL,
+    PLAIN,
+    Row,
+    Sample,
+    alternate,
+    fake_provider,
+    median_ms,
+    paired_ratios,
+    print_table,
+    write_app,
+)
 from yao_agent.connectors import ModelRequest, stream_call
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime
@@ -101,7 +114,7 @@ class Direct:
         function = {"name": "bench__lookup", "arguments": arguments}
         called = {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": function}]}
         answered = {"role": "tool", "tool_call_id": "call_1", "content": str(result.content[0].text)}  # type: ignore[union-attr]
-        await self.stream([*ASK, called, answered])
+        await self.stream([*ASK, called, answered], tools=self.tools)  # as ours: the model may call again
 
 
 Way = Callable[[], Awaitable[None]]
@@ -140,9 +153,9 @@ async def measure(url: str, runs: int, engines: tuple[str, ...] = ("openai", "li
             for engine in engines:
                 direct = Direct(engine, url, mcp, tools)
                 plain = await alternate({"ours": ours(service, f"plain_{engine}", PLAIN), "direct": direct.plain,
-                                         "engine": engine_call(rt, engine)}, runs)  # fmt: skip
+                                         "engine": engine_call(rt, engine)}, runs, mirror=True)  # fmt: skip
                 tooled = await alternate({"ours": ours(service, f"tool_{engine}", ASK), "direct": direct.tool_run},
-                                         max(10, runs // 2), warmup=5, before=script_tool_run(url))  # fmt: skip
+                                         runs, before=script_tool_run(url), mirror=True)  # fmt: skip
                 await direct.client.close()
                 rows += _rows(engine, plain, tooled)
         await service.aclose()
@@ -169,10 +182,16 @@ def _rows(engine: str, plain: dict[str, list[Any]], tooled: dict[str, list[Any]]
     # work; the gap between the runs, less the gap between one call through our engine and one made
     # directly, leaves that last part.
     round_cost = (t_ours - t_base) - (p_ours - p_base) + (p_base - call)
-    tool_note = f"wall {wall[2]:.2f} ms vs {wall[3]:.2f} ms; the tool round itself adds {round_cost:.2f} ms CPU of ours"
+    plain_note = (
+        f"wall {wall[0]:.2f} ms vs {wall[1]:.2f} ms; {paired_ratios(plain['ours'], plain['direct'])}; "
+        f"the call alone through our engine {call:.2f} ms ({call / p_base:.2f}×)"
+    )
+    tool_note = (
+        f"wall {wall[2]:.2f} ms vs {wall[3]:.2f} ms; {paired_ratios(tooled['ours'], tooled['direct'])}; "
+        f"the tool round itself adds {round_cost:.2f} ms CPU of ours"
+    )
     return [
-        Row(f"plain run, {engine} engine (CPU)", p_ours, "ms", "ratio", plain_limit, p_base,
-            note=f"wall {wall[0]:.2f} ms vs {wall[1]:.2f} ms"),
+        Row(f"plain run, {engine} engine (CPU)", p_ours, "ms", "ratio", plain_limit, p_base, note=plain_note),
         Row(f"run with one tool round, {engine} engine (CPU)", t_ours, "ms", "ratio", tool_limit, t_base,
             note=tool_note),
     ]  # fmt: skip
