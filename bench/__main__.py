@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     cold_chat,
     context,
+    engines,
     first_run,
     flush,
     guardrails,
@@ -62,6 +63,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     scale = 4 if quick else 1
     return {
         "pipeline": with_fake(pipeline.measure, runs=100 // scale),
+        "engines": with_fake(engines.measure, calls=100 // scale),
         "metrics": with_fake(metrics.measure, runs=200 // scale),
         "traces": with_fake(traces.measure, runs=200 // scale),
         "logs": with_fake(logs.measure, runs=200 // scale),

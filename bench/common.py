@@ -79,6 +79,12 @@ def median_ms(samples: Sequence[Sample], index: int = 0) -> float:
     return statistics.median(s[index] for s in samples) * 1000
 
 
+def paired_ratios(ours: Sequence[Sample], baseline: Sequence[Sample]) -> str:
+    """The quartiles of ours / baseline taken round by round: how steady the ratio of the medians is."""
+    ratios = [a[0] / b[0] for a, b in zip(ours, baseline, strict=True) if b[0] > 0]
+    return f"round by round {percentile(ratios, 0.25):.2f}–{percentile(ratios, 0.75):.2f}× (quartiles)"
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -109,11 +115,16 @@ async def alternate(
     *,
     warmup: int = 10,
     before: Callable[[], None] | None = None,
+    mirror: bool = False,
 ) -> dict[str, list[Sample]]:
-    """Run each way once per round, round after round; the first `warmup` rounds are not kept."""
+    """Run each way once per round, round after round; the first `warmup` rounds are not kept.
+
+    With `mirror`, every other round runs the ways in reverse order (A B, B A, A B …): whatever a way
+    leaves for the next sample, and a place in the round itself, then falls on each way alike."""
     out: dict[str, list[Sample]] = {name: [] for name in ways}
     for round_ in range(warmup + runs):
-        for name, call in ways.items():
+        order = list(ways.items())
+        for name, call in reversed(order) if mirror and round_ % 2 else order:
             taken = await sample(call, before)
             if round_ >= warmup:
                 out[name].append(taken)

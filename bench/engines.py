@@ -1,11 +1,12 @@
 """CPU per streamed model call, each engine beside the raw library it wraps, and the cost of a resolution.
 
-    .venv/bin/python bench/engines.py [--calls 100]
+    .venv/bin/python bench/engines.py [--calls 100]      (in the table: python -m bench --only engines)
 
 The fake provider runs in its own process (so its work is not counted); each call streams a
-20-chunk reply. The four ways alternate call by call (A B C D A B C D …) so machine noise hits all
-alike; medians are reported. CPU is this process's `time.process_time`, the steadier figure on a
-shared machine; wall time is shown beside it.
+20-chunk reply. The four ways alternate call by call, every other round in reverse order, so machine
+noise and what a call leaves behind fall on all alike; medians are reported. CPU is this process's
+`time.process_time`, counted until the call's background work (litellm's logging) has settled, the
+steadier figure on a shared machine; wall time is shown beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import bench  # noqa: F401  (before litellm: it puts litellm offline)
 import litellm
 import openai
 
-from bench.common import MODEL, PLAIN, start_fake
+from bench.common import MODEL, PLAIN, Row, alternate, fake_provider, median_ms, paired_ratios, print_table
 from yao_agent.connectors import Engines, ModelRequest, stream_call
 from yao_agent.connectors.resolve import resolve_connectors
 from yao_agent.dsl import load_app
@@ -35,12 +36,7 @@ from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.identity import Identity
 from yao_agent.store import SqlStore, open_engine, store_url
 
-
-async def measure(call: Callable[[], Awaitable[int]]) -> tuple[float, float]:
-    cpu, wall = time.process_time(), time.perf_counter()
-    chunks = await call()
-    assert chunks >= 20, chunks
-    return time.process_time() - cpu, time.perf_counter() - wall
+TARGETS = {"openai": 1.30, "litellm": 1.10}  # as a plain run's (bench/pipeline.py): a call is most of one
 
 
 def connector(base_url: str, engine: str) -> ConnectorSpec:
@@ -50,7 +46,7 @@ def connector(base_url: str, engine: str) -> ConnectorSpec:
     )  # fmt: skip
 
 
-async def engines_side_by_side(base_url: str, calls: int) -> None:
+async def measure(base_url: str, calls: int) -> list[Row]:
     client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
     engines = Engines()
     ours = {name: connector(base_url, name) for name in ("openai", "litellm")}
@@ -78,23 +74,18 @@ async def engines_side_by_side(base_url: str, calls: int) -> None:
 
         return call
 
-    ways = {"openai SDK (raw)": raw_openai, "openai engine (ours)": our("openai"),
-            "litellm (raw)": raw_litellm, "litellm engine (ours)": our("litellm")}  # fmt: skip
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
-    for _ in range(10):  # warm-up: lazy imports, connection pools
-        for call in ways.values():
-            await measure(call)
-    for _ in range(calls):
-        for name, call in ways.items():
-            results[name].append(await measure(call))
+    ways = {"openai (raw)": raw_openai, "openai": our("openai"),
+            "litellm (raw)": raw_litellm, "litellm": our("litellm")}  # fmt: skip
+    samples = await alternate(ways, calls, mirror=True)
     await engines.aclose()
     await client.close()
-    print(f"\nstreamed call, {MODEL} ({calls} calls each, alternating; medians)")
-    print(f"{'way':<24} {'CPU ms':>8} {'wall ms':>8}")
-    for name, samples in results.items():
-        cpu = statistics.median(s[0] for s in samples) * 1000
-        wall = statistics.median(s[1] for s in samples) * 1000
-        print(f"{name:<24} {cpu:>8.2f} {wall:>8.2f}")
+    rows: list[Row] = []
+    for engine, limit in TARGETS.items():
+        mine, raw = samples[engine], samples[f"{engine} (raw)"]
+        note = f"wall {median_ms(mine, 1):.2f} ms vs {median_ms(raw, 1):.2f} ms; {paired_ratios(mine, raw)}"
+        rows.append(Row(f"a streamed call alone, {engine} engine (CPU)", median_ms(mine), "ms", "ratio", limit,
+                        median_ms(raw), note=note))  # fmt: skip
+    return rows
 
 
 async def resolution_cost(rounds: int) -> None:
@@ -124,13 +115,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
-    process, base_url = start_fake()
-    try:
-        asyncio.run(engines_side_by_side(base_url, args.calls))
-        asyncio.run(resolution_cost(500))
-    finally:
-        process.terminate()
-        process.wait(10)
+    with fake_provider() as base_url:
+        print_table(asyncio.run(measure(base_url, args.calls)))
+    asyncio.run(resolution_cost(500))
 
 
 if __name__ == "__main__":

@@ -1,18 +1,21 @@
 """Runs through our pipeline beside the same model (and tool) calls made directly, per engine.
 
-    .venv/bin/python bench/pipeline.py [--runs 100]
+    .venv/bin/python bench/pipeline.py [--runs 100] [--engine litellm] [--earlier-tree DIR]
 
 A plain run: one model call streaming 20 chunks, stored. A tool run: the model calls a tool (its
 arguments in 20 pieces), the tool runs on an in-process MCP server, the model answers in 20 chunks,
 all stored. The baselines make the same calls with the `openai` SDK (or litellm) and the `mcp`
 client, storing nothing. The fake provider runs in its own process; a SQLite file holds the store.
-Each pair alternates run by run; medians of this process's CPU time, wall time beside it.
+The ways alternate run by run, every other round in reverse order, as many tool runs as plain ones;
+medians of this process's CPU time, wall time beside it, and the quartiles of the ratio taken round by
+round (how far the verdict can be trusted).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import sys
@@ -20,7 +23,7 @@ import tempfile
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: F401  (before litellm: it puts litellm offline)
@@ -31,8 +34,19 @@ import openai
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from bench.common import MODEL, PLAIN, Row, Sample, alternate, fake_provider, median_ms, print_table, write_app
-from yao_agent.connectors import ModelRequest, stream_call
+from bench.common import (
+    MODEL,
+    PLAIN,
+    Row,
+    Sample,
+    alternate,
+    fake_provider,
+    median_ms,
+    paired_ratios,
+    print_table,
+    write_app,
+)
+from yao_agent.connectors import Engine, Engines, ModelRequest, stream_call
 from yao_agent.identity import Identity
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.service.runs import Runs
@@ -101,7 +115,7 @@ class Direct:
         function = {"name": "bench__lookup", "arguments": arguments}
         called = {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": function}]}
         answered = {"role": "tool", "tool_call_id": "call_1", "content": str(result.content[0].text)}  # type: ignore[union-attr]
-        await self.stream([*ASK, called, answered])
+        await self.stream([*ASK, called, answered], tools=self.tools)  # as ours: the model may call again
 
 
 Way = Callable[[], Awaitable[None]]
@@ -129,24 +143,55 @@ def ours(runs: Runs, assistant: str, messages: list[dict[str, Any]]) -> Callable
     return call
 
 
-async def measure(url: str, runs: int, engines: tuple[str, ...] = ("openai", "litellm")) -> list[Row]:
+async def measure(
+    url: str, runs: int, engines: tuple[str, ...] = ("openai", "litellm"), earlier: Path | None = None
+) -> list[Row]:
+    """The rows of each engine; with `earlier` (another checkout), its litellm engine's runs alternate too."""
     rows: list[Row] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        service = await Runs.open(write_app(Path(tmp), APP, url=url, model=MODEL), db=f"sqlite:///{tmp}/agent.db")
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as tmp_earlier:
+        service = await _service(url, Path(tmp))
+        then = await _service(url, Path(tmp_earlier), Engines({"litellm": _engine_from(earlier)})) if earlier else None
         rt = service.rt
-        rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"bench": server})
         tools = [t.to_openai() for t in await rt.tools.tools_for(rt.app.assistants["tool_openai"].mcp.servers)]
         async with Client(server) as mcp:
             for engine in engines:
                 direct = Direct(engine, url, mcp, tools)
-                plain = await alternate({"ours": ours(service, f"plain_{engine}", PLAIN), "direct": direct.plain,
-                                         "engine": engine_call(rt, engine)}, runs)  # fmt: skip
-                tooled = await alternate({"ours": ours(service, f"tool_{engine}", ASK), "direct": direct.tool_run},
-                                         max(10, runs // 2), warmup=5, before=script_tool_run(url))  # fmt: skip
+                mine = {"ours": service, **({"earlier": then} if then and engine == "litellm" else {})}
+                plain = await alternate({**{k: ours(s, f"plain_{engine}", PLAIN) for k, s in mine.items()},
+                                         "direct": direct.plain, "engine": engine_call(rt, engine)},
+                                        runs, mirror=True)  # fmt: skip
+                tooled = await alternate({**{k: ours(s, f"tool_{engine}", ASK) for k, s in mine.items()},
+                                          "direct": direct.tool_run},
+                                         runs, before=script_tool_run(url), mirror=True)  # fmt: skip
                 await direct.client.close()
                 rows += _rows(engine, plain, tooled)
-        await service.aclose()
+                rows += _earlier_rows(earlier, plain, tooled) if "earlier" in mine else []
+        for each in (service, then):
+            if each is not None:
+                await each.aclose()
     return rows
+
+
+async def _service(url: str, root: Path, engines: Engines | None = None) -> Runs:
+    """The bench app in `root`, its tools in process; its engines replaced by `engines` if given."""
+    service = await Runs.open(write_app(root, APP, url=url, model=MODEL), db=f"sqlite:///{root}/agent.db")
+    rt = service.rt
+    if engines is not None:
+        rt.engines = engines
+    rt.tools = ToolManager(rt.app.mcps, root=rt.app.root, in_process={"bench": server})
+    return service
+
+
+def _engine_from(tree: Path) -> Engine:
+    """The litellm engine of another checkout (its module run against this one's package), to measure a
+    change beside what it changed, round by round."""
+    path = tree / "yao_agent" / "connectors" / "litellm_engine.py"
+    spec = importlib.util.spec_from_file_location("earlier_litellm_engine", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"no litellm engine at {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return cast(Engine, module.LiteLLMEngine())
 
 
 def engine_call(rt: Runtime, engine: str) -> Callable[[], Awaitable[None]]:
@@ -169,12 +214,28 @@ def _rows(engine: str, plain: dict[str, list[Any]], tooled: dict[str, list[Any]]
     # work; the gap between the runs, less the gap between one call through our engine and one made
     # directly, leaves that last part.
     round_cost = (t_ours - t_base) - (p_ours - p_base) + (p_base - call)
-    tool_note = f"wall {wall[2]:.2f} ms vs {wall[3]:.2f} ms; the tool round itself adds {round_cost:.2f} ms CPU of ours"
+    plain_note = (
+        f"wall {wall[0]:.2f} ms vs {wall[1]:.2f} ms; {paired_ratios(plain['ours'], plain['direct'])}; "
+        f"the call alone through our engine {call:.2f} ms ({call / p_base:.2f}×)"
+    )
+    tool_note = (
+        f"wall {wall[2]:.2f} ms vs {wall[3]:.2f} ms; {paired_ratios(tooled['ours'], tooled['direct'])}; "
+        f"the tool round itself adds {round_cost:.2f} ms CPU of ours"
+    )
     return [
-        Row(f"plain run, {engine} engine (CPU)", p_ours, "ms", "ratio", plain_limit, p_base,
-            note=f"wall {wall[0]:.2f} ms vs {wall[1]:.2f} ms"),
+        Row(f"plain run, {engine} engine (CPU)", p_ours, "ms", "ratio", plain_limit, p_base, note=plain_note),
         Row(f"run with one tool round, {engine} engine (CPU)", t_ours, "ms", "ratio", tool_limit, t_base,
             note=tool_note),
+    ]  # fmt: skip
+
+
+def _earlier_rows(tree: Path | None, plain: dict[str, list[Any]], tooled: dict[str, list[Any]]) -> list[Row]:
+    """The runs of the other checkout's litellm engine, against the same direct calls."""
+    limits = TARGETS["litellm"]
+    return [
+        Row(f"{what}, litellm engine as in {tree} (CPU)", median_ms(x["earlier"]), "ms", "ratio", limit,
+            median_ms(x["direct"]), note=paired_ratios(x["earlier"], x["direct"]))
+        for what, x, limit in (("plain run", plain, limits[0]), ("run with one tool round", tooled, limits[1]))
     ]  # fmt: skip
 
 
@@ -182,9 +243,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--engine", choices=["openai", "litellm"], action="append")
+    parser.add_argument("--earlier-tree", type=Path, help="another checkout: its litellm engine measured beside ours")
     args = parser.parse_args()
     with fake_provider() as url:
-        print_table(asyncio.run(measure(url, args.runs, tuple(args.engine or ("openai", "litellm")))))
+        engines = tuple(args.engine or ("openai", "litellm"))
+        print_table(asyncio.run(measure(url, args.runs, engines, args.earlier_tree)))
 
 
 if __name__ == "__main__":

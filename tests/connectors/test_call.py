@@ -235,6 +235,26 @@ async def test_cancelling_a_call_closes_the_upstream_connection(provider: FakePr
     assert gone.model == "text"
 
 
+async def test_litellm_ends_the_call_at_its_usage(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm hands the usage over only once the provider's reply is complete; the engine closes the stream
+    there instead of asking on, which would only run litellm's success logging (this process registers no
+    callbacks for it). The whole reply still arrives, and the provider sees no client go away."""
+    from litellm.litellm_core_utils.litellm_logging import Logging
+
+    dispatched: list[object] = []
+
+    async def record(*args: object, **kwargs: object) -> None:
+        dispatched.append(args)
+
+    monkeypatch.setattr(Logging, "dispatch_success_handlers", record)
+    provider.enqueue(Reply(text="Hello there, world", chunk_size=4, usage={"prompt_tokens": 5, "completion_tokens": 4}))
+    events = await drain([fake_connector(provider.base_url, engine="litellm")])
+    await asyncio.sleep(0.05)  # litellm dispatches its logging in a task of its own
+    assert assemble(events).content == "Hello there, world" and Finish("stop") in events
+    assert events[-1] == Usage(5, 4, 9)
+    assert dispatched == [] and provider.disconnects == []
+
+
 async def test_both_engines_yield_the_same_deltas(provider: FakeProvider) -> None:
     """Parity: every kind of reply gives identical deltas through the openai SDK and litellm."""
     replies = [
