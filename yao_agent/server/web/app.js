@@ -108,7 +108,6 @@
       this.run = null;
       this.approvals = null;
       this.follow = 0; // the timer of a run this page did not start (another tab, before a reload)
-      this.versions = false; // whether the server keeps earlier versions of answers (the history said)
     }
 
     get visible() {
@@ -667,7 +666,7 @@
   /** The message becomes a text field; sent, the chat goes on from it and what it replaces is kept as an
    *  earlier version. */
   function startEditing(block, content, pane) {
-    if (pane.run || pane.follow || block.querySelector(".edit-form")) return;
+    if (!pane.chatId || pane.run || pane.follow || block.querySelector(".edit-form")) return;
     const form = h("form", "edit-form");
     const area = h("textarea", "edit-text");
     area.value = textOf(content);
