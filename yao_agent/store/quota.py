@@ -4,7 +4,9 @@ started this minute. (What model calls in flight hold: holds.py.)
 
 A run's admission under a rate limit is counted and recorded in one transaction. On PostgreSQL that
 transaction first takes an advisory lock on the scope, so processes sharing the database admit no more
-than the limit between them; SQLite's write lock does the same for the processes of one file.
+than the limit between them; SQLite's write lock does the same for the processes of one file. (On
+PostgreSQL a run's start reads its budgets and is admitted in one transaction of two statements, under
+the same locks: admission.py.)
 """
 
 from __future__ import annotations
