@@ -82,7 +82,8 @@ class Clock:
 
 
 async def seed(store: SqlStore, calls: int) -> None:
-    """`calls` ledger rows of the team from the start of the month until START, a tenth of them WHO's."""
+    """`calls` ledger rows of the team from the start of the month until START, a tenth of them WHO's, and
+    the scopes' spend per day that goes with them."""
     month = datetime(2026, 12, 1, tzinfo=UTC).timestamp()
     rows: list[dict[str, Any]] = []
     for n in range(calls):
@@ -94,6 +95,16 @@ async def seed(store: SqlStore, calls: int) -> None:
                      "at": at})  # fmt: skip
     for first in range(0, len(rows), 1000):
         await store.db.write_tx(lambda tx, some=rows[first : first + 1000]: tx.executemany(usage.INSERT, some))
+    # And the scopes' totals per day, as `ledger.record` keeps them with every row: what budgets read.
+    days: dict[tuple[str, str, str], float] = {}
+    for row in rows:
+        who = Identity(row["user_id"], "acme")
+        for kind in ("team", "user"):
+            key = (*usage.scope_of(who, kind), row["day"])
+            days[key] = days.get(key, 0.0) + row["cost_usd"]
+    spends = [{"scope_kind": k, "scope_id": o, "day": d, "cost_usd": c} for (k, o, d), c in days.items()]
+    if spends:
+        await store.db.write_tx(lambda tx: tx.executemany(usage.ADD_SPEND, spends))
 
 
 async def check_ms(url: str, root: Path, checks: int, calls: int, index: int) -> tuple[float, float]:

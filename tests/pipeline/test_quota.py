@@ -22,6 +22,7 @@ from yao_agent.errors import BudgetExceeded, RateLimited
 from yao_agent.identity import Identity
 from yao_agent.ids import RandomIds
 from yao_agent.pipeline import Runtime
+from yao_agent.pipeline import quota as stage1
 from yao_agent.service.runs import Runs
 from yao_agent.store import SqlStore, Store, open_engine, store_url
 from yao_agent.store.schema import chats, messages, rate_events, runs, usage_ledger
@@ -272,3 +273,32 @@ async def test_concurrent_starts_from_two_runtimes_on_one_database_admit_no_more
         assert (await rows(other, rate_events), await rows(other, runs)) == (5, 5)
     finally:
         await other.aclose()
+
+
+# -- round trips -----------------------------------------------------------------------------------
+
+
+async def test_a_run_start_on_postgresql_checks_every_budget_and_limit_in_two_statements(
+    quota: Quota, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stage 1 on PostgreSQL is one transaction of two statements whatever the app sets (the scopes'
+    locks, then the statement that reads and counts: store/admission.py), and one with nothing to lock."""
+    if quota.store.db.dialect != "postgresql":
+        pytest.skip("SQLite's transactions are local: they cost no round trip")
+    import psycopg
+
+    statements: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    every = LIMITS % ", requests_per_minute: {team: 9, user: 9}, tokens_per_minute: {team: 900, user: 900}"
+    limited = quota.runtime(budgets="{team: {per_month: 9}, user: {per_day: 9}}", limits=every)
+    plain = quota.runtime()
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    for rt, expected in ((limited, 2), (plain, 1)):
+        statements.clear()
+        assert await stage1.check(rt, BOB, f"run-{expected}") is (expected == 2)
+        assert len([s for s in statements if s.strip() != ";"]) == expected, statements  # (";": the pool's ping)

@@ -33,7 +33,7 @@ from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.store.holds import Hold, Reached, Scope
 from yao_agent.store.ledger import ScopeKind, day_of
-from yao_agent.store.quota import Limits, RateRule
+from yao_agent.store.quota import Limits, RateRule, Spending
 from yao_agent.store.records import StepRecord
 
 log = logging.getLogger("yao_agent.run")
@@ -45,15 +45,17 @@ CHARS_PER_TOKEN = 4  # a call's input, estimated for its hold without a tokenize
 
 async def check(rt: Runtime, identity: Identity, run_id: str) -> bool:
     """Refuse the run if a budget is spent or a rate limit reached; else count it against the limits.
-    Whether a budget holds the run (then each of its model calls is checked too: `RunState.budgeted`)."""
-    budgeted = await check_budgets(rt, identity)
+    Whether a budget holds the run (then each of its model calls is checked too: `RunState.budgeted`).
+    Both read in one transaction (on PostgreSQL, two statements: store/admission.py)."""
+    now = datetime.fromtimestamp(rt.clock(), UTC)
+    starts = {window: window_start(window, now).timestamp() for window in WINDOWS}
     rules = rate_rules(rt, identity)
-    if rules:
-        reached = await rt.store.admit(identity, run_id, rules)
-        if reached is not None:
-            wait, rule = reached
-            raise RateLimited(_rate_message(identity, rule, wait), retry_after=wait)
-    return budgeted
+    spending, rate = await rt.store.start_checks(identity, defaults_of(rt, identity), starts, rules, run_id)
+    _refuse_spent(identity, spending, now)  # a budget's refusal comes first: that run was not counted
+    if rate is not None:
+        wait, rule = rate
+        raise RateLimited(_rate_message(identity, rule, wait), retry_after=wait)
+    return any(spending.values())
 
 
 def kinds_of(identity: Identity) -> tuple[ScopeKind, ...]:
@@ -67,18 +69,14 @@ def defaults_of(rt: Runtime, identity: Identity) -> dict[ScopeKind, Limits]:
             for kind in kinds_of(identity)}  # fmt: skip
 
 
-async def check_budgets(rt: Runtime, identity: Identity) -> bool:
-    """Refuse a run whose scope's spend is at or over a budget; whether any budget holds it."""
-    now = datetime.fromtimestamp(rt.clock(), UTC)
-    starts = {window: window_start(window, now).timestamp() for window in WINDOWS}
-    spending = await rt.store.budget_state(identity, defaults_of(rt, identity), starts)
+def _refuse_spent(identity: Identity, spending: Spending, now: datetime) -> None:
+    """Refuse a run whose scope's spend is at or over a budget."""
     reached = [Reached(kind, window, limit, spent, 0.0) for kind, windows in spending.items()
                for window, (limit, spent) in windows.items() if spent >= limit]  # fmt: skip
     if reached:
         worst, resets = _latest(reached, now)
         message = _budget_message(identity, worst, resets)
         raise BudgetExceeded(message, retry_after=max(1.0, resets.timestamp() - now.timestamp()))
-    return any(spending.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from yao_agent.identity import Identity, Operator
 from yao_agent.messages import ChatMessage
 from yao_agent.shapes import UsageRowOut, UsageTotalOut
+from yao_agent.store.admission import Admission
 from yao_agent.store.audit import Actor, AuditRow, AuditSight, Verified
 from yao_agent.store.engine import Database
 from yao_agent.store.holds import Hold, Scope, Taken
@@ -98,6 +99,15 @@ class RunStore(Protocol):
     async def admit(
         self, identity: Identity, run_id: str, rules: Sequence[RateRule]
     ) -> tuple[float, RateRule] | None: ...
+
+    async def start_checks(
+        self,
+        identity: Identity,
+        defaults: Mapping[ScopeKind, Limits],
+        since: Mapping[str, float],
+        rules: Sequence[RateRule],
+        run_id: str,
+    ) -> Admission: ...
 
     async def take_hold(self, identity: Identity, defaults: Mapping[ScopeKind, Limits], days: Mapping[str, str],
                         hold: Hold, now: float) -> Taken: ...  # fmt: skip

@@ -4,7 +4,9 @@ started this minute. (What model calls in flight hold: holds.py.)
 
 A run's admission under a rate limit is counted and recorded in one transaction. On PostgreSQL that
 transaction first takes an advisory lock on the scope, so processes sharing the database admit no more
-than the limit between them; SQLite's write lock does the same for the processes of one file.
+than the limit between them; SQLite's write lock does the same for the processes of one file. (On
+PostgreSQL a run's start reads its budgets and is admitted in one transaction of two statements, under
+the same locks: admission.py.)
 """
 
 from __future__ import annotations
@@ -239,7 +241,7 @@ def _admit(
 ) -> tuple[float, RateRule] | None:
     scopes = sorted({ledger.scope_of(identity, rule.kind) for rule in rules})
     for kind, owner in scopes if tx.dialect == "postgresql" else ():  # SQLite: its write lock is held already
-        tx.execute(LOCK_SCOPE, {"key": _lock_key(kind, owner)})  # in one order: never waiting on each other
+        tx.execute(LOCK_SCOPE, {"key": lock_key(kind, owner)})  # in one order: never waiting on each other
     # Read once the lock is held, so that every run counted is at or before `now`: read before the wait,
     # runs admitted during it were later, and the wait answered could exceed the minute (Retry-After: 61).
     now = clock()
@@ -259,7 +261,7 @@ def _over(tx: Tx, identity: Identity, rule: RateRule, now: float, since: float) 
     kind, owner = ledger.scope_of(identity, rule.kind)
     if rule.counts == "requests":
         count, first = tx.tuples(COUNT_RECENT, {"kind": kind, "owner": owner, "since": since})[0]
-        return None if count < rule.limit else _until(first, now)
+        return None if count < rule.limit else until(first, now)
     # The minute is (now - 60 s, now], as for requests: a call made 60 s ago has left it, as the wait
     # answered below says. The ledger's queries count from a first moment: the float just after `since`.
     after = math.nextafter(since, math.inf)
@@ -267,15 +269,15 @@ def _over(tx: Tx, identity: Identity, rule: RateRule, now: float, since: float) 
         return None
     who = {"team_id": identity.team_id or ""} | ({"user_id": identity.user_id} if kind == "user" else {})
     first = tx.scalar(FIRST_TOKENS_TEAM if kind == "team" else FIRST_TOKENS_USER, who | {"since": after})
-    return _until(first, now)
+    return until(first, now)
 
 
-def _until(first: float | None, now: float) -> float:
+def until(first: float | None, now: float) -> float:
     """Seconds until what was counted first leaves the minute; at most a minute (another host's clock may
     be ahead of this one's)."""
     return min(WINDOW_S, (first or now) + WINDOW_S - now)
 
 
-def _lock_key(kind: str, owner: str) -> int:
+def lock_key(kind: str, owner: str) -> int:
     """A signed 64-bit key for PostgreSQL's advisory lock on one scope."""
     return zlib.crc32(f"yao-agent:rate:{kind}:{owner}".encode()) - (1 << 31)

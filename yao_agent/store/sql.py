@@ -16,12 +16,12 @@ from sqlalchemy.sql import ClauseElement
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Operator
 from yao_agent.store import audit, runlog
+from yao_agent.store.admission import AdmissionStore
 from yao_agent.store.audit import CLI, Actor, AuditStore
 from yao_agent.store.chats import ChatStore
 from yao_agent.store.engine import Database
 from yao_agent.store.holds import HoldStore
 from yao_agent.store.knowledge import KnowledgeStore
-from yao_agent.store.quota import QuotaStore
 from yao_agent.store.records import RoleSetting
 from yao_agent.store.replay import ReplayStore
 from yao_agent.store.schema import role_settings
@@ -66,7 +66,7 @@ def check_scope(scope: tuple[str, str] | None) -> tuple[str, str]:
     return scope
 
 
-class SqlStore(ChatStore, TokenStore, QuotaStore, HoldStore, KnowledgeStore, AuditStore, SessionStore, ReplayStore):
+class SqlStore(ChatStore, TokenStore, AdmissionStore, HoldStore, KnowledgeStore, AuditStore, SessionStore, ReplayStore):
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.clock = clock
