@@ -7,7 +7,7 @@ is counted apart, since with `pool_pre_ping` each one is a round trip of its own
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +67,7 @@ class _Connection:
 
 
 @contextmanager
-def counting(db: Database) -> Iterator[Counts]:
+def counting(db: Database) -> Generator[Counts]:
     """Count the store's work while the block runs (the counts are read after it, or as it goes)."""
     counts = Counts()
     transaction: Callable[[Any, Any, bool], Any] = db._transaction  # pyright: ignore[reportPrivateUsage]
