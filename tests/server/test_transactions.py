@@ -6,11 +6,16 @@ streamed one drained by the server, so the two must cost the store the same.
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
 import psycopg
 import pytest
 
 from tests.support.servers import Live
 from tests.support.transactions import Counts, counting
+from tests.support.waits import wait_until
+from yao_agent.testing import FakeProvider, Reply, ToolCall
 
 pytestmark = pytest.mark.both_stores
 ASK = [{"role": "user", "content": "Hello"}]
@@ -18,33 +23,58 @@ ALL_BUT_ME = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
               " WHERE datname = current_database() AND pid <> pg_backend_pid()")  # fmt: skip
 
 
-async def _openai(live: Live, *, stream: bool) -> Counts:
-    async with live.client() as client:
-        await client.post("/v1/chat/completions", json={"model": "chat", "messages": ASK})  # the token's first use
-        with counting(live.rt.store.db) as counts:
-            response = await client.post("/v1/chat/completions", json={"model": "chat", "messages": ASK,
-                                                                        "stream": stream})  # fmt: skip
-            assert response.status_code == 200, response.text
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+CALL = ToolCall("get_weather", {"city": "Paris"}, id="call_w1")
+
+
+async def _counted(live: Live, client: httpx.AsyncClient, path: str, body: dict[str, Any], **params: str) -> Counts:
+    """One request's store work: the request, its response read to the end, and what the run does after."""
+    with counting(live.rt.store.db) as counts:
+        response = await client.post(path, json=body, params=params)
+        assert response.status_code == 200, response.text
+        counts.chat_id = response.headers["x-chat-id"]
+        await wait_until(lambda: not live.runs.process.admission.active_state(counts.chat_id))
     return counts
 
 
-async def _native(live: Live, *, stream: bool) -> Counts:
+async def _kinds(live: Live, provider: FakeProvider) -> dict[str, Counts]:
+    """The store work of each kind of request, each on a chat of its own after the token's first use."""
+    chat = {"model": "chat", "messages": ASK}
     async with live.client() as client:
-        await client.post("/api/assistants/chat/runs", json={"messages": ASK}, params={"stream": "false"})
-        with counting(live.rt.store.db) as counts:
-            response = await client.post("/api/assistants/chat/runs", json={"messages": ASK},
-                                         params={"stream": "true" if stream else "false"})  # fmt: skip
-            assert response.status_code == 200, response.text
-    return counts
+        await client.post("/v1/chat/completions", json=chat)
+        found = {
+            "openai streamed": await _counted(live, client, "/v1/chat/completions", {**chat, "stream": True}),
+            "openai non-streamed": await _counted(live, client, "/v1/chat/completions", chat),
+            "native streamed": await _counted(live, client, "/api/assistants/chat/runs", {"messages": ASK}),
+            "native non-streamed": await _counted(live, client, "/api/assistants/chat/runs", {"messages": ASK},
+                                                  stream="false"),
+        }  # fmt: skip
+        provider.enqueue(Reply(tool_calls=(CALL,)), Reply(text="Sunny."))
+        tooled = {**chat, "tools": [WEATHER]}
+        found["client tool call"] = await _counted(live, client, "/v1/chat/completions", tooled)
+        chat_id = found["client tool call"].chat_id
+        called = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}  # fmt: skip
+        follow = {**tooled, "messages": [*ASK, called, {"role": "tool", "tool_call_id": "call_w1", "content": "sun"}]}
+        client.headers["X-Chat-Id"] = chat_id
+        found["client tool results"] = await _counted(live, client, "/v1/chat/completions", follow)
+        provider.enqueue("e500")
+        failed = await client.post("/api/assistants/chat/runs", json={"messages": ASK}, params={"stream": "false"})
+        del client.headers["X-Chat-Id"]
+        found["resume"] = await _counted(live, client, f"/api/chats/{failed.headers['x-chat-id']}/resume", {},
+                                         stream="false")  # fmt: skip
+    return found
 
 
-async def test_a_non_streamed_request_costs_what_a_streamed_one_does(live: Live) -> None:
-    streamed, whole = await _openai(live, stream=True), await _openai(live, stream=False)
-    native_streamed, native_whole = await _native(live, stream=True), await _native(live, stream=False)
-    print(f"\n{live.rt.store.db.dialect}: openai streamed {streamed}, non-streamed {whole}; "
-          f"native streamed {native_streamed}, non-streamed {native_whole}")  # fmt: skip
-    assert whole.transactions == streamed.transactions
-    assert native_whole.transactions == native_streamed.transactions
+async def test_a_non_streamed_request_costs_what_a_streamed_one_does(live: Live, provider: FakeProvider) -> None:
+    found = await _kinds(live, provider)
+    dialect = live.rt.store.db.dialect
+    print(f"\n{dialect}: kind: transactions (reads + writes), statements, checkouts")
+    for kind, counts in found.items():
+        print(f"  {kind}: {counts.transactions} ({counts.reads} + {counts.writes}), {counts.statements}, "
+              f"{counts.checkouts}: {', '.join(counts.works)}")  # fmt: skip
+    for route in ("openai", "native"):
+        assert found[f"{route} non-streamed"].works == found[f"{route} streamed"].works
 
 
 @pytest.mark.parametrize("store_raw_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)

@@ -26,6 +26,7 @@ class Counts:
     statements: int = 0
     checkouts: int = 0
     works: list[str] = field(default_factory=list[str])  # each transaction's work, by its qualified name
+    chat_id: str = ""  # the chat of the request counted
 
     @property
     def transactions(self) -> int:
@@ -70,7 +71,7 @@ class _Connection:
 def counting(db: Database) -> Generator[Counts]:
     """Count the store's work while the block runs (the counts are read after it, or as it goes)."""
     counts = Counts()
-    transaction: Callable[[Any, Any, bool], Any] = db._transaction  # pyright: ignore[reportPrivateUsage]
+    body: Callable[[Any, Any, bool], Any] = db._body  # pyright: ignore[reportPrivateUsage]
 
     def counted(connection: Any, work: Any, write: bool) -> Any:
         if write:
@@ -78,15 +79,15 @@ def counting(db: Database) -> Generator[Counts]:
         else:
             counts.reads += 1
         counts.works.append(f"{'write' if write else 'read'} {getattr(work, '__qualname__', work)}")
-        return transaction(_Connection(connection, counts), work, write)
+        return body(_Connection(connection, counts), work, write)
 
     def checkout(*_args: Any) -> None:
         counts.checkouts += 1
 
-    db._transaction = counted  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+    db._body = counted  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
     event.listen(db.engine.pool, "checkout", checkout)
     try:
         yield counts
     finally:
         event.remove(db.engine.pool, "checkout", checkout)
-        del db._transaction  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+        del db._body  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
