@@ -67,7 +67,11 @@ async def _kinds(live: Live, provider: FakeProvider) -> dict[str, Counts]:
 
 
 async def test_a_non_streamed_request_costs_what_a_streamed_one_does(live: Live, provider: FakeProvider) -> None:
-    found = await _kinds(live, provider)
+    await live.runs.process.share_chats()  # as `yao-agent serve` does: on PostgreSQL, chats held by a shared lease
+    try:
+        found = await _kinds(live, provider)
+    finally:
+        await live.runs.process.lease.aclose()
     dialect = live.rt.store.db.dialect
     print(f"\n{dialect}: kind: transactions (reads + writes), statements, checkouts")
     for kind, counts in found.items():
