@@ -6,15 +6,18 @@ streamed one drained by the server, so the two must cost the store the same.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
-from tests.support.servers import Live
+from tests.support.approvals import APPROVE, counted, payer_runtime, waiting_reply
+from tests.support.servers import Live, running
 from tests.support.transactions import Counts, counting
 from tests.support.waits import wait_until
+from yao_agent.store import SqlStore
 from yao_agent.testing import FakeProvider, Reply, ToolCall
 
 pytestmark = pytest.mark.both_stores
@@ -66,19 +69,42 @@ async def _kinds(live: Live, provider: FakeProvider) -> dict[str, Counts]:
     return found
 
 
+def _show(dialect: str, found: dict[str, Counts]) -> None:
+    print(f"\n{dialect}: kind: transactions (reads + writes), statements, checkouts")
+    for kind, counts in found.items():
+        print(f"  {kind}: {counts.transactions} ({counts.reads} + {counts.writes}), {counts.statements}, "
+              f"{counts.checkouts}: {', '.join(counts.works)}")  # fmt: skip
+
+
 async def test_a_non_streamed_request_costs_what_a_streamed_one_does(live: Live, provider: FakeProvider) -> None:
     await live.runs.process.share_chats()  # as `yao-agent serve` does: on PostgreSQL, chats held by a shared lease
     try:
         found = await _kinds(live, provider)
     finally:
         await live.runs.process.lease.aclose()
-    dialect = live.rt.store.db.dialect
-    print(f"\n{dialect}: kind: transactions (reads + writes), statements, checkouts")
-    for kind, counts in found.items():
-        print(f"  {kind}: {counts.transactions} ({counts.reads} + {counts.writes}), {counts.statements}, "
-              f"{counts.checkouts}: {', '.join(counts.works)}")  # fmt: skip
+    _show(live.rt.store.db.dialect, found)
     for route in ("openai", "native"):
         assert found[f"{route} non-streamed"].works == found[f"{route} streamed"].works
+
+
+async def test_a_tool_round_that_waits_for_approval_and_its_decision(
+    tmp_path: Path, store: SqlStore, provider: FakeProvider, ledger: Path
+) -> None:
+    """A reply whose calls wait for a person (stored `waiting`), then the decision that runs them (server-side
+    tools, in process) and the model's second call: printed beside the other kinds (`-s`)."""
+    async with running(payer_runtime(tmp_path / "app", store, provider)) as live, live.client() as client:
+        await live.runs.process.share_chats()
+        try:
+            await client.post("/api/assistants/chat/runs", json={"messages": ASK}, params={"stream": "false"})
+            provider.enqueue(waiting_reply(ledger))
+            asking = {"messages": [{"role": "user", "content": "pay and add"}]}
+            waiting = await _counted(live, client, "/api/assistants/payer/runs", asking, stream="false")
+            provider.enqueue(Reply(text="Paid."))
+            decided = await _counted(live, client, f"/api/chats/{waiting.chat_id}/approvals", APPROVE, stream="false")
+        finally:
+            await live.runs.process.lease.aclose()
+    assert counted(ledger) == ["paid"]
+    _show(live.rt.store.db.dialect, {"waits for approval": waiting, "approved (tool round)": decided})
 
 
 @pytest.mark.parametrize("store_raw_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)

@@ -362,12 +362,15 @@ class ChatStore:
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None:
         """The latest run's unfinished steps, if that run did not complete (a later completed run clears it);
-        a run that waits for approvals has them, decided or not."""
-        run = await self.latest_run(identity, chat_id)
-        if run is None or run.status in ("completed", "running"):
-            return None
+        a run that waits for approvals has them, decided or not. One transaction: the run and its steps
+        (a resume, a client's tool results and a decision read it before they start their run)."""
+        identity = _require(identity)
 
-        def work(tx: Tx) -> ResumePoint:
+        def work(tx: Tx) -> ResumePoint | None:
+            latest = tx.all(RUNS_OF, {"chat_id": chat_id, **_owner(identity), "limit": 1})
+            run = run_record(latest[0]) if latest else None
+            if run is None or run.status in ("completed", "running"):
+                return None
             found = tuple(_step(r) for r in tx.all(UNFINISHED_STEPS, {"run_id": run.id}))
             return ResumePoint(run, found, approvals.of_run(tx, run.id) if run.status == "waiting" else ())
 
