@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import psycopg
 import pytest
-from sqlalchemy import literal, select
+from sqlalchemy import func, insert, literal, select
 
 from tests.support.stores import ALICE, a_run
 from tests.support.waits import wait_until
@@ -24,6 +24,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.store import SqlStore, open_engine, store_url
 from yao_agent.store.chats import mark_interrupted
 from yao_agent.store.leases import PgLease
+from yao_agent.store.schema import chats
 from yao_agent.store.tx import Sql, Tx
 
 pytestmark = pytest.mark.parametrize("store_raw_url", [pytest.param("postgres", marks=pytest.mark.postgres)],
@@ -147,3 +148,52 @@ async def test_two_processes_reaping_one_run_mark_it_once(store: SqlStore) -> No
     assert point is not None and [(s.status, s.error) for s in point.steps] == [
         ("interrupted", {"message": "the process running this run stopped before it finished (first)"})
     ]
+
+
+def _terminate(url: str, pids: list[int]) -> None:
+    """End these backends from a connection of another (as an operator, a restart or a proxy's timeout does)."""
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as admin:
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+NEW_CHAT = Sql(insert(chats), columns=("id", "user_id", "assistant_id", "created_at", "updated_at"))
+
+
+def _backend(tx: Tx) -> int:
+    return int(tx.scalar(Sql(select(func.pg_backend_pid())), {}))
+
+
+async def test_a_transaction_on_a_connection_the_server_closed_runs_again_on_a_new_one(
+    store: SqlStore, store_raw_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pool does not check a connection before each transaction (a round trip each): one the server closed
+    meanwhile fails its transaction before the commit, which then runs once more on a new connection."""
+    first = await store.db.read_tx(_backend)
+    _terminate(store_raw_url, [first])
+    ran: list[int] = []
+
+    def write(tx: Tx) -> int:
+        ran.append(_backend(tx))
+        return tx.execute(NEW_CHAT, {"id": "c9", "user_id": "alice", "assistant_id": "chat", "created_at": 1.0,
+                                     "updated_at": 1.0})  # fmt: skip
+
+    assert await store.db.write_tx(write) == 1
+    assert ran[0] != first and len(ran) == 1  # the dead connection failed at the work's first statement
+    assert "the transaction runs again" in caplog.text
+    assert await store.db.read_tx(lambda tx: tx.scalar(Sql(select(func.count()).select_from(chats)), {})) == 1
+
+
+async def test_a_commit_on_a_connection_the_server_closed_is_not_run_again(store: SqlStore, store_raw_url: str) -> None:
+    """A commit that fails may have committed before the connection went: the error is the caller's, the work is
+    not run a second time."""
+    ran: list[int] = []
+
+    def write(tx: Tx) -> None:
+        ran.append(_backend(tx))
+        _terminate(store_raw_url, [ran[-1]])  # after its statements, before its commit
+
+    with pytest.raises(psycopg.OperationalError):
+        await store.db.write_tx(write)
+    assert len(ran) == 1
+    assert await store.db.read_tx(_backend) != ran[0]  # the next transaction has a connection of its own

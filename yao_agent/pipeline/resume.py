@@ -22,9 +22,10 @@ async def resume_point(rt: Runtime, identity: Identity, chat_id: str) -> ResumeP
     return point
 
 
-async def request(rt: Runtime, identity: Identity, chat_id: str) -> RunRequest:
-    """The request that continues the chat's resume point, as the assistant that made it."""
-    point = await resume_point(rt, identity, chat_id)
+async def request(rt: Runtime, identity: Identity, chat_id: str, point: ResumePoint | None = None) -> RunRequest:
+    """The request that continues the chat's resume point, as the assistant that made it (`point`: the one
+    read already, in the transaction that changed it)."""
+    point = point if point is not None else await resume_point(rt, identity, chat_id)
     if point is None:
         raise NotFound(f"chat '{chat_id}' has no resume point (its last run completed, or is still running)")
     if point.pending:  # a resume would run calls nobody approved

@@ -152,8 +152,8 @@ class Runs:
         `denied: <reason>`. ApprovalConflict when someone (or a new message) decided first."""
         point = await self.conversations.approvals(identity, chat_id)
         verdicts = approvals.parse_decisions(decisions, point.pending, identity.user_id, self.rt.clock())
-        await self.rt.store.decide_approvals(identity, point.run.chat_id, point.run.id, verdicts)
-        return await self.resume(identity, point.run.chat_id)
+        after = await self.rt.store.decide_approvals(identity, point.run.chat_id, point.run.id, verdicts)
+        return await self.start(await resume.request(self.rt, identity, point.run.chat_id, after))
 
     async def cancel(self, identity: Identity, chat_id: str) -> int:
         """Cancel the chat's active run and every request accepted before now, in every process.

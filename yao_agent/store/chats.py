@@ -362,16 +362,10 @@ class ChatStore:
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None:
         """The latest run's unfinished steps, if that run did not complete (a later completed run clears it);
-        a run that waits for approvals has them, decided or not."""
-        run = await self.latest_run(identity, chat_id)
-        if run is None or run.status in ("completed", "running"):
-            return None
-
-        def work(tx: Tx) -> ResumePoint:
-            found = tuple(_step(r) for r in tx.all(UNFINISHED_STEPS, {"run_id": run.id}))
-            return ResumePoint(run, found, approvals.of_run(tx, run.id) if run.status == "waiting" else ())
-
-        return await self.db.read_tx(work)
+        a run that waits for approvals has them, decided or not. One transaction: the run and its steps
+        (a resume, a client's tool results and a decision read it before they start their run)."""
+        identity = _require(identity)
+        return await self.db.read_tx(lambda tx: _resume_point(tx, identity, chat_id))
 
     async def waiting_for_client(self, identity: Identity, call_ids: Collection[str]) -> str | None:
         """The caller's chat (the newest) whose run waits for the client's results of calls all among
@@ -390,18 +384,20 @@ class ChatStore:
         return await self.db.read_tx(work)
 
     async def decide_approvals(self, identity: Identity, chat_id: str, run_id: str,
-                               decisions: Sequence[Approval]) -> None:  # fmt: skip
+                               decisions: Sequence[Approval]) -> ResumePoint | None:  # fmt: skip
         """Write a person's decisions on the calls a run of the caller's chat waits for; ApprovalConflict
-        (nothing written) when one of them is no longer pending."""
+        (nothing written) when one of them is no longer pending. Returns the chat's resume point as the
+        decisions leave it, read in the same transaction (the run they continue starts from it)."""
         identity = _require(identity)
         by, now = actor_of(identity), self.clock()
 
-        def work(tx: Tx) -> None:
+        def work(tx: Tx) -> ResumePoint | None:
             if runlog.owned_chat(tx, identity, chat_id, lock=True) is None:
                 raise NotFound(f"no chat '{chat_id}'")
             approvals.decide(tx, chat_id, run_id, decisions, by, now)
+            return _resume_point(tx, identity, chat_id)
 
-        await self.db.write_tx(work)
+        return await self.db.write_tx(work)
 
     async def recover_interrupted(self, operator: Operator, is_dead: Callable[[str, float], bool]) -> list[str]:
         """Runs left `running` by a process that is gone become `interrupted`, with a resume point after
@@ -486,6 +482,16 @@ def _patterns(query: str) -> dict[str, str]:
 def _locked(tx: Tx, identity: Identity, run: RunRecord) -> ChatRecord | None:
     """The run's chat, locked for the rest of the transaction (PostgreSQL; SQLite's write lock covers it)."""
     return runlog.owned_chat(tx, identity, run.chat_id, lock=True)
+
+
+def _resume_point(tx: Tx, identity: Identity, chat_id: str) -> ResumePoint | None:
+    """The chat's latest run and its unfinished steps (and approvals, if it waits), if it did not complete."""
+    latest = tx.all(RUNS_OF, {"chat_id": chat_id, **_owner(identity), "limit": 1})
+    run = run_record(latest[0]) if latest else None
+    if run is None or run.status in ("completed", "running"):
+        return None
+    found = tuple(_step(r) for r in tx.all(UNFINISHED_STEPS, {"run_id": run.id}))
+    return ResumePoint(run, found, approvals.of_run(tx, run.id) if run.status == "waiting" else ())
 
 
 def mark_interrupted(tx: Tx, run_id: str, now: float, why: str) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -38,6 +39,7 @@ HEAD = "0017"  # the newest migration; a test keeps it in step with migrations/v
 T = TypeVar("T")
 SQLITE_BUSY, SQLITE_LOCKED = 5, 6
 _MIGRATION_LOCK = 728_469_001  # PostgreSQL advisory lock id serialising concurrent migrations
+log = logging.getLogger("yao_agent.store")
 
 
 def store_url(raw: str, app_root: Path, environ: Mapping[str, str] | None = None) -> URL:
@@ -84,7 +86,10 @@ class Database:
     for the lock as long as its busy timeout allows.
 
     The work is handed a `Tx` and must not await: it is the transaction's whole body. A write
-    completes even if the task awaiting it is cancelled meanwhile.
+    completes even if the task awaiting it is cancelled meanwhile. The work may run twice, the first
+    run rolled back: on SQLite when another process held the lock, on PostgreSQL when the server had
+    closed the pooled connection (connections are not checked before each transaction: that is a round
+    trip each, 8 of a plain request's 44; a commit that fails is never run again).
     """
 
     def __init__(self, engine: Engine, workers: int, *, inline: str | None = None) -> None:
@@ -113,25 +118,62 @@ class Database:
         return await asyncio.get_running_loop().run_in_executor(self.executor, self._pooled, work, write)
 
     def _pooled(self, work: Callable[[Tx], T], write: bool) -> T:
-        connection = self.engine.raw_connection()
         try:
-            return self._transaction(connection.driver_connection, work, write)
+            return self._pooled_once(work, write)
+        except _Dropped as dropped:  # nothing was committed: the same transaction once more, on a new connection
+            log.warning("the server closed the store's connection; the transaction runs again: %s", dropped.error)
+        return self._pooled_once(work, write, again=True)
+
+    def _pooled_once(self, work: Callable[[Tx], T], write: bool, *, again: bool = False) -> T:
+        """One transaction on a pooled connection, not checked first (that is a round trip per transaction): a
+        connection the server closed meanwhile fails it before its commit, raised as `_Dropped` the first time."""
+        connection = self.engine.raw_connection()
+        driver: Any = connection.driver_connection
+        try:
+            try:
+                result = self._body(driver, work, write)
+            except Exception as exc:
+                if _closed_under(driver) and not again:
+                    raise _Dropped(exc) from exc  # the server rolled back what it had of it
+                raise
+            try:
+                driver.commit()
+            except BaseException:  # it may have committed before the connection went: never run again
+                _rollback(driver)
+                raise
+            return result
         finally:
-            with self._giving_back:
-                if self._closed:  # the pool was disposed meanwhile: nobody would ever close the connection
-                    connection.invalidate()  # (closes the driver's connection)
-                else:
-                    connection.close()  # back to the pool
+            self._give_back(connection)
+
+    def _give_back(self, connection: Any) -> None:
+        gone = _closed_under(connection.driver_connection)
+        if gone:
+            # Every connection of the pool opened before now goes too (recycled when next checked out), as
+            # SQLAlchemy does on a disconnect: a server that restarted closed them all.
+            self.engine.pool._invalidate(connection, _checkin=False)  # pyright: ignore[reportPrivateUsage]
+        with self._giving_back:
+            if self._closed or gone:  # disposed meanwhile (nobody would ever close it), or dead
+                connection.invalidate()  # (closes the driver's connection)
+            else:
+                connection.close()  # back to the pool
 
     def _transaction(self, connection: Any, work: Callable[[Tx], T], write: bool) -> T:
-        begin(connection, self.dialect, write=write)
+        result = self._body(connection, work, write)
         try:
-            result = work(Tx(connection.cursor(), self.dialect))
             connection.commit()
         except BaseException:
-            connection.rollback()
+            _rollback(connection)
             raise
         return result
+
+    def _body(self, connection: Any, work: Callable[[Tx], T], write: bool) -> T:
+        """A transaction up to its commit: begun, its work done (rolled back if that fails)."""
+        begin(connection, self.dialect, write=write)
+        try:
+            return work(Tx(connection.cursor(), self.dialect))
+        except BaseException:
+            _rollback(connection)
+            raise
 
     def _inline_connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -160,6 +202,25 @@ class Database:
             self.engine.dispose()
 
 
+class _Dropped(Exception):
+    """A transaction failed, before its commit, on a connection the server had closed: nothing of it was kept."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _closed_under(connection: Any) -> bool:
+    """Whether the driver's connection was lost (psycopg's `broken`: closed by the server or the network)."""
+    return bool(getattr(connection, "broken", False))
+
+
+def _rollback(connection: Any) -> None:
+    """Roll back, unless the connection is gone (the server rolled back whatever it had of the transaction)."""
+    if not _closed_under(connection):
+        connection.rollback()
+
+
 def _locked(exc: BaseException) -> bool:
     """SQLite's busy or locked: another process holds the lock this transaction needs."""
     return getattr(exc, "sqlite_errorcode", None) in (SQLITE_BUSY, SQLITE_LOCKED)
@@ -172,7 +233,7 @@ def connect(url: URL) -> Database:
         threaded = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8)
         _tune_sqlite(threaded, busy_timeout_ms=30_000)
         return Database(threaded, workers=4, inline=str(path))
-    return Database(create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True), workers=10)
+    return Database(create_engine(url, pool_size=10, max_overflow=20), workers=10)
 
 
 def _private_file(path: Path) -> None:

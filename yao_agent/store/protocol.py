@@ -143,7 +143,7 @@ class ChatQueries(Protocol):
 
     async def decide_approvals(
         self, identity: Identity, chat_id: str, run_id: str, decisions: Sequence[Approval]
-    ) -> None: ...
+    ) -> ResumePoint | None: ...
 
 
 class TenancyStore(Protocol):

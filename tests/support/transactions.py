@@ -1,0 +1,93 @@
+"""Count what a request costs the store: its transactions, statements and connection checks.
+
+Every statement of the store runs in a `Database` transaction (engine.py), so wrapping the one method
+that runs them sees all of them; a pool checkout (PostgreSQL's transactions run on pooled connections)
+is counted apart, since with `pool_pre_ping` each one is a round trip of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import event
+
+from yao_agent.store.engine import Database
+
+
+@dataclass
+class Counts:
+    """What the store did: transactions (reads, writes), statements, and pool checkouts."""
+
+    reads: int = 0
+    writes: int = 0
+    statements: int = 0
+    checkouts: int = 0
+    works: list[str] = field(default_factory=list[str])  # each transaction's work, by its qualified name
+    chat_id: str = ""  # the chat of the request counted
+
+    @property
+    def transactions(self) -> int:
+        return self.reads + self.writes
+
+    def round_trips(self, dialect: str) -> int:
+        """PostgreSQL's round trips: each transaction's BEGIN and COMMIT around its statements; SQLite
+        has none (it is in-process): its figure is its statements and the BEGIN and COMMIT alike."""
+        return self.statements + 2 * self.transactions
+
+
+class _Cursor:
+    """A driver cursor whose executions are counted (everything else is the cursor's own)."""
+
+    def __init__(self, cursor: Any, counts: Counts) -> None:
+        self._cursor, self._counts = cursor, counts
+
+    def execute(self, *args: Any) -> Any:
+        self._counts.statements += 1
+        return self._cursor.execute(*args)
+
+    def executemany(self, *args: Any) -> Any:
+        self._counts.statements += 1
+        return self._cursor.executemany(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+class _Connection:
+    def __init__(self, connection: Any, counts: Counts) -> None:
+        self._connection, self._counts = connection, counts
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self._connection.cursor(), self._counts)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+
+@contextmanager
+def counting(db: Database) -> Generator[Counts]:
+    """Count the store's work while the block runs (the counts are read after it, or as it goes)."""
+    counts = Counts()
+    body: Callable[[Any, Any, bool], Any] = db._body  # pyright: ignore[reportPrivateUsage]
+
+    def counted(connection: Any, work: Any, write: bool) -> Any:
+        if write:
+            counts.writes += 1
+        else:
+            counts.reads += 1
+        counts.works.append(f"{'write' if write else 'read'} {getattr(work, '__qualname__', work)}")
+        return body(_Connection(connection, counts), work, write)
+
+    def checkout(*_args: Any) -> None:
+        counts.checkouts += 1
+
+    db._body = counted  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+    event.listen(db.engine.pool, "checkout", checkout)
+    try:
+        yield counts
+    finally:
+        event.remove(db.engine.pool, "checkout", checkout)
+        del db._body  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
