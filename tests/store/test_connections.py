@@ -197,3 +197,20 @@ async def test_a_commit_on_a_connection_the_server_closed_is_not_run_again(store
         await store.db.write_tx(write)
     assert len(ran) == 1
     assert await store.db.read_tx(_backend) != ran[0]  # the next transaction has a connection of its own
+
+
+async def test_a_connection_lost_after_a_statement_is_not_run_again(store: SqlStore, store_raw_url: str) -> None:
+    """A transaction whose connection goes after the server answered one of its statements may have done
+    things in the work (ids taken, state changed) a second run would do twice: its error is the caller's."""
+    ran: list[int] = []
+
+    def write(tx: Tx) -> int:
+        ran.append(_backend(tx))  # answered: the work is under way
+        _terminate(store_raw_url, [ran[-1]])
+        return tx.execute(NEW_CHAT, {"id": "c9", "user_id": "alice", "assistant_id": "chat", "created_at": 1.0,
+                                     "updated_at": 1.0})  # fmt: skip
+
+    with pytest.raises(psycopg.OperationalError):
+        await store.db.write_tx(write)
+    assert len(ran) == 1
+    assert await store.db.read_tx(lambda tx: tx.scalar(Sql(select(func.count()).select_from(chats)), {})) == 0

@@ -88,8 +88,9 @@ class Database:
     The work is handed a `Tx` and must not await: it is the transaction's whole body. A write
     completes even if the task awaiting it is cancelled meanwhile. The work may run twice, the first
     run rolled back: on SQLite when another process held the lock, on PostgreSQL when the server had
-    closed the pooled connection (connections are not checked before each transaction: that is a round
-    trip each, 8 of a plain request's 44; a commit that fails is never run again).
+    closed the pooled connection before its first statement (connections are not checked before each
+    transaction: that is a round trip each, 8 of a plain request's 44). A connection lost later, or a
+    commit that fails, is never run again: the error is the caller's.
     """
 
     def __init__(self, engine: Engine, workers: int, *, inline: str | None = None) -> None:
@@ -129,11 +130,19 @@ class Database:
         connection the server closed meanwhile fails it before its commit, raised as `_Dropped` the first time."""
         connection = self.engine.raw_connection()
         driver: Any = connection.driver_connection
+        begun: list[Tx] = []
+
+        def tracked(tx: Tx) -> T:
+            begun.append(tx)
+            return work(tx)
+
         try:
             try:
-                result = self._body(driver, work, write)
+                result = self._body(driver, tracked, write)
             except Exception as exc:
-                if _closed_under(driver) and not again:
+                # Only a connection found dead at the first statement: the work has done nothing yet that a
+                # second run could do twice (what the ping before each transaction used to catch).
+                if _closed_under(driver) and not again and not (begun and begun[0].ran):
                     raise _Dropped(exc) from exc  # the server rolled back what it had of it
                 raise
             try:

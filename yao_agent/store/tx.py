@@ -157,11 +157,16 @@ class Tx:
     every call (for a test's or a one-off look at the tables).
     """
 
-    __slots__ = ("cursor", "dialect")
+    __slots__ = ("cursor", "dialect", "ran")
 
     def __init__(self, cursor: Cursor, dialect: str) -> None:
         self.cursor = cursor
         self.dialect = dialect
+        self.ran = 0  # statements the server answered: a transaction that lost its connection before any is run again
+
+    def _run(self, compiled: Compiled, params: Params | None) -> None:
+        self.cursor.execute(compiled.text, compiled.params(params))
+        self.ran += 1
 
     def _compiled(self, sql: Sql | ClauseElement) -> Compiled:
         return (sql if isinstance(sql, Sql) else Sql(sql, once=True)).compiled[self.dialect]
@@ -170,37 +175,38 @@ class Tx:
         """Run a statement; how many rows it changed. A params dict is the statement's from then on
         (see `Compiled.params`): build it in the transaction's work, which may run twice (engine.py)."""
         compiled = self._compiled(sql)
-        self.cursor.execute(compiled.text, compiled.params(params))
+        self._run(compiled, params)
         return self.cursor.rowcount
 
     def executemany(self, sql: Sql | ClauseElement, rows: Sequence[Params]) -> None:
         compiled = self._compiled(sql)
         self.cursor.executemany(compiled.text, map(compiled.params, rows))
+        self.ran += 1
 
     def all(self, sql: Sql | ClauseElement, params: Params | None = None) -> list[Any]:
         """The rows, as named tuples."""
         compiled = self._compiled(sql)
-        self.cursor.execute(compiled.text, compiled.params(params))
+        self._run(compiled, params)
         return list(map(compiled.named, self.cursor.fetchall()))
 
     def tuples(self, sql: Sql | ClauseElement, params: Params | None = None) -> list[tuple[Any, ...]]:
         """The rows, as plain tuples (the columns in the statement's order): for the rows every run reads."""
         compiled = self._compiled(sql)
-        self.cursor.execute(compiled.text, compiled.params(params))
+        self._run(compiled, params)
         found = self.cursor.fetchall()
         return found if compiled.plain is None else list(map(compiled.plain, found))
 
     def first(self, sql: Sql | ClauseElement, params: Params | None = None) -> Any | None:
         """The first row as a named tuple, None without one."""
         compiled = self._compiled(sql)
-        self.cursor.execute(compiled.text, compiled.params(params))
+        self._run(compiled, params)
         found = self.cursor.fetchall()
         return compiled.named(found[0]) if found else None
 
     def scalar(self, sql: Sql | ClauseElement, params: Params | None = None) -> Any:
         """The first column of the first row; None without a row."""
         compiled = self._compiled(sql)
-        self.cursor.execute(compiled.text, compiled.params(params))
+        self._run(compiled, params)
         found = self.cursor.fetchall()
         if not found:
             return None
