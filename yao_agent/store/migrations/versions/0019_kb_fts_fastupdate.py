@@ -1,0 +1,34 @@
+"""The full-text index of the knowledge base's chunks (PostgreSQL's GIN index on `kb_chunks.fts`) takes
+each new chunk's words at once rather than into a pending list.
+
+With the pending list (GIN's `fastupdate`, on by default) the words of every chunk written since the
+last VACUUM are kept unsorted and read in full by every search, and the planner, counting them, judges
+the index dearer than reading every chunk of the collection: after a sync of 10k chunks a search read
+all 10k `tsvector`s (22k buffers, 26-45 ms) where the index, merged, finds its 307 matches in 31
+buffers (docs/performance.md). A write pays instead: each chunk's words go into the index's tree as it
+is stored. SQLite's FTS5 index has no such list: nothing changes there.
+
+Revision ID: 0019
+Revises: 0017
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0019"
+down_revision = "0017"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("ALTER INDEX ix_kb_chunks_fts SET (fastupdate = off)")
+        # Words already pending go into the tree now, not at the next VACUUM.
+        op.execute("SELECT gin_clean_pending_list('ix_kb_chunks_fts'::regclass)")
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("ALTER INDEX ix_kb_chunks_fts RESET (fastupdate)")
