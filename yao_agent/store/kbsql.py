@@ -205,20 +205,36 @@ def _searched(dialect: str) -> ColumnElement[bool]:
 def _fulltext(dialect: str) -> ClauseElement:
     """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first."""
     if dialect == "sqlite":
-        matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
-        score = (-func.bm25(literal_column("kb_fts"))).label("score")
-        found = _with_document(_FTS.join(kb_chunks, _K.id == _FTS.c.rowid))
-    else:
-        query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
-        fts = literal_column("kb_chunks.fts", TSVECTOR)
-        matched, score, found = fts.op("@@")(query), func.ts_rank_cd(fts, query).label("score"), _HIT_FROM
+        return _fts5_fulltext()
+    query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
+    fts = literal_column("kb_chunks.fts", TSVECTOR)
+    score = func.ts_rank_cd(fts, query).label("score")
     return (
         select(*_HIT, score)
-        .select_from(found)
-        .where(matched, _searched(dialect), visible(dialect), _filtered(dialect))
+        .select_from(_HIT_FROM)
+        .where(fts.op("@@")(query), _searched(dialect), visible(dialect), _filtered(dialect))
         .order_by(score.desc(), _K.id)
         .limit(_LIMIT)
     )
+
+
+def _fts5_fulltext() -> ClauseElement:
+    """SQLite's: the matches ranked by id and score alone, and only the `limit` best read whole. Every
+    match is sorted (bm25 over all of them), and a sort carrying each match's text and title as well
+    was 8% of the statement at 10k chunks (1.34 ms against 1.24, medians of 1,380 of the bench's
+    questions, same rows); PostgreSQL's top-N sort keeps only the best rows, so is left as it was."""
+    score = (-func.bm25(literal_column("kb_fts"))).label("score")
+    matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
+    best = (
+        select(_FTS.c.rowid.label("id"), score)
+        .select_from(_with_document(_FTS.join(kb_chunks, _K.id == _FTS.c.rowid)))
+        .where(matched, _searched("sqlite"), visible("sqlite"), _filtered("sqlite"))
+        .order_by(score.desc(), _FTS.c.rowid)
+        .limit(_LIMIT)
+        .subquery("best")
+    )
+    chosen = best.join(kb_chunks, _K.id == best.c.id).join(kb_documents, _D.id == _K.document_id)
+    return select(*_HIT, best.c.score).select_from(chosen).order_by(best.c.score.desc(), best.c.id)
 
 
 FULLTEXT = _both(_fulltext)
