@@ -196,8 +196,9 @@ def _searched(dialect: str) -> ColumnElement[bool]:
     """Chunks of the collections `ids`. On PostgreSQL compared as an expression, which the index of
     `collection_id` does not serve: before it has statistics of a fresh collection (a sync's 10k chunks,
     until autovacuum's next ANALYZE) the planner guesses a collection holds 87 chunks and would read them
-    all through that index, testing each one's `tsvector` (22k buffers, 27 ms at 10k chunks), rather than
-    ask the GIN index for the matches (1.7k buffers, 5 ms: docs/performance.md)."""
+    all through that index, testing each one's `tsvector` (24k buffers, 27 ms at 10k chunks), rather than
+    ask the GIN index for the matches (1.2k buffers, 3.3 ms, medians of the bench's questions:
+    docs/performance.md)."""
     ids = _each(dialect, "ids")
     return _K.collection_id.in_(ids) if dialect == "sqlite" else _K.collection_id.concat(_EMPTY).in_(ids)
 
@@ -221,7 +222,7 @@ def _fulltext(dialect: str) -> ClauseElement:
 def _fts5_fulltext() -> ClauseElement:
     """SQLite's: the matches ranked by id and score alone, and only the `limit` best read whole. Every
     match is sorted (bm25 over all of them), and a sort carrying each match's text and title as well
-    was 8% of the statement at 10k chunks (1.34 ms against 1.24, medians of 1,380 of the bench's
+    was 7% of the statement at 10k chunks (1.34 ms against 1.25, medians of 1,380 of the bench's
     questions, same rows); PostgreSQL's top-N sort keeps only the best rows, so is left as it was."""
     score = (-func.bm25(literal_column("kb_fts"))).label("score")
     matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
