@@ -172,6 +172,31 @@ async def test_full_text_finds_words_by_their_stem_best_match_first(store: SqlSt
     assert await store.kb_fulltext(APP, [], "running", 5, {}) == []
 
 
+async def test_the_limit_counts_only_the_chunks_a_caller_sees_and_the_filter_keeps(store: SqlStore) -> None:
+    """The best matches are chosen among the admitted chunks, then read whole (SQLite ranks first and
+    reads the texts after): better matches elsewhere never take a place."""
+    await seeded(store)
+    await store.kb_put(BETA, "beta:notes", doc("b2"), chunks("travel travel travel policy policy"))
+    await store.kb_put(ACME, "acme:policies", doc("a2", meta={"lang": "fr"}), chunks("travel travel policy policy"))
+    [best] = await store.kb_fulltext(ACME, ["acme:policies", "beta:notes"], "travel policy", 1, {"lang": "en"})
+    assert (best.document_id, best.text, best.metadata) == ("a1", "acme travel policy: trains first", {"lang": "en"})
+    found = await store.kb_fulltext(ACME, ["acme:policies"], "travel policy", 5, {})
+    assert [h.document_id for h in found] == ["a2", "a1"]
+    assert found[0].score > found[1].score > 0
+
+
+async def test_the_full_text_index_keeps_no_pending_list_and_tsvectors_stay_in_their_rows(store: SqlStore) -> None:
+    """Migration 0019 (PostgreSQL): a GIN index's pending list is read whole by every search until a VACUUM
+    merges it, and makes the planner pass the index by; a `tsvector` moved out of its row costs each match
+    a TOAST look-up when it is ranked (docs/performance.md)."""
+    if store.db.dialect != "postgresql":
+        pytest.skip("PostgreSQL's settings")
+    options = "SELECT reloptions FROM pg_class WHERE relname = 'ix_kb_chunks_fts'"
+    storage = "SELECT attstorage FROM pg_attribute WHERE attrelid = 'kb_chunks'::regclass AND attname = 'fts'"
+    found = await store.db.read_tx(lambda tx: [tx.tuples(text(sql), {})[0][0] for sql in (options, storage)])
+    assert found == [["fastupdate=off"], "m"]
+
+
 HOSTILE = [
     '"', "'", '"running', "run*", "*", "heading:running", ":", "NEAR(running parking)", "running NEAR parking",
     "a & b | !c", "!!", "(", ")", "running AND NOT parking", "'; DROP TABLE kb_chunks; --", "%", "_", "\\",

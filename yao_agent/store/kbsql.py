@@ -170,33 +170,72 @@ def _with_document(chunks: Any) -> Any:
 
 
 _HIT_FROM = _with_document(kb_chunks)
+
+
+def _asked(dialect: str) -> ColumnElement[bool]:
+    """The chunks of the JSON list parameter `ids`. On PostgreSQL an array made of it, not a row set: the
+    planner guesses a few elements for an array (so looks each id up in the primary key) but 100 rows for
+    a set-returning function, and, before it has statistics of a fresh collection, prefers reading every
+    chunk of the collection (2.2k buffers at 10k chunks, against 0.1k)."""
+    if dialect == "sqlite":
+        return _K.id.in_(_each(dialect, "ids"))
+    return _K.id == func.any(func.array(_each(dialect, "ids", numbers=True).scalar_subquery()))
+
+
 CHUNKS_BY_ID = _both(
     lambda d: (
         select(*_HIT, literal_column("0.0", Float).label("score"))
         .select_from(_HIT_FROM)
-        .where(_K.id.in_(_each(d, "ids", numbers=True)), visible(d), _filtered(d))
+        .where(_asked(d), visible(d), _filtered(d))
     )
 )
 _FTS = table("kb_fts", column("rowid"))  # SQLite's full-text index (migration 0012)
 
 
+def _searched(dialect: str) -> ColumnElement[bool]:
+    """Chunks of the collections `ids`. On PostgreSQL compared as an expression, which the index of
+    `collection_id` does not serve: before it has statistics of a fresh collection (a sync's 10k chunks,
+    until autovacuum's next ANALYZE) the planner guesses a collection holds 87 chunks and would read them
+    all through that index, testing each one's `tsvector` (24k buffers, 27 ms at 10k chunks), rather than
+    ask the GIN index for the matches (1.2k buffers, 3.3 ms, medians of the bench's questions:
+    docs/performance.md)."""
+    ids = _each(dialect, "ids")
+    return _K.collection_id.in_(ids) if dialect == "sqlite" else _K.collection_id.concat(_EMPTY).in_(ids)
+
+
 def _fulltext(dialect: str) -> ClauseElement:
     """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first."""
     if dialect == "sqlite":
-        matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
-        score = (-func.bm25(literal_column("kb_fts"))).label("score")
-        found = _with_document(_FTS.join(kb_chunks, _K.id == _FTS.c.rowid))
-    else:
-        query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
-        fts = literal_column("kb_chunks.fts", TSVECTOR)
-        matched, score, found = fts.op("@@")(query), func.ts_rank_cd(fts, query).label("score"), _HIT_FROM
+        return _fts5_fulltext()
+    query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
+    fts = literal_column("kb_chunks.fts", TSVECTOR)
+    score = func.ts_rank_cd(fts, query).label("score")
     return (
         select(*_HIT, score)
-        .select_from(found)
-        .where(matched, _K.collection_id.in_(_each(dialect, "ids")), visible(dialect), _filtered(dialect))
+        .select_from(_HIT_FROM)
+        .where(fts.op("@@")(query), _searched(dialect), visible(dialect), _filtered(dialect))
         .order_by(score.desc(), _K.id)
         .limit(_LIMIT)
     )
+
+
+def _fts5_fulltext() -> ClauseElement:
+    """SQLite's: the matches ranked by id and score alone, and only the `limit` best read whole. Every
+    match is sorted (bm25 over all of them), and a sort carrying each match's text and title as well
+    was 7% of the statement at 10k chunks (1.34 ms against 1.25, medians of 1,380 of the bench's
+    questions, same rows); PostgreSQL's top-N sort keeps only the best rows, so is left as it was."""
+    score = (-func.bm25(literal_column("kb_fts"))).label("score")
+    matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
+    best = (
+        select(_FTS.c.rowid.label("id"), score)
+        .select_from(_with_document(_FTS.join(kb_chunks, _K.id == _FTS.c.rowid)))
+        .where(matched, _searched("sqlite"), visible("sqlite"), _filtered("sqlite"))
+        .order_by(score.desc(), _FTS.c.rowid)
+        .limit(_LIMIT)
+        .subquery("best")
+    )
+    chosen = best.join(kb_chunks, _K.id == best.c.id).join(kb_documents, _D.id == _K.document_id)
+    return select(*_HIT, best.c.score).select_from(chosen).order_by(best.c.score.desc(), best.c.id)
 
 
 FULLTEXT = _both(_fulltext)
