@@ -186,7 +186,7 @@ async def test_the_limit_counts_only_the_chunks_a_caller_sees_and_the_filter_kee
 
 
 async def test_the_full_text_index_keeps_no_pending_list_and_tsvectors_stay_in_their_rows(store: SqlStore) -> None:
-    """Migration 0019 (PostgreSQL): a GIN index's pending list is read whole by every search until a VACUUM
+    """Migration 0018 (PostgreSQL): a GIN index's pending list is read whole by every search until a VACUUM
     merges it, and makes the planner pass the index by; a `tsvector` moved out of its row costs each match
     a TOAST look-up when it is ranked (docs/performance.md)."""
     if store.db.dialect != "postgresql":

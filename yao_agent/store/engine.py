@@ -35,7 +35,7 @@ from yao_agent.dsl.envvars import resolve_env
 from yao_agent.errors import UsageError
 from yao_agent.store.tx import Tx
 
-HEAD = "0019"  # the newest migration; a test keeps it in step with migrations/versions
+HEAD = "0018"  # the newest migration; a test keeps it in step with migrations/versions
 T = TypeVar("T")
 SQLITE_BUSY, SQLITE_LOCKED = 5, 6
 _MIGRATION_LOCK = 728_469_001  # PostgreSQL advisory lock id serialising concurrent migrations

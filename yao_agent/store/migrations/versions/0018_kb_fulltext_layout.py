@@ -17,7 +17,7 @@ keep their layout until they are written again (a `kb sync` of their document).
 
 SQLite's FTS5 index has neither: nothing changes there.
 
-Revision ID: 0019
+Revision ID: 0018
 Revises: 0017
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0019"
+revision = "0018"
 down_revision = "0017"
 branch_labels = None
 depends_on = None
