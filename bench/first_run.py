@@ -25,15 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cold_chat import APP  # the same throw-away app: one openai-engine and one scripted assistant
 from bench.common import REPO, Row, fake_provider, installed_cli, print_table, write_app
-
-APP = {
-    "app.yml": "store: sqlite:///.yao/agent.db\n",
-    "connectors/bench/openai.yml": "type: openai\nmodel: text\nbase_url: {url}\napi_key: sk-bench\n",
-    "connectors/bench/scripted.yml": "type: scripted\nrules:\n  - reply: 'Hello world'\n",
-    "assistants/openai/assistant.yml": "name: OpenAI\nconnector: bench.openai\n",
-    "assistants/scripted/assistant.yml": "name: Scripted\nconnector: bench.scripted\n",
-}
 
 # What each fresh process runs. When the run's stream has ended it prints its CPU seconds so far, then
 # the CPU and wall seconds since just before the runtime (the client) was made, the reply, the status.
