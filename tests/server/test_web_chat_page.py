@@ -235,6 +235,7 @@ async def test_images_are_dropped_and_pasted_and_a_model_without_sight_refuses_t
     await expect(turn.locator(".run-message")).to_contain_text("This assistant's model cannot read images")
     assert not provider.requests  # refused before any model was asked
     await expect(page.locator("#transcript .msg.user img.attached-image")).to_have_count(2)  # kept in the chat
+    await expect(turn.locator(".regenerate")).to_have_count(0)  # nothing a model could answer again
 
     # The chat goes on: the next message reaches the model without the images it could not read.
     provider.enqueue(Reply(text="Only words, then."))

@@ -70,14 +70,17 @@ class Versions:
 
 
 def _a_persons(message: ChatMessage) -> bool:
-    """A user message a person sent: not a hook's hidden turn, not the input a delegated run was given."""
+    """A user message a person sent and a model saw: not hidden (a hook's turn, images refused), not the
+    input a delegated run was given."""
     return message.role == "user" and message.thread_id is None and not message.hidden
 
 
 def _role_of(message: ChatMessage) -> str:
     if message.role != "user":
         return message.role
-    return "user, but a hook's hidden turn" if message.hidden else "user, but a delegated run's input"
+    if message.hidden:  # a hook's hidden turn, or images no connector of its assistant could read
+        return "user, but one never sent to a model (a hook's turn, or images the assistant cannot read)"
+    return "user, but a delegated run's input"
 
 
 async def _assistant_of(chats: Chats, identity: Identity, chat_id: str, message: ChatMessage) -> str:

@@ -735,7 +735,7 @@
       (t) => !t.closest(".version.earlier") && last.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING,
     );
     const turn = turns[turns.length - 1];
-    if (!turn) return;
+    if (!turn || turn.dataset.unanswerable) return;
     const button = h("button", "secondary small needs-idle regenerate", "Regenerate");
     button.type = "button";
     button.setAttribute("aria-label", "Regenerate the answer (the one shown is kept as an earlier version)");
@@ -977,6 +977,7 @@
       const head = h("div", "run-end-head");
       head.append(h("span", `badge status-${e.status}`, e.status));
       if (e.status !== "completed") head.append(h("span", "run-message", whyNot(e)));
+      if (unreadable(e)) this.node.dataset.unanswerable = "true"; // nothing to answer again: no Regenerate
       head.append(h("span", "run-duration", seconds(e.duration_ms)));
       const tokens = e.usage && e.usage.total_tokens;
       if (tokens) head.append(h("span", "run-usage", `${tokens} tokens`));
@@ -1162,8 +1163,12 @@
   }
 
   /** Why a run did not complete, in a sentence; a model that cannot read the images sent is said as such. */
+  function unreadable(e) {
+    return e.reason === "model_error" && Boolean(e.error) && /cannot read images/.test(errorText(e.error));
+  }
+
   function whyNot(e) {
-    if (e.reason === "model_error" && e.error && /cannot read images/.test(errorText(e.error))) {
+    if (unreadable(e)) {
       return "This assistant's model cannot read images, so the message was not sent to it (it stays in the " +
         "chat). Send it again without the images, or choose an assistant that can read them.";
     }
