@@ -270,25 +270,43 @@ def fronting(tmp: Path, upstream_port: int) -> Iterator[tuple[subprocess.Popen[b
 
 @dataclass
 class Watch:
-    """Every half second during a batch: the workers' share of the cores, the database's connections."""
+    """Every half second during a batch: the server's share of the cores (all its processes, and its
+    busiest process alone), the machine's, and the database's connections."""
 
     server: Serving
-    worker_cores: list[float] = field(default_factory=list[float])
+    server_cores: list[float] = field(default_factory=list[float])
+    busiest_cores: list[float] = field(default_factory=list[float])  # one process: at most 1.0
+    machine_cores: list[float] = field(default_factory=list[float])
     connections: list[int] = field(default_factory=list[int])
     stop: threading.Event = field(default_factory=threading.Event)
+
+    def tick(self) -> tuple[dict[int, float], float, float]:
+        return ({pid: cpu_s([pid]) for pid in self.server.pids()}, machine_busy_s(), time.perf_counter())
 
     def run(self) -> None:
         import psycopg
 
+        sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
         with psycopg.connect(PG, autocommit=True) as conn:
-            before, at = cpu_s(self.server.pids()), time.perf_counter()
+            before = self.tick()
             while not self.stop.wait(0.5):
-                now, cpu = time.perf_counter(), cpu_s(self.server.pids())
-                self.worker_cores.append((cpu - before) / (now - at))
-                before, at = cpu, now
-                sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                now = self.tick()
+                wall = now[2] - before[2]
+                spent = [cpu - before[0].get(pid, 0.0) for pid, cpu in now[0].items()]
+                self.server_cores.append(sum(spent) / wall)
+                self.busiest_cores.append(max(spent, default=0.0) / wall)
+                self.machine_cores.append((now[1] - before[1]) / wall)
+                before = now
                 row = conn.execute(sql, (self.server.database,)).fetchone()  # pyright: ignore[reportArgumentType]
                 self.connections.append(int(row[0]) if row else 0)
+
+    def peaks(self) -> str:
+        def peak(values: list[float]) -> float:
+            return max(values, default=0.0)
+
+        return (f"per half second, peak: server {peak(self.server_cores):.2f} cores, its busiest process "
+                f"{peak(self.busiest_cores):.2f}, the machine {peak(self.machine_cores):.2f} of 2; "
+                f"database connections ≤ {max(self.connections, default=0)}")  # fmt: skip
 
 
 def cpu_now(server: Serving, others: dict[str, list[int]]) -> dict[str, float]:
@@ -401,11 +419,10 @@ def rows(batch: Batch, knobs: Knobs, kept: str) -> list[Row]:
     chats, ours, direct = batch.chats, batch.ours, batch.direct
     what = f"{chats:,} chats opened in {knobs.ramp_s:g} s, {knobs.chunks} chunks at 5/s, nginx, {WORKERS} workers, PG"
     cores = ", ".join(f"{name} {share:.2f}" for name, share in batch.cores().items())
-    peak = max(batch.watch.worker_cores, default=0.0)
-    first = f"first chunk p99 {p99_ms(ours.first):.0f} ms vs {p99_ms(direct.first):.0f} ms direct"
+    p50 = percentile(ours.latencies, 0.5) * 1000 if ours.latencies else float("inf")
+    first = f"p50 {p50:.0f} ms; first chunk p99 {p99_ms(ours.first):.0f} ms vs {p99_ms(direct.first):.0f} ms direct"
     seen = f"{len(ours.latencies):,} chunks through, {len(direct.latencies):,} direct"
     late = f"client opened chats ≤ {p99_ms(ours.lags):.0f} ms late (p99)"
-    pg = f"database connections ≤ {max(batch.watch.connections, default=0)}"
     budget_ms = WORKERS * knobs.ramp_s / chats * 1000
     problems = "; ".join([*ours.errors[:2], *direct.errors[:1], *batch.nginx_errors.splitlines()[:1]])
     failed = f"{len(ours.errors)} through, {len(direct.errors)} direct" + (f": {problems}" if problems else "")
@@ -415,8 +432,8 @@ def rows(batch: Batch, knobs: Knobs, kept: str) -> list[Row]:
         Row(f"{what}: failed streams", len(ours.errors), "", "max", 0, note=failed),
         Row(f"{what}: server CPU per chat (target: what {WORKERS} cores allow at this rate)",
             batch.cpu["server"] / chats * 1000, "ms", "max", budget_ms,
-            note=f"workers' share of the cores, per half second: peak {peak:.2f}; PostgreSQL's backends "
-            f"{batch.cpu['postgres'] / chats * 1000:.1f} ms a chat besides; {pg}; {kept}"),
+            note=f"PostgreSQL's backends {batch.cpu['postgres'] / chats * 1000:.1f} ms a chat besides; "
+            f"{batch.watch.peaks()}; {kept}"),
     ]  # fmt: skip
 
 
