@@ -420,7 +420,7 @@ def rows(batch: Batch, knobs: Knobs, kept: str) -> list[Row]:
     what = f"{chats:,} chats opened in {knobs.ramp_s:g} s, {knobs.chunks} chunks at 5/s, nginx, {WORKERS} workers, PG"
     cores = ", ".join(f"{name} {share:.2f}" for name, share in batch.cores().items())
     p50 = percentile(ours.latencies, 0.5) * 1000 if ours.latencies else float("inf")
-    first = f"p50 {p50:.0f} ms; first chunk p99 {p99_ms(ours.first):.0f} ms vs {p99_ms(direct.first):.0f} ms direct"
+    first = f"p50 {p50:.1f} ms; first chunk p99 {p99_ms(ours.first):.0f} ms vs {p99_ms(direct.first):.0f} ms direct"
     seen = f"{len(ours.latencies):,} chunks through, {len(direct.latencies):,} direct"
     late = f"client opened chats ≤ {p99_ms(ours.lags):.0f} ms late (p99)"
     budget_ms = WORKERS * knobs.ramp_s / chats * 1000
