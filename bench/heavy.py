@@ -323,6 +323,7 @@ class Batch:
     cpu: dict[str, float]  # CPU seconds each spent during the batch through the server (the client's its own)
     watch: Watch
     nginx_errors: str
+    processes: list[float]  # CPU seconds of each of the server's processes during the batch, most first
 
     def cores(self) -> dict[str, float]:
         wall = self.cpu["wall"]
@@ -337,14 +338,15 @@ def through(server: Serving, others: dict[str, list[int]], url: str, chats: int,
     auth = {"Authorization": f"Bearer {server.token}"}
     watch = Watch(server)
     thread = threading.Thread(target=watch.run, daemon=True)
-    before = cpu_now(server, others)
+    before, each = cpu_now(server, others), watch.tick()[0]
     thread.start()
     ours = run_client(url, body, auth, chats, knobs.ramp_s, knobs.chunks)
     watch.stop.set()
     thread.join()
     after = cpu_now(server, others)
     spent = {name: after[name] - before[name] for name in before}
-    return Batch(chats, Load(), ours, spent, watch, "")
+    processes = sorted((cpu - each.get(pid, 0.0) for pid, cpu in watch.tick()[0].items()), reverse=True)
+    return Batch(chats, Load(), ours, spent, watch, "", processes)
 
 
 # -- the bench ------------------------------------------------------------------------------------------
@@ -433,6 +435,7 @@ def rows(batch: Batch, knobs: Knobs, kept: str) -> list[Row]:
         Row(f"{what}: server CPU per chat (target: what {WORKERS} cores allow at this rate)",
             batch.cpu["server"] / chats * 1000, "ms", "max", budget_ms,
             note=f"PostgreSQL's backends {batch.cpu['postgres'] / chats * 1000:.1f} ms a chat besides; "
+            f"the server's processes, CPU s each: {' / '.join(f'{cpu:.1f}' for cpu in batch.processes)}; "
             f"{batch.watch.peaks()}; {kept}"),
     ]  # fmt: skip
 
