@@ -18,9 +18,10 @@ OpenAI-compatible route, and for every chunk notes its arrival less the provider
 chats are first read straight from the fake provider: what the server and nginx add is the difference
 of the two p99s, as in bench/server.py. A stream fails when it is refused, cut, or ends without all its
 chunks and `[DONE]`. Meanwhile the server's CPU (its processes: the supervisor and the workers), nginx's,
-PostgreSQL's backends', the provider's and the client's are read from /proc; every half second the
-workers' share of the cores and the database's connections are sampled, to say what gave out first.
-All of them share the machine's cores: the rows' notes say how much each used.
+PostgreSQL's backends', the provider's and the client's are read from /proc, and each server process's
+apart; every half second the server's share of the cores, its busiest process's, the machine's and
+the database's connections are sampled, to say what gave out first. All of them share the machine's
+cores: the rows' notes say how much each used, and how much went to other processes.
 """
 
 from __future__ import annotations
