@@ -21,6 +21,7 @@ from bench import (
     first_run,
     flush,
     guardrails,
+    heavy,
     hooks,
     knowledge,
     load_app,
@@ -83,6 +84,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "replay": with_fake(replay.measure, runs=50 // scale),
         "guardrails": with_fake(guardrails.measure, runs=200 // scale),
         "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
+        "heavy": with_fake_sync(heavy.measure, knobs=heavy.QUICK if quick else heavy.Knobs()),
         "knowledge": lambda: asyncio.run(
             knowledge.measure(
                 500 // scale, (10_000,) if quick else (10_000, 100_000), flush.PG, (10_000,), 300 // scale, 100 // scale
