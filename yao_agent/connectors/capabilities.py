@@ -33,8 +33,12 @@ def refusal(connector: ConnectorSpec, request: ModelRequest) -> str | None:
     if connector.local:
         return cannot_chat(connector)
     if not connector.capabilities.vision and has_images(request.messages):
-        return f"connector {connector.id} cannot read images (its capabilities.vision is false)"
+        return cannot_read_images(connector)
     return None
+
+
+def cannot_read_images(connector: ConnectorSpec) -> str:
+    return f"connector {connector.id} cannot read images (its capabilities.vision is false)"
 
 
 def cannot_chat(connector: ConnectorSpec) -> str:

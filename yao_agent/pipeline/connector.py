@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from yao_agent.connectors import resolve_connectors
-from yao_agent.connectors.capabilities import has_images
+from yao_agent.connectors.capabilities import cannot_read_images, has_images
 from yao_agent.errors import ModelError
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -23,6 +23,5 @@ def refuse_unreadable(state: RunState) -> None:
     if not has_images(state.input) or any(c.capabilities.vision and not c.local for c in state.chain):
         return
     state.input_unreadable = True
-    first = state.chain[0].id
-    why = f"connector {first} cannot read images (its capabilities.vision is false)"  # as stream_call says it
-    raise ModelError(why, kind="bad_request", connector=first)
+    first = state.chain[0]
+    raise ModelError(cannot_read_images(first), kind="bad_request", connector=first.id)
