@@ -93,7 +93,9 @@
     chats: [],
     query: "", // the search box's text: the chat list shows what the server finds for it
     listed: 0, // the number of the latest chat-list request (an older answer arriving late is dropped)
-    chatId: null, // the open chat; null for a new one (the server creates it on the first send)
+    get chatId() {
+      return this.pane ? this.pane.chatId : null; // the open chat; null for a new one (named on its first send)
+    },
     title: "", // the open chat's title
     pane: null, // the open chat's Pane (what the transcript shows)
     panes: new Map(), // chat id → Pane of every chat whose run this page streams, open or not
@@ -413,7 +415,6 @@
       state.panes.delete(previous.chatId);
     }
     state.pane = pane;
-    state.chatId = pane.chatId;
     sessionStorage.setItem(OPEN_KEY, pane.chatId || "");
     if (pane.chatId) state.panes.set(pane.chatId, pane);
     ui.transcript.replaceChildren(pane.node);
@@ -1677,7 +1678,6 @@
     pane.chatId = chatId;
     state.panes.set(chatId, pane);
     if (pane.visible) {
-      state.chatId = chatId;
       sessionStorage.setItem(OPEN_KEY, chatId);
       showTitle(ui.chatTitle.textContent);
     }
