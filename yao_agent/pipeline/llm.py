@@ -42,16 +42,14 @@ from yao_agent.store.records import StepRecord
 from yao_agent.store.step_inputs import ModelCall
 from yao_agent.vocabulary import Transition
 
-CONTINUE_PROMPT = (
-    "Your reply was cut off by the output limit. Continue exactly where you stopped, without repeating "
-    "anything: what you write next is appended to your reply as it is."
+_GO_ON = (  # what both continuations ask after saying why the reply was cut
+    " Continue exactly where you stopped, without repeating anything: what you write next is appended to your"
+    " reply as it is."
 )
+CONTINUE_PROMPT = "Your reply was cut off by the output limit." + _GO_ON
 CUT_CALL_NOTE = " The tool call you were writing was cut off and discarded: make that call again, in full."
 # A resume of a run whose reply broke off (cancelled, dropped, failed) asks the same way (pipeline/cut.py).
-RESUME_PROMPT = (
-    "Your reply was cut off before it was finished. Continue exactly where you stopped, without repeating "
-    "anything: what you write next is appended to your reply as it is."
-)
+RESUME_PROMPT = "Your reply was cut off before it was finished." + _GO_ON
 
 
 @dataclass
