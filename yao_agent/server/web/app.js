@@ -1614,6 +1614,9 @@
         turn.notice(`Unreadable event from the server: ${e.raw.slice(0, 200)}`, "error");
       } else {
         turn.event(e);
+        // A new chat is stored once its input is written, which may be after the response named it: by its
+        // first message it is, so the list shows it (answering) if the refresh at adoptChat came too soon.
+        if (e.type === "message_start" && !state.chats.some((c) => c.chat_id === run.chatId)) refreshChats();
       }
     }
     if (!ended) {
