@@ -21,7 +21,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunHandle, RunRequest, Runtime
 from yao_agent.store import SqlStore
 from yao_agent.store.leases import PgLease
-from yao_agent.store.records import Approval, RunRecord, StepRecord
+from yao_agent.store.records import Approval, LeaseRelease, RunRecord, StepRecord
 from yao_agent.store.schema import chat_leases
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 from yao_agent.tools import ToolManager
@@ -265,11 +265,11 @@ class HeldFlush(SqlStore):
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
-        waiting: Sequence[Approval] = (),
+        waiting: Sequence[Approval] = (), release: LeaseRelease | None = None,
     ) -> None:  # fmt: skip
         self.flushing.set()
         await self.release.wait()
-        await super().finish_run(identity, run, new, done, waiting)
+        await super().finish_run(identity, run, new, done, waiting, release)
 
 
 async def test_a_cancel_during_the_flush_changes_nothing(tmp_path: Path, store: SqlStore, fake: ScriptedModel) -> None:
@@ -493,6 +493,42 @@ async def test_a_cancel_while_the_lease_is_released_still_frees_the_chat(leased:
     assert ends(await rest) == [("completed", "completed")]
     assert runs_of(leased).process.admission.gates == {} and await leases(leased) == []
     assert ends(await drain(await begin(leased, "next"))) == [("completed", "completed")]
+
+
+class FailingFlush(SqlStore):
+    """A store whose first flush of a run fails (its database refused the write)."""
+
+    failed: int = 0
+
+    async def finish_run(
+        self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
+        waiting: Sequence[Approval] = (), release: LeaseRelease | None = None,
+    ) -> None:  # fmt: skip
+        if not self.failed:
+            self.failed += 1
+            raise RuntimeError("the database refused the write")
+        await super().finish_run(identity, run, new, done, waiting, release)
+
+
+@ON_POSTGRES
+async def test_the_flush_lets_the_chat_go_and_a_flush_that_failed_still_does(
+    tmp_path: Path, store: SqlStore, fake: ScriptedModel
+) -> None:
+    """The lease is let go in the flush's own transaction; when that transaction fails, the run lets it go
+    by itself: either way the next run on the chat, here or in another process, need not wait for it."""
+    rt = make_runtime(tmp_path / "app", FailingFlush(store.db), app_files(fake.base_url), model=fake)
+    await runs_of(rt).process.share_chats()
+    lease = runs_of(rt).process.admission.lease
+    try:
+        fake.enqueue(Reply(text="lost"), Reply(text="kept"))
+        assert ends(await drain(await begin(rt, "first"))) == [("completed", "completed")]
+        assert await leases(rt) == []  # let go after the failed flush, by the run itself
+        assert ends(await drain(await begin(rt, "second"))) == [("completed", "completed")]
+        assert await leases(rt) == []  # let go with the flush
+        assert ("assistant", "kept", "completed") in await stored(rt)
+    finally:
+        await lease.aclose()
+        await rt.engines.aclose()
 
 
 @ON_POSTGRES

@@ -17,7 +17,7 @@ from yao_agent.identity import OPERATOR, Identity
 from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunRequest, Runtime
 from yao_agent.store import SqlStore
-from yao_agent.store.records import Approval, RunRecord, StepRecord
+from yao_agent.store.records import Approval, LeaseRelease, RunRecord, StepRecord
 from yao_agent.store.step_inputs import ToolRound
 from yao_agent.testing import Reply, ScriptedModel, ToolCall
 
@@ -33,7 +33,7 @@ class DiesBeforeItsFlush(SqlStore):
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
-        waiting: Sequence[Approval] = (),
+        waiting: Sequence[Approval] = (), release: LeaseRelease | None = None,
     ) -> None:  # fmt: skip
         return None
 

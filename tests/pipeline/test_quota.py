@@ -300,5 +300,5 @@ async def test_a_run_start_on_postgresql_checks_every_budget_and_limit_in_two_st
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
     for rt, expected in ((limited, 2), (plain, 1)):
         statements.clear()
-        assert await stage1.check(rt, BOB, f"run-{expected}") is (expected == 2)
+        assert (await stage1.check(rt, BOB, f"run-{expected}")).budgeted is (expected == 2)
         assert len([s for s in statements if s.strip() != ";"]) == expected, statements  # (";": the pool's ping)

@@ -30,7 +30,7 @@ from yao_agent.messages import ChatMessage
 from yao_agent.pipeline import RunRequest, Runtime, carry, permission
 from yao_agent.pipeline.options import RunOptions
 from yao_agent.store import SqlStore
-from yao_agent.store.records import Approval, RunRecord, StepRecord
+from yao_agent.store.records import Approval, LeaseRelease, RunRecord, StepRecord
 from yao_agent.testing import RecordedRequest, Reply, ScriptedModel
 
 pytestmark = pytest.mark.both_stores  # what it tests is what the database does
@@ -58,10 +58,10 @@ class DiesAfter(SqlStore):
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
-        waiting: Sequence[Approval] = (),
+        waiting: Sequence[Approval] = (), release: LeaseRelease | None = None,
     ) -> None:  # fmt: skip
         if not self.dead:
-            await super().finish_run(identity, run, new, done, waiting)
+            await super().finish_run(identity, run, new, done, waiting, release)
 
 
 @dataclass

@@ -127,8 +127,12 @@ def other(cluster: Cluster, server: Server) -> Server:
 
 
 def answered_by(nginx: Nginx, path: str) -> str:
-    """The server that answered the one request for `path` nginx has logged."""
-    (answer,) = nginx.answers(path)
+    """The server that answered the one request for `path` nginx has logged. nginx writes a request's line
+    once it has sent the response's last byte, which the client may have read a moment before: waited for."""
+    deadline = time.monotonic() + 10
+    while not (found := nginx.answers(path)) and time.monotonic() < deadline:
+        time.sleep(0.02)  # (nginx is another process: nothing on this loop writes its log)
+    (answer,) = found
     return answer.upstreams[-1]
 
 

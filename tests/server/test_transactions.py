@@ -85,6 +85,12 @@ async def test_a_non_streamed_request_costs_what_a_streamed_one_does(live: Live,
     _show(live.rt.store.db.dialect, found)
     for route in ("openai", "native"):
         assert found[f"{route} non-streamed"].works == found[f"{route} streamed"].works
+    # The role settings are read with the budgets, and the chat's lease (PostgreSQL) is let go in the
+    # flush: one transaction each, not two (docs/performance.md counts the rest).
+    claim = ["write PgLease._claim"] if live.rt.store.db.dialect == "postgresql" else []
+    assert [w.split(".<locals>")[0] for w in found["openai non-streamed"].works] == [
+        "read TokenStore.token_owner", "read QuotaStore.budget_work", *claim, "write ChatStore.load_and_start",
+        "write ChatStore.commit_steps", "write ChatStore.finish_run"]  # fmt: skip
 
 
 async def test_a_tool_round_that_waits_for_approval_and_its_decision(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sqlalchemy import event
@@ -67,6 +68,18 @@ class _Connection:
         return getattr(self._connection, name)
 
 
+def _name(work: Any) -> str:
+    """A transaction's work by the name of the function it runs: through PostgreSQL's retry wrapper
+    (engine.py keeps the work it wraps as `__wrapped__`) and `functools.partial` alike."""
+    while True:
+        if hasattr(work, "__wrapped__"):
+            work = work.__wrapped__
+        elif isinstance(work, partial):
+            work = work.func  # pyright: ignore[reportUnknownMemberType]
+        else:
+            return str(getattr(work, "__qualname__", work))
+
+
 @contextmanager
 def counting(db: Database) -> Generator[Counts]:
     """Count the store's work while the block runs (the counts are read after it, or as it goes)."""
@@ -78,7 +91,7 @@ def counting(db: Database) -> Generator[Counts]:
             counts.writes += 1
         else:
             counts.reads += 1
-        counts.works.append(f"{'write' if write else 'read'} {getattr(work, '__qualname__', work)}")
+        counts.works.append(f"{'write' if write else 'read'} {_name(work)}")
         return body(_Connection(connection, counts), work, write)
 
     def checkout(*_args: Any) -> None:

@@ -33,6 +33,28 @@ class RoleSettings(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class KnownRoles:
+    """One scope's role settings as read at the run's start (with its stage-1 checks, in their
+    transaction): that scope's lookups are answered from them, any other's by `rest`. A run resolves
+    against the settings of its start, whichever stage asks."""
+
+    scope: tuple[str, str]
+    roles: Mapping[str, tuple[str, ...]]
+    rest: RoleSettings
+
+    async def get_role(self, scope: tuple[str, str], role: str) -> tuple[str, ...] | None:
+        if scope != self.scope:
+            return await self.rest.get_role(scope, role)
+        return self.roles.get(role)
+
+
+def reads_roles(ref: str | None) -> bool:
+    """Whether resolving `ref` may read a scope's role settings (only an explicit connector id never does)."""
+    ref = (ref or "").strip()
+    return not ref or ref.startswith(ROLE_PREFIX) or "$ENV." in ref
+
+
+@dataclass(frozen=True, slots=True)
 class Resolution:
     ref: str
     role: str | None

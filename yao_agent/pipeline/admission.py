@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from yao_agent.base.aio import uncancel, wait_despite_cancel
 from yao_agent.errors import ChatBusy
 from yao_agent.store.leases import Lease, LocalLease
+from yao_agent.store.records import LeaseRelease
 from yao_agent.vocabulary import OnBusy
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class Ticket:
     cancel: Callable[[], None] = lambda: None
     cancelled: bool = False
     interrupts: bool = False  # on_busy: interrupt (the other processes are told to cancel too)
+    holds_lease: bool = False  # the chat's lease is this run's (acquired, not yet let go)
     turn: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -144,24 +146,33 @@ class Admission:
         run ends — even cancelled again while it lets go — the chat is let go, so the next request
         always gets its turn.
         """
-        holds_lease = False
         try:
             cancelled = await self._interrupt_elsewhere(ticket)
             cancelled = await wait_despite_cancel(ticket.turn.wait()) or cancelled
             if not (cancelled or self.is_cancelled(ticket)):
                 try:
                     await self.lease.acquire(ticket.chat_id, ticket.state.run_id)
-                    holds_lease = True
+                    ticket.holds_lease = True
                 except asyncio.CancelledError:
                     uncancel()  # (a cancelled acquire holds nothing)
                     cancelled = True
             yield cancelled or self.is_cancelled(ticket)
         finally:
             try:
-                if holds_lease:
+                if ticket.holds_lease:
                     await self._release(self.lease, ticket)
             finally:
                 self.finish(ticket)
+
+    def letting_go(self, ticket: Ticket) -> LeaseRelease | None:
+        """The chat's lease let go in the transaction that stores the run (its flush: one transaction less
+        per run), where a lease is held in the store; `let_go` once that transaction committed, else
+        `enter` lets go on its own as it ends."""
+        return self.lease.releasing(ticket.chat_id, ticket.state.run_id) if ticket.holds_lease else None
+
+    @staticmethod
+    def let_go(ticket: Ticket) -> None:
+        ticket.holds_lease = False
 
     async def _interrupt_elsewhere(self, ticket: Ticket) -> bool:
         """`interrupt`: the other processes cancel what they accepted for the chat before this request."""

@@ -23,7 +23,7 @@ from typing import Any
 from yao_agent.base.jsonvalue import as_list, as_mapping
 from yao_agent.connectors import CallOptions, ModelRequest, resolve_connectors
 from yao_agent.messages import SUMMARY_HEADING, ChatMessage, canonical, text_of
-from yao_agent.pipeline import aside
+from yao_agent.pipeline import aside, connector
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.pipeline.window import Window, cut_results, window_of
@@ -124,8 +124,8 @@ async def _summarise(
     """The summariser's text, and its connector's id."""
     chain = state.chain
     if state.assistant.context.summarize_with is not None:
-        found = await resolve_connectors(state.assistant.context.summarize_with, rt.app, state.identity, rt.store,
-                                         rt.environ)  # fmt: skip
+        found = await resolve_connectors(state.assistant.context.summarize_with, rt.app, state.identity,
+                                         connector.settings(rt, state), rt.environ)  # fmt: skip
         chain = found.connectors
     own = window_of(state, chain)
     reply = max(256, min(4096, window.budget // 4)) if window.budget is not None else 1024

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from yao_agent.connectors import resolve_connectors
+from yao_agent.connectors import RoleSettings, resolve_connectors
 from yao_agent.connectors.capabilities import cannot_read_images, has_images
 from yao_agent.errors import ModelError
 from yao_agent.pipeline.runtime import Runtime
@@ -12,9 +12,15 @@ from yao_agent.pipeline.state import RunState
 async def resolve(rt: Runtime, state: RunState) -> None:
     chosen = state.options.connector  # by the Create hook: never resolved from the environment
     ref = chosen or state.assistant.connector
-    found = await resolve_connectors(str(ref), rt.app, state.identity, rt.store, rt.environ, from_app=not chosen)
+    found = await resolve_connectors(str(ref), rt.app, state.identity, settings(rt, state), rt.environ,
+                                     from_app=not chosen)  # fmt: skip
     state.chain = found.connectors
     refuse_unreadable(state)
+
+
+def settings(rt: Runtime, state: RunState) -> RoleSettings:
+    """Where the run's role lookups go: the settings read with its stage-1 checks, else the store."""
+    return state.root.roles or rt.store
 
 
 def refuse_unreadable(state: RunState) -> None:

@@ -29,7 +29,7 @@ from yao_agent.errors import GuardrailBlocked, HookError, OverBudget
 from yao_agent.events import Guardrail
 from yao_agent.guardrails.checks import Hit, scan
 from yao_agent.guardrails.stream import STREAMED, HoldBack
-from yao_agent.pipeline import aside
+from yao_agent.pipeline import aside, connector
 from yao_agent.pipeline.hostapi import hook_context
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
@@ -174,7 +174,7 @@ async def _classified(rt: Runtime, state: RunState, stage: str, check: GuardChec
     assert check.classifier is not None
     given = check.classifier
     try:
-        found = await resolve_connectors(given.with_, rt.app, state.identity, rt.store, rt.environ)
+        found = await resolve_connectors(given.with_, rt.app, state.identity, connector.settings(rt, state), rt.environ)
         asked = [{"role": "system", "content": CLASSIFY.format(prompt=given.prompt)}, {"role": "user", "content": text}]
         request = ModelRequest(messages=asked, options=CallOptions(temperature=0))
         async with asyncio.timeout(given.timeout_s):

@@ -25,12 +25,14 @@ from typing import Any
 
 from yao_agent.base.aio import finish_despite_cancel
 from yao_agent.connectors import CallOptions, ModelRequest
+from yao_agent.connectors.resolve import KnownRoles, reads_roles
 from yao_agent.dsl.specs import ConnectorSpec
 from yao_agent.errors import BudgetExceeded, OverBudget, RateLimited
 from yao_agent.identity import Identity
 from yao_agent.metering.pricing import price_of
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.admission import RoleTable
 from yao_agent.store.holds import Hold, Reached, Scope
 from yao_agent.store.ledger import ScopeKind, day_of
 from yao_agent.store.quota import Limits, RateRule, Spending
@@ -43,19 +45,38 @@ OUTPUT_TOKENS = 4096  # what a call may write when neither it nor its connector 
 CHARS_PER_TOKEN = 4  # a call's input, estimated for its hold without a tokenizer
 
 
-async def check(rt: Runtime, identity: Identity, run_id: str) -> bool:
+async def check(rt: Runtime, identity: Identity, run_id: str, roles: tuple[str, str] | None = None) -> Checked:
     """Refuse the run if a budget is spent or a rate limit reached; else count it against the limits.
-    Whether a budget holds the run (then each of its model calls is checked too: `RunState.budgeted`).
-    Both read in one transaction (on PostgreSQL, two statements: store/admission.py)."""
+    Whether a budget holds the run (then each of its model calls is checked too: `RunState.budgeted`),
+    and the role settings of the scope `roles` names (read with the checks, for stage 4).
+    All read in one transaction (on PostgreSQL, two statements: store/admission.py)."""
     now = datetime.fromtimestamp(rt.clock(), UTC)
     starts = {window: window_start(window, now).timestamp() for window in WINDOWS}
     rules = rate_rules(rt, identity)
-    spending, rate = await rt.store.start_checks(identity, defaults_of(rt, identity), starts, rules, run_id)
-    _refuse_spent(identity, spending, now)  # a budget's refusal comes first: that run was not counted
-    if rate is not None:
-        wait, rule = rate
+    found = await rt.store.start_checks(identity, defaults_of(rt, identity), starts, rules, run_id, roles)
+    _refuse_spent(identity, found.spending, now)  # a budget's refusal comes first: that run was not counted
+    if found.rate is not None:
+        wait, rule = found.rate
         raise RateLimited(_rate_message(identity, rule, wait), retry_after=wait)
-    return any(spending.values())
+    return Checked(any(found.spending.values()), found.roles)
+
+
+async def admit(rt: Runtime, state: RunState) -> None:
+    """Stage 1 for the run `state` is (`check`), reading with it the role settings its connector resolves
+    through, unless the assistant names a connector outright: stage 4 then asks the store nothing."""
+    scope = state.identity.settings_scope if reads_roles(str(state.assistant.connector or "")) else None
+    checked = await check(rt, state.identity, state.run_id, scope)
+    state.budgeted = checked.budgeted
+    if scope is not None and checked.roles is not None:
+        state.roles = KnownRoles(scope, checked.roles, rt.store)
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A run the checks let start: whether a budget holds it, and the role settings read for it."""
+
+    budgeted: bool
+    roles: RoleTable | None = None
 
 
 def kinds_of(identity: Identity) -> tuple[ScopeKind, ...]:

@@ -23,6 +23,7 @@ from yao_agent.pipeline.buffer import log
 from yao_agent.pipeline.outcomes import End, Wait
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
+from yao_agent.store.records import LeaseRelease
 
 
 async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ticket) -> None:
@@ -56,7 +57,9 @@ async def execute(rt: Runtime, state: RunState, admission: Admission, ticket: Ti
                 turns.fold_appended(rt, state)  # appended while a call that then failed ran: kept, if unanswered
                 await close.settle(rt, state, outcome)
                 try:
-                    await finish_despite_cancel(flush(rt, state))
+                    letting_go = admission.letting_go(ticket)
+                    if await finish_despite_cancel(flush(rt, state, letting_go)) and letting_go is not None:
+                        admission.let_go(ticket)
                 except asyncio.CancelledError:
                     uncancel()  # a cancel during the flush: the outcome was already settled and is now stored
     finally:
@@ -77,18 +80,20 @@ async def work(rt: Runtime, state: RunState) -> End:
     return await turns.converse(rt, state)  # 6–9. Create hook, LLM, tools, Next hook / tool loop
 
 
-async def flush(rt: Runtime, state: RunState) -> None:
+async def flush(rt: Runtime, state: RunState, release: LeaseRelease | None = None) -> bool:
     """Write the run's messages and steps the journal did not commit, and its outcome, in one transaction
-    (input first, if not yet)."""
+    (input first, if not yet), the chat's lease let go in it when `release` says so; whether it was stored."""
     try:
         if not state.stored:
             await history.load(rt, state)
         messages, steps = state.buffer.pending()  # what the step journal has not committed yet
         state.run.carry = carry.snapshot(state)  # what the run decided, for a resume of it
         waiting = approvals.to_store(state) if state.run.status == "waiting" else ()  # the calls it stopped for
-        await rt.store.finish_run(state.identity, state.run, messages, steps, waiting)
+        await rt.store.finish_run(state.identity, state.run, messages, steps, waiting, release)
     except Exception:
         log.exception("run %s could not be stored", state.run_id)
+        return False
+    return True
 
 
 __all__ = ["execute", "flush", "work"]

@@ -25,7 +25,7 @@ from yao_agent.events import References
 from yao_agent.knowledge.references import Reference, citations, prompt
 from yao_agent.knowledge.search import Ask
 from yao_agent.messages import Cited, text_of
-from yao_agent.pipeline import aside, journal
+from yao_agent.pipeline import aside, connector, journal
 from yao_agent.pipeline.runtime import Runtime
 from yao_agent.pipeline.state import RunState
 from yao_agent.tools import ToolOutcome, ToolSpec
@@ -90,7 +90,8 @@ async def _wanted(rt: Runtime, state: RunState, plan: Plan) -> bool:
     """`auto`: the intent check, a short call through `intent_with` (metered like every call). When it
     fails, the search runs: a needless search costs less than a missed one."""
     try:
-        found = await resolve_connectors(plan.settings.intent_with, rt.app, state.identity, rt.store, rt.environ)
+        found = await resolve_connectors(plan.settings.intent_with, rt.app, state.identity,
+                                         connector.settings(rt, state), rt.environ)  # fmt: skip
         request = ModelRequest(messages=[{"role": "system", "content": INTENT_PROMPT},
                                          {"role": "user", "content": plan.query}],
                                options=CallOptions(max_tokens=3, temperature=0))  # fmt: skip

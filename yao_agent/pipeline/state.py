@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from yao_agent.connectors.resolve import KnownRoles
 from yao_agent.dsl.specs import AssistantSpec, ConnectorSpec, Guardrails
 from yao_agent.errors import DelegateError
 from yao_agent.events import Event
@@ -134,6 +135,7 @@ class RunState:
     searched: bool = False  # the search step has run (or had nothing to do): a resume does not search again
     references: list[ReferenceOut] = field(default_factory=list["ReferenceOut"])  # what searches gave the model
     budgeted: bool = False  # the root's: a budget held it at its start, so each model call is checked (quota.py)
+    roles: KnownRoles | None = None  # the root's: its scope's role settings, read with its stage-1 checks
     guardrails: Guardrails | None = None  # app.yml's and its assistant's, once asked for (guard.py)
     # Set once the input guardrails have passed the input or blocked it (or the run ended first): a
     # streamed front door waits for it, so a blocked input is an HTTP error, not a stream (guard.py).

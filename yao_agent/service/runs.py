@@ -111,7 +111,7 @@ class Runs:
         await client_tools.check_offer(rt, state)  # a name clash is refused before the run starts
         on_busy = request.on_busy or state.assistant.on_busy
         try:
-            state.budgeted = await quota.check(rt, state.identity, state.run_id)  # budgets, rate limits (stage 1)
+            await quota.admit(rt, state)  # budgets, rate limits (stage 1)
             if on_busy == "reject" and await admission.held_elsewhere(state.chat_id):
                 raise ChatBusy(f"chat '{state.chat_id}' is busy with a run in another process (on_busy: reject)")
             ticket = admission.accept(state, on_busy)

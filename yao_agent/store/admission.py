@@ -9,6 +9,9 @@ commit without waiting for the disk: a rate event lost with a crash of the datab
 one more run start in that minute. Taken apart from the second, since a statement reads the snapshot
 of its start: one that waited for a lock inside it would not see the runs its holder admitted.
 
+With the checks, the same transaction reads the role settings of the scope the run's connector resolves
+through (`roles`): stage 4 then asks no transaction of its own (connectors/resolve.py `KnownRoles`).
+
 The second reads everything the checks decide on — both scopes' own budget settings, their spend today
 and this month (from `spend_days`: at most a month of rows, however many calls), their runs and model
 tokens of the last minute — and records the run against the rate limits when none is reached. A run a
@@ -19,18 +22,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from sqlalchemy import text
 
 from yao_agent.identity import Identity
-from yao_agent.store import ledger
+from yao_agent.store import ledger, runlog
 from yao_agent.store.ledger import ScopeKind
 from yao_agent.store.quota import WINDOW_S, Limits, Own, QuotaStore, RateRule, Spending, lock_key, until
 from yao_agent.store.tx import Sql, Tx
 
-Admission = tuple[Spending, tuple[float, RateRule] | None]
+RoleTable = dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What a run's stage-1 checks read: per scope its budgets and spend, the rate limit reached (None: the
+    run was counted, or a budget refuses it and it was not), and the role settings asked for."""
+
+    spending: Spending
+    rate: tuple[float, RateRule] | None = None
+    roles: RoleTable | None = None
+
 
 _NO_FLUSH = "set_config('synchronous_commit', 'off', true)"
 LOCKS = {
@@ -95,9 +110,9 @@ FROM counted
 class _Refused(Exception):
     """A budget refuses the run after the statement recorded it: roll the recording back."""
 
-    def __init__(self, spending: Spending) -> None:
+    def __init__(self, admission: Admission) -> None:
         super().__init__("refused by a budget")
-        self.spending = spending
+        self.admission = admission
 
 
 class AdmissionStore(QuotaStore):
@@ -110,20 +125,21 @@ class AdmissionStore(QuotaStore):
         since: Mapping[str, float],
         rules: Sequence[RateRule],
         run_id: str,
+        roles: tuple[str, str] | None = None,
     ) -> Admission:
-        """Per scope its budgets and spend (as `budget_state`), and the rate limit reached (as `admit`:
-        None when the run was counted, or when a budget refuses it: then it is not counted)."""
+        """The checks (budgets and spend as `budget_state`, rate limits as `admit`), and the role settings of
+        the scope `roles` names, in one transaction (SQLite: in two when a rate limit is set)."""
         if self.db.dialect != "postgresql" or not rules:  # (without a rate limit, the smaller reads cost less)
-            spending = await self.budget_state(identity, defaults, since)
+            spending, table = await self.db.read_tx(partial(self.budget_work, identity, defaults, since, roles))
             if not rules or reached(spending):
-                return spending, None
-            return spending, await self.admit(identity, run_id, rules)
+                return Admission(spending, None, table)
+            return Admission(spending, await self.admit(identity, run_id, rules), table)
         work = partial(_checks, identity=identity, defaults=defaults, since=since, rules=rules, run_id=run_id,
-                       clock=self.clock)  # fmt: skip
+                       clock=self.clock, roles=roles)  # fmt: skip
         try:
             return await self.db.write_tx(work)
         except _Refused as refused:
-            return refused.spending, None
+            return refused.admission
 
 
 def reached(spending: Spending) -> bool:
@@ -140,7 +156,9 @@ def _checks(
     rules: Sequence[RateRule],
     run_id: str,
     clock: Callable[[], float],
+    roles: tuple[str, str] | None,
 ) -> Admission:
+    table = runlog.scope_roles(tx, roles) if roles is not None else None
     scopes = sorted({ledger.scope_of(identity, rule.kind) for rule in rules})
     tx.execute(LOCKS[len(scopes)], {f"k{n}": lock_key(*scope) for n, scope in enumerate(scopes)})
     now = clock()  # once the locks are held (quota._admit says why)
@@ -152,10 +170,10 @@ def _checks(
     for rule in rules:
         used, first = counted[(rule.kind, rule.counts)]
         if used >= rule.limit:
-            return spending, (until(first, now), rule)
+            return Admission(spending, (until(first, now), rule), table)
     if reached(spending):
-        raise _Refused(spending)
-    return spending, None
+        raise _Refused(Admission(spending, None, table))
+    return Admission(spending, None, table)
 
 
 def _params(identity: Identity, since: Mapping[str, float], limit: Mapping[tuple[str, str], float], run_id: str,

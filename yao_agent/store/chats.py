@@ -20,9 +20,11 @@ from yao_agent.messages import ChatMessage
 from yao_agent.store import approvals, journal, runlog, step_inputs, versions
 from yao_agent.store.audit import actor_of
 from yao_agent.store.engine import Database
+from yao_agent.store.notices import let_go
 from yao_agent.store.records import (
     Approval,
     ChatRecord,
+    LeaseRelease,
     Loaded,
     ResumePoint,
     Rewind,
@@ -218,10 +220,10 @@ class ChatStore:
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
-        waiting: Sequence[Approval] = (),
+        waiting: Sequence[Approval] = (), release: LeaseRelease | None = None,
     ) -> None:  # fmt: skip
         """The deferred flush: the run's messages, steps and outcome, in one transaction; with the calls it
-        waits for when it ends `waiting`."""
+        waits for when it ends `waiting`; with the chat's lease let go when `release` says so."""
         identity = _require(identity)
         fallback = self.clock()
 
@@ -231,6 +233,8 @@ class ChatStore:
                 raise NotFound(f"no chat '{run.chat_id}'")
             runlog.finish(tx, run, chat, new, done, fallback)
             approvals.add(tx, run.chat_id, waiting, fallback)
+            if release is not None:
+                let_go(tx, release)
 
         await self.db.write_tx(work)
 

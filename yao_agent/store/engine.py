@@ -136,6 +136,7 @@ class Database:
             begun.append(tx)
             return work(tx)
 
+        tracked.__wrapped__ = work  # pyright: ignore[reportFunctionMemberAccess]  (what it runs, for whoever counts)
         try:
             try:
                 result = self._body(driver, tracked, write)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects import postgresql
 
 from yao_agent.base.aio import finish_despite_cancel
@@ -38,11 +38,12 @@ from yao_agent.errors import NoActiveRun, UsageError, YaoAgentError
 from yao_agent.identity import Identity
 from yao_agent.store.chats import mark_interrupted
 from yao_agent.store.engine import Database
+from yao_agent.store.notices import CHANNEL, let_go, notify
+from yao_agent.store.records import LeaseRelease
 from yao_agent.store.schema import chat_leases, runs
 from yao_agent.store.tx import Sql, Tx
 
 log = logging.getLogger("yao_agent.lease")
-CHANNEL = "yao_agent_chats"
 TTL_S = 15.0  # a dead process blocks a chat at most this long
 RENEW_S = 4.0
 POLL_S = 1.0  # re-check a held chat this often even if no release notice arrives
@@ -69,6 +70,7 @@ class Lease(Protocol):
     def now(self) -> float: ...  # the clock every process compares by (the database's)
     async def acquire(self, chat_id: str, run_id: str) -> None: ...
     async def release(self, chat_id: str, run_id: str) -> None: ...
+    def releasing(self, chat_id: str, run_id: str) -> LeaseRelease | None: ...  # to let go with the run's flush
     async def held_elsewhere(self, chat_id: str) -> bool: ...  # another process holds it now
     def busy_elsewhere(self, chat_id: str) -> bool: ...  # a run here waits for another process's
     async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None: ...
@@ -112,6 +114,9 @@ class LocalLease:
     async def release(self, chat_id: str, run_id: str) -> None:
         return None
 
+    def releasing(self, chat_id: str, run_id: str) -> LeaseRelease | None:
+        return None  # nothing is held in the store
+
     async def held_elsewhere(self, chat_id: str) -> bool:
         return False
 
@@ -131,10 +136,8 @@ class LocalLease:
 _CHAT = chat_leases.c.chat_id == bindparam("chat_id")
 HOLDER = Sql(select(chat_leases.c.owner).where(_CHAT, chat_leases.c.expires_at > bindparam("now")))
 HOLDING_RUN = Sql(select(chat_leases.c.run_id).where(_CHAT))
-RELEASE = Sql(delete(chat_leases).where(_CHAT, chat_leases.c.run_id == bindparam("run_id")))
 EXTEND = Sql(update(chat_leases).where(_CHAT, chat_leases.c.run_id == bindparam("run_id")), columns=("expires_at",))
 HEARTBEAT = Sql(update(runs).where(runs.c.id == bindparam("run_id")), columns=("heartbeat_at",))
-NOTIFY = Sql(select(func.pg_notify(bindparam("channel"), bindparam("payload"))))
 DB_NOW = Sql(select(func.extract("epoch", func.clock_timestamp())))
 
 
@@ -271,20 +274,22 @@ class PgLease:
             log.exception("could not give back chat %s after a cancelled claim", chat_id)
 
     async def release(self, chat_id: str, run_id: str) -> None:
+        release = self.releasing(chat_id, run_id)
+        await self.db.write_tx(lambda tx: let_go(tx, release))
+
+    def releasing(self, chat_id: str, run_id: str) -> LeaseRelease:
+        """The release, for a transaction that stores the run (`finish_run`) to let go with: the renewals
+        stop now, and the other processes hear of it when that transaction commits. If it does not commit,
+        `release` is still to be called (it is safe to repeat)."""
         renewal = self._renewals.pop(chat_id, None)
         if renewal is not None:
             renewal.cancel()
-
-        def work(tx: Tx) -> None:
-            tx.execute(RELEASE, {"chat_id": chat_id, "run_id": run_id})
-            _notify(tx, {"op": "release", "chat_id": chat_id})
-
-        await self.db.write_tx(work)
+        return LeaseRelease(chat_id, run_id)
 
     async def cancel_everywhere(self, chat_id: str, at: float | None = None) -> None:
         """Tell the other processes to cancel what they accepted for the chat up to now (or `at`)."""
         message = {"op": "cancel", "chat_id": chat_id, "at": self.now() if at is None else at, "from": self.owner}
-        await self.db.write_tx(lambda tx: _notify(tx, message))
+        await self.db.write_tx(lambda tx: notify(tx, message))
 
     async def cancel_counted(self, chat_id: str) -> int:
         """`cancel_everywhere`, and how many runs and requests the other processes cancelled.
@@ -300,7 +305,7 @@ class PgLease:
         tally = self._tallies[key] = _Tally(holder or "")
         try:
             message = {"op": "cancel", "chat_id": chat_id, "at": self.now(), "from": self.owner, "tally": key}
-            await self.db.write_tx(lambda tx: _notify(tx, message))
+            await self.db.write_tx(lambda tx: notify(tx, message))
             if holder is None or holder == self.owner:
                 return tally.count
             with contextlib.suppress(TimeoutError):
@@ -326,7 +331,7 @@ class PgLease:
             )
         reply = self._replies[key] = asyncio.get_running_loop().create_future()
         try:
-            await self.db.write_tx(lambda tx: _notify(tx, message))
+            await self.db.write_tx(lambda tx: notify(tx, message))
             answer = await asyncio.wait_for(reply, ANSWER_S)
         except TimeoutError:
             raise NoActiveRun(f"chat '{chat_id}': the process running it did not answer; send the messages as a "
@@ -451,7 +456,7 @@ class PgLease:
 
         async def send() -> None:
             try:
-                await self.db.write_tx(lambda tx: _notify(tx, answer))
+                await self.db.write_tx(lambda tx: notify(tx, answer))
             except Exception:
                 log.exception(failed)
 
@@ -462,11 +467,6 @@ class PgLease:
 
 def _text_or_none(value: Any) -> str | None:
     return str(value) if value else None
-
-
-def _notify(tx: Tx, message: dict[str, Any]) -> None:
-    """Tell every listening process (delivered when the transaction commits)."""
-    tx.execute(NOTIFY, {"channel": CHANNEL, "payload": json.dumps(message)})
 
 
 def lease_for(

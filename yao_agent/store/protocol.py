@@ -42,6 +42,7 @@ from yao_agent.store.quota import BudgetSetting, Limits, Own, RateRule, Spending
 from yao_agent.store.records import (
     Approval,
     ChatRecord,
+    LeaseRelease,
     Loaded,
     ResumePoint,
     Rewind,
@@ -79,7 +80,7 @@ class RunStore(Protocol):
 
     async def finish_run(
         self, identity: Identity, run: RunRecord, new: Sequence[ChatMessage], done: Sequence[StepRecord],
-        waiting: Sequence[Approval] = (),
+        waiting: Sequence[Approval] = (), release: LeaseRelease | None = None,
     ) -> None: ...  # fmt: skip
 
     async def resume_point(self, identity: Identity, chat_id: str) -> ResumePoint | None: ...
@@ -107,6 +108,7 @@ class RunStore(Protocol):
         since: Mapping[str, float],
         rules: Sequence[RateRule],
         run_id: str,
+        roles: tuple[str, str] | None = None,
     ) -> Admission: ...
 
     async def take_hold(self, identity: Identity, defaults: Mapping[ScopeKind, Limits], days: Mapping[str, str],

@@ -15,6 +15,7 @@ import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Float, bindparam, delete, func, select, text
@@ -23,7 +24,7 @@ from sqlalchemy.sql import ClauseElement
 
 from yao_agent.errors import PermissionDenied
 from yao_agent.identity import Identity, Operator
-from yao_agent.store import audit, ledger
+from yao_agent.store import audit, ledger, runlog
 from yao_agent.store.audit import CLI, Actor
 from yao_agent.store.engine import Database
 from yao_agent.store.ledger import ScopeKind
@@ -134,18 +135,26 @@ class QuotaStore:
         budget: `Own.budget`), and what it spent since the start of each window it has a budget in
         (`since`: window → its start); read in one transaction, and no spend is summed for a scope without
         budgets."""
+        spending, _ = await self.db.read_tx(partial(self.budget_work, identity, defaults, since, None))
+        return spending
 
-        def work(tx: Tx) -> Spending:
-            found: Spending = {}
-            own = owns(tx, identity)
-            for kind, default in defaults.items():
-                mine = own.get(kind, Own())
-                budget = {window: mine.budget(window, limit) for window, limit in default.items()}
-                found[kind] = {w: (limit, ledger.spent(tx, identity, kind, since[w])) for w, limit in budget.items()
-                               if limit is not None}  # fmt: skip
-            return found
-
-        return await self.db.read_tx(work)
+    @staticmethod
+    def budget_work(
+        identity: Identity,
+        defaults: Mapping[ScopeKind, Limits],
+        since: Mapping[str, float],
+        roles: tuple[str, str] | None,
+        tx: Tx,
+    ) -> tuple[Spending, dict[str, tuple[str, ...]] | None]:
+        """`budget_state`'s reads, and the role settings of the scope `roles` names (None: not read)."""
+        found: Spending = {}
+        own = owns(tx, identity)
+        for kind, default in defaults.items():
+            mine = own.get(kind, Own())
+            budget = {window: mine.budget(window, limit) for window, limit in default.items()}
+            found[kind] = {w: (limit, ledger.spent(tx, identity, kind, since[w])) for w, limit in budget.items()
+                           if limit is not None}  # fmt: skip
+        return found, runlog.scope_roles(tx, roles) if roles is not None else None
 
     async def own_budgets(self, identity: Identity, kinds: Sequence[ScopeKind]) -> dict[ScopeKind, Own]:
         return await self.db.read_tx(lambda tx: {kind: _own(tx, identity, kind) for kind in kinds})

@@ -104,6 +104,14 @@ ApprovalStatus = Literal["pending", "approved", "denied"]
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseRelease:
+    """A run's lease of its chat, to let go (store/notices.py) in the transaction that stores the run."""
+
+    chat_id: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Approval:
     """A tool call that waited for a person (CONTRACT §4.8), and what was decided: by whom, when, why."""
 

@@ -92,6 +92,19 @@ def plain_text(value: str | None) -> str | None:
     return value.replace("\x00", "") if value and "\x00" in value else value
 
 
+SCOPE_ROLES = Sql(
+    select(role_settings.c.role, role_settings.c.connectors).where(
+        role_settings.c.scope_kind == bindparam("kind"), role_settings.c.scope_id == bindparam("owner")
+    )
+)
+
+
+def scope_roles(tx: Tx, scope: tuple[str, str]) -> dict[str, tuple[str, ...]]:
+    """Every role one scope sets, with the connectors it maps each to (a scope sets a handful at most)."""
+    return {role: tuple(found) for role, found in tx.tuples(SCOPE_ROLES, {"kind": scope[0], "owner": scope[1]})
+            if found}  # fmt: skip
+
+
 def role_connectors(tx: Tx, kind: str, owner: str, role: str) -> tuple[str, ...] | None:
     """The connectors one scope maps a role to, None if it sets none."""
     found = tx.scalar(SELECT_ROLE, {"kind": kind, "owner": owner, "role": role})
