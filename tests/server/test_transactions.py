@@ -70,10 +70,10 @@ async def _kinds(live: Live, provider: FakeProvider) -> dict[str, Counts]:
 
 
 def _show(dialect: str, found: dict[str, Counts]) -> None:
-    print(f"\n{dialect}: kind: transactions (reads + writes), statements, checkouts")
+    print(f"\n{dialect}: kind: transactions (reads + writes), statements, checkouts, round trips")
     for kind, counts in found.items():
         print(f"  {kind}: {counts.transactions} ({counts.reads} + {counts.writes}), {counts.statements}, "
-              f"{counts.checkouts}: {', '.join(counts.works)}")  # fmt: skip
+              f"{counts.checkouts}, {counts.round_trips}: {', '.join(counts.works)}")  # fmt: skip
 
 
 async def test_a_non_streamed_request_costs_what_a_streamed_one_does(live: Live, provider: FakeProvider) -> None:
@@ -91,6 +91,10 @@ async def test_a_non_streamed_request_costs_what_a_streamed_one_does(live: Live,
     assert [w.split(".<locals>")[0] for w in found["openai non-streamed"].works] == [
         "read TokenStore.token_owner", "read QuotaStore.budget_work", *claim, "write ChatStore.load_and_start",
         "write ChatStore.commit_steps", "write ChatStore.finish_run"]  # fmt: skip
+    if live.rt.store.db.dialect == "postgresql":  # reads without BEGIN and COMMIT (store/engine.py `begin`)
+        plain = found["openai non-streamed"]
+        assert (plain.begins, plain.commits) == (plain.writes, plain.writes)
+        assert plain.round_trips == plain.statements + 2 * plain.writes
 
 
 async def test_a_tool_round_that_waits_for_approval_and_its_decision(

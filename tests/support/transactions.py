@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy import event
 
 from yao_agent.store.engine import Database
@@ -33,10 +35,14 @@ class Counts:
     def transactions(self) -> int:
         return self.reads + self.writes
 
-    def round_trips(self, dialect: str) -> int:
-        """PostgreSQL's round trips: each transaction's BEGIN and COMMIT around its statements; SQLite
-        has none (it is in-process): its figure is its statements and the BEGIN and COMMIT alike."""
-        return self.statements + 2 * self.transactions
+    begins: int = 0  # PostgreSQL: the BEGINs psycopg sent (before a transaction's first statement)
+    commits: int = 0  # PostgreSQL: the COMMITs it is to send (a transaction's work done, one open)
+
+    @property
+    def round_trips(self) -> int:
+        """PostgreSQL's round trips: the statements, and each BEGIN and COMMIT around them (SQLite has
+        none: it is in-process)."""
+        return self.statements + self.begins + self.commits
 
 
 class _Cursor:
@@ -46,12 +52,18 @@ class _Cursor:
         self._cursor, self._counts = cursor, counts
 
     def execute(self, *args: Any) -> Any:
-        self._counts.statements += 1
+        self._count()
         return self._cursor.execute(*args)
 
     def executemany(self, *args: Any) -> Any:
-        self._counts.statements += 1
+        self._count()
         return self._cursor.executemany(*args)
+
+    def _count(self) -> None:
+        self._counts.statements += 1
+        driver = self._cursor.connection
+        if _opens_a_transaction(driver):
+            self._counts.begins += 1  # psycopg sends BEGIN first, a round trip of its own
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cursor, name)
@@ -66,6 +78,21 @@ class _Connection:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._connection, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            super().__setattr__(name, value)
+        else:  # (the driver's own settings: `autocommit`)
+            setattr(self._connection, name, value)
+
+
+def _opens_a_transaction(driver: Any) -> bool:
+    """Whether a statement on this driver connection is preceded by psycopg's BEGIN."""
+    return isinstance(driver, psycopg.Connection) and not driver.autocommit and not _in_transaction(driver)
+
+
+def _in_transaction(driver: Any) -> bool:
+    return isinstance(driver, psycopg.Connection) and driver.info.transaction_status != TransactionStatus.IDLE
 
 
 def _name(work: Any) -> str:
@@ -92,7 +119,10 @@ def counting(db: Database) -> Generator[Counts]:
         else:
             counts.reads += 1
         counts.works.append(f"{'write' if write else 'read'} {_name(work)}")
-        return body(_Connection(connection, counts), work, write)
+        result = body(_Connection(connection, counts), work, write)
+        if _in_transaction(connection):
+            counts.commits += 1  # what engine.py sends next
+        return result
 
     def checkout(*_args: Any) -> None:
         counts.checkouts += 1

@@ -69,9 +69,14 @@ def shown(url: URL) -> str:
 
 def begin(connection: Any, dialect: str, *, write: bool) -> None:
     """Open a transaction on a driver connection: on SQLite a writing one takes the write lock now
-    (so it cannot fail half-way for want of it); psycopg opens one with the first statement."""
+    (so it cannot fail half-way for want of it); psycopg opens one with the first statement (its own
+    round trip, and the COMMIT another). A read on PostgreSQL opens none: its statements run in
+    autocommit, each under its own snapshot, which is what READ COMMITTED (the store's isolation:
+    `connect`) gives the statements of a transaction too, two round trips sooner."""
     if dialect == "sqlite":
         connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    else:
+        connection.autocommit = not write
 
 
 class Database:
@@ -156,13 +161,15 @@ class Database:
             self._give_back(connection)
 
     def _give_back(self, connection: Any) -> None:
-        gone = _closed_under(connection.driver_connection)
+        driver: Any = connection.driver_connection
+        gone = _closed_under(driver)
+        kept = self.dialect != "postgresql" or _transactional_again(driver)
         if gone:
             # Every connection of the pool opened before now goes too (recycled when next checked out), as
             # SQLAlchemy does on a disconnect: a server that restarted closed them all.
             self.engine.pool._invalidate(connection, _checkin=False)  # pyright: ignore[reportPrivateUsage]
         with self._giving_back:
-            if self._closed or gone:  # disposed meanwhile (nobody would ever close it), or dead
+            if self._closed or gone or not kept:  # disposed meanwhile (nobody would ever close it), or dead
                 connection.invalidate()  # (closes the driver's connection)
             else:
                 connection.close()  # back to the pool
@@ -212,6 +219,18 @@ class Database:
             self.engine.dispose()
 
 
+def _transactional_again(driver: Any) -> bool:
+    """A read's connection back out of autocommit (`begin`): SQLAlchemy's own uses of a pooled connection
+    (migrations) expect transactions. False when it cannot be (not idle, or gone): never handed out again."""
+    if not driver.autocommit:
+        return True
+    try:
+        driver.autocommit = False
+    except Exception:
+        return False
+    return True
+
+
 class _Dropped(Exception):
     """A transaction failed, before its commit, on a connection the server had closed: nothing of it was kept."""
 
@@ -243,7 +262,9 @@ def connect(url: URL) -> Database:
         threaded = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8)
         _tune_sqlite(threaded, busy_timeout_ms=30_000)
         return Database(threaded, workers=4, inline=str(path))
-    return Database(create_engine(url, pool_size=10, max_overflow=20), workers=10)
+    # READ COMMITTED whatever the server's default: what the store's locking and its reads outside a
+    # transaction (`begin`) are written for.
+    return Database(create_engine(url, pool_size=10, max_overflow=20, isolation_level="READ COMMITTED"), workers=10)
 
 
 def _private_file(path: Path) -> None:
