@@ -21,8 +21,8 @@ REPO = PACKAGE.parent
 STORE = ("sqlalchemy", "yao_agent.store")
 MODEL_SDKS = ("openai", "litellm", "aiohttp", "httpx")
 # What a first run on an existing SQLite store never uses, so its process never imports (docs/performance.md,
-# *First run*): SQLAlchemy's PostgreSQL dialect (store/spelled.py).
-ON_START_NEVER = ("sqlalchemy.dialects.postgresql",)
+# *First run*): SQLAlchemy's PostgreSQL dialect (store/spelled.py), Jinja2 without a template (dsl/templates.py).
+ON_START_NEVER = ("sqlalchemy.dialects.postgresql", "jinja2", "markupsafe")
 # What a command's fresh process imports, as the `yao-agent` script starts it: the list, on stderr's last line.
 LOADED = """
 import json, sys
@@ -219,8 +219,12 @@ def test_a_chat_over_a_plain_openai_endpoint_imports_neither_the_sdk_nor_numpy(t
 
 
 def test_a_chat_on_a_store_made_before_imports_only_what_its_run_uses(tmp_path: Path) -> None:
-    """A process's first run, once the store exists, pays for neither the migrations nor what it never uses."""
-    app = make_app(tmp_path / "app", {"app.yml": "store: sqlite:///.yao/agent.db\nroles:\n  default: demo.echo\n"})
+    """A process's first run, once the store exists, pays for neither the migrations nor what it never uses
+    (here no template: the reply is plain text)."""
+    app = make_app(tmp_path / "app", {
+        "app.yml": "store: sqlite:///.yao/agent.db\nroles:\n  default: demo.echo\n",
+        "connectors/demo/echo.yml": "type: scripted\nrules:\n  - reply: 'Hello world'\n",
+    })  # fmt: skip
     assert "alembic" in loaded_by("--app", str(app), "chat", "chat", "hi")  # (makes the store)
     loaded = loaded_by("--app", str(app), "chat", "chat", "hi")
     assert "sqlalchemy" in loaded
