@@ -64,7 +64,7 @@ async def main(url):
 asyncio.run(main(sys.argv[1]))
 """
 KINDS = ("openai", "scripted", "sdk")
-TARGET_S = 0.2  # the first run, from just before the runtime is made (issue 35)
+TARGET_S = 0.2  # the first run, from just before the runtime is made and from the process's start (issue 35)
 Sample = tuple[float, float, float, float]  # wall and CPU from the process's start; wall and CPU from the runtime's
 
 
@@ -110,8 +110,8 @@ def rows(engine: str, samples: dict[str, list[Sample]]) -> list[Row]:
     return [
         Row(f"first run in a fresh process, {engine} engine, from making the runtime (wall)", ours[2], "s", "max",
             TARGET_S, baseline=sdk[2], note=ms(ours[3] * 1000, sdk[3] * 1000)),
-        Row(f"first run in a fresh process, {engine} engine, from the process's start (wall)", ours[0], "s", "ratio",
-            1.0, baseline=sdk[0], note=ms(ours[1] * 1000, sdk[1] * 1000)),
+        Row(f"first run in a fresh process, {engine} engine, from the process's start (wall)", ours[0], "s", "max",
+            TARGET_S, baseline=sdk[0], note=ms(ours[1] * 1000, sdk[1] * 1000)),
     ]  # fmt: skip
 
 

@@ -20,6 +20,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "yao_agent"
 REPO = PACKAGE.parent
 STORE = ("sqlalchemy", "yao_agent.store")
 MODEL_SDKS = ("openai", "litellm", "aiohttp", "httpx")
+# What a first run on an existing SQLite store never uses, so its process never imports (docs/performance.md,
+# *First run*): SQLAlchemy's PostgreSQL dialect (store/spelled.py), Jinja2 without a template (dsl/templates.py).
+ON_START_NEVER = ("sqlalchemy.dialects.postgresql", "jinja2", "markupsafe")
 # What a command's fresh process imports, as the `yao-agent` script starts it: the list, on stderr's last line.
 LOADED = """
 import json, sys
@@ -213,6 +216,19 @@ def test_a_chat_over_a_plain_openai_endpoint_imports_neither_the_sdk_nor_numpy(t
         assert len(provider.requests) == 1
     assert "aiohttp" in loaded  # (the engine's own HTTP)
     assert among(loaded, ("openai", "litellm", "httpx", "httpx2", "numpy")) == []
+
+
+def test_a_chat_on_a_store_made_before_imports_only_what_its_run_uses(tmp_path: Path) -> None:
+    """A process's first run, once the store exists, pays for neither the migrations nor what it never uses
+    (here no template: the reply is plain text)."""
+    app = make_app(tmp_path / "app", {
+        "app.yml": "store: sqlite:///.yao/agent.db\nroles:\n  default: demo.echo\n",
+        "connectors/demo/echo.yml": "type: scripted\nrules:\n  - reply: 'Hello world'\n",
+    })  # fmt: skip
+    assert "alembic" in loaded_by("--app", str(app), "chat", "chat", "hi")  # (makes the store)
+    loaded = loaded_by("--app", str(app), "chat", "chat", "hi")
+    assert "sqlalchemy" in loaded
+    assert among(loaded, ("alembic", *ON_START_NEVER)) == []
 
 
 def test_the_tests_import_only_the_support_package_of_the_suite() -> None:

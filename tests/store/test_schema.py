@@ -21,10 +21,14 @@ from yao_agent.store import (
     HEAD,
     SqlStore,
     Store,
+    audit,
     chats,
     kbsql,
     leases,
+    ledger,
     open_engine,
+    quota,
+    replay,
     runlog,
     sql,
     store_url,
@@ -90,7 +94,7 @@ async def test_the_migrated_schema_is_schema_py(store: SqlStore) -> None:
 
 
 def statements() -> Iterator[tuple[str, Sql]]:
-    for module in (chats, kbsql, leases, runlog, sql, tokens, versions):
+    for module in (audit, chats, kbsql, leases, ledger, quota, replay, runlog, sql, tokens, versions):
         for name, value in vars(module).items():
             if isinstance(value, Sql):
                 yield f"{module.__name__}.{name}", value

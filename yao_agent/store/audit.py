@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from sqlalchemy import bindparam, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
 from yao_agent.errors import Forbidden, PermissionDenied, UsageError
@@ -36,6 +35,7 @@ from yao_agent.identity import Identity, Operator
 from yao_agent.messages import iso_time
 from yao_agent.store.engine import Database
 from yao_agent.store.schema import audit, audit_head, tokens
+from yao_agent.store.spelled import Spelled, conflict_insert
 from yao_agent.store.tx import Sql, Tx
 
 if TYPE_CHECKING:
@@ -200,16 +200,13 @@ ROWS_AFTER = Sql(
 PAST = Sql(select(func.min(audit.c.id)).where(audit.c.id > bindparam("last")))
 
 
-def _new_head() -> Sql:
+def _new_head(dialect: str) -> ClauseElement:
     """The head's row made again where it is missing (a database emptied by hand): of two writers, one
     makes it and the other then finds it (each database spells it its own way)."""
-    spelled: dict[str, ClauseElement] = {}
-    for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql)):
-        spelled[name] = dialect.insert(audit_head).on_conflict_do_nothing(index_elements=["id"])
-    return Sql(spelled, columns=("id", "seq", "hash"))
+    return conflict_insert(dialect, audit_head).on_conflict_do_nothing(index_elements=["id"])
 
 
-NEW_HEAD = _new_head()
+NEW_HEAD = Sql(Spelled(_new_head), columns=("id", "seq", "hash"))
 HASHED = ("id", "at", "actor_user_id", "actor_team_id", "actor_kind", "team_id", "action", "target", "before",
           "after", "prev_hash")  # fmt: skip
 

@@ -35,15 +35,13 @@ from sqlalchemy import (
     table,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlalchemy.sql import ClauseElement
 
 from yao_agent.store.schema import kb_chunks, kb_collections, kb_documents
+from yao_agent.store.spelled import Spelled, conflict_insert
 from yao_agent.store.tx import Sql
 
 _C, _D, _K = kb_collections.c, kb_documents.c, kb_chunks.c
-_DIALECTS = ("sqlite", "postgresql")
 _EMPTY = literal_column("''", String)
 _LIMIT = bindparam("limit", type_=Integer)
 
@@ -52,6 +50,8 @@ def _each(dialect: str, name: str, *, numbers: bool = False) -> Select[Any]:
     """The values of the JSON list parameter `name`, as rows of one column."""
     if dialect == "sqlite":
         return select(literal_column("value", String)).select_from(func.json_each(bindparam(name, type_=JSON)))
+    from sqlalchemy.dialects.postgresql import JSONB  # (built with PostgreSQL's statements: spelled.py)
+
     values = func.jsonb_array_elements_text(bindparam(name, type_=JSONB))
     return select(cast(values, BigInteger) if numbers else values)
 
@@ -66,6 +66,8 @@ def visible(dialect: str) -> ColumnElement[bool]:
 def _filtered(dialect: str) -> ColumnElement[bool]:
     """Documents whose metadata holds every key of the JSON object parameter `filter` with its value."""
     if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import JSONB
+
         return cast(_D.meta, JSONB).op("@>")(bindparam("filter", type_=JSONB))
     wanted = func.json_each(bindparam("filter", type_=JSON)).table_valued("key", "value").alias("wanted")
     held = func.json_each(_D.meta).table_valued("key", "value").alias("held")
@@ -75,7 +77,7 @@ def _filtered(dialect: str) -> ColumnElement[bool]:
 
 
 def _both(build: Callable[[str], ClauseElement], columns: tuple[str, ...] = ()) -> Sql:
-    return Sql({dialect: build(dialect) for dialect in _DIALECTS}, columns=columns)
+    return Sql(Spelled(build), columns=columns)
 
 
 # --- collections ------------------------------------------------------------------------------------
@@ -97,8 +99,7 @@ INSERT_COLLECTION = Sql(kb_collections.insert())
 
 
 def _create(dialect: str) -> ClauseElement:
-    insert = (sqlite if dialect == "sqlite" else postgresql).insert(kb_collections)
-    return insert.on_conflict_do_nothing(index_elements=["id"])
+    return conflict_insert(dialect, kb_collections).on_conflict_do_nothing(index_elements=["id"])
 
 
 CREATE_COLLECTION = _both(_create, tuple(c.key for c in kb_collections.c))  # no row changed: it exists
@@ -207,6 +208,8 @@ def _fulltext(dialect: str) -> ClauseElement:
     """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first."""
     if dialect == "sqlite":
         return _fts5_fulltext()
+    from sqlalchemy.dialects.postgresql import TSVECTOR
+
     query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
     fts = literal_column("kb_chunks.fts", TSVECTOR)
     score = func.ts_rank_cd(fts, query).label("score")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sqlalchemy import bindparam, func, select, update
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql import ClauseElement
 
 from yao_agent.base.aio import finish_despite_cancel
 from yao_agent.errors import NoActiveRun, UsageError, YaoAgentError
@@ -41,6 +41,7 @@ from yao_agent.store.engine import Database
 from yao_agent.store.notices import CHANNEL, let_go, notify
 from yao_agent.store.records import LeaseRelease
 from yao_agent.store.schema import chat_leases, runs
+from yao_agent.store.spelled import Spelled, conflict_insert
 from yao_agent.store.tx import Sql, Tx
 
 log = logging.getLogger("yao_agent.lease")
@@ -141,19 +142,18 @@ HEARTBEAT = Sql(update(runs).where(runs.c.id == bindparam("run_id")), columns=("
 DB_NOW = Sql(select(func.extract("epoch", func.clock_timestamp())))
 
 
-def _claiming() -> Sql:
+def _claiming(dialect: str) -> ClauseElement:
     """Take the chat, unless a lease its holder still renews has it; the run holding it then, if taken."""
-    insert = postgresql.insert(chat_leases)
-    claim = insert.on_conflict_do_update(
+    insert = conflict_insert(dialect, chat_leases)
+    return insert.on_conflict_do_update(
         index_elements=["chat_id"],
         set_={"owner": insert.excluded.owner, "run_id": insert.excluded.run_id,
               "expires_at": insert.excluded.expires_at},
         where=chat_leases.c.expires_at <= bindparam("now"),  # only a lease its holder stopped renewing
     ).returning(chat_leases.c.run_id)  # fmt: skip
-    return Sql({"postgresql": claim}, columns=("chat_id", "owner", "run_id", "expires_at"))
 
 
-CLAIM = _claiming()
+CLAIM = Sql(Spelled(_claiming, ("postgresql",)), columns=("chat_id", "owner", "run_id", "expires_at"))
 
 
 @dataclass

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import ColumnElement, Float, Integer, bindparam, case, func, literal, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
 from yao_agent.base.jsonvalue import as_mapping
 from yao_agent.identity import Identity
 from yao_agent.store.records import RunRecord, StepRecord
 from yao_agent.store.schema import spend_days, usage_ledger
+from yao_agent.store.spelled import Spelled, conflict_insert
 from yao_agent.store.tx import Sql, Tx
 
 if TYPE_CHECKING:
@@ -46,18 +46,15 @@ SPENT = Sql(
 )
 
 
-def _add_spend() -> Sql:
+def _add_spend(dialect: str) -> ClauseElement:
     """Add a call's cost to its scope's day (each database spells an upsert its own way)."""
-    spelled: dict[str, ClauseElement] = {}
-    for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql)):
-        insert = dialect.insert(spend_days)
-        spelled[name] = insert.on_conflict_do_update(
-            index_elements=["scope_kind", "scope_id", "day"], set_={"cost_usd": _D.cost_usd + insert.excluded.cost_usd}
-        )
-    return Sql(spelled, columns=[c.key for c in spend_days.c])
+    insert = conflict_insert(dialect, spend_days)
+    return insert.on_conflict_do_update(
+        index_elements=["scope_kind", "scope_id", "day"], set_={"cost_usd": _D.cost_usd + insert.excluded.cost_usd}
+    )
 
 
-ADD_SPEND = _add_spend()
+ADD_SPEND = Sql(Spelled(_add_spend), columns=[c.key for c in spend_days.c])
 _TOKENS = func.coalesce(func.sum(_C.input_tokens + _C.output_tokens), 0)
 TOKENS_BY_TEAM = Sql(select(_TOKENS).where(_TEAM, _SINCE))
 TOKENS_BY_USER = Sql(select(_TOKENS).where(_USER, _SINCE))

@@ -19,7 +19,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Float, bindparam, delete, func, select, text
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
 from yao_agent.errors import PermissionDenied
@@ -29,6 +28,7 @@ from yao_agent.store.audit import CLI, Actor
 from yao_agent.store.engine import Database
 from yao_agent.store.ledger import ScopeKind
 from yao_agent.store.schema import budgets, rate_events, usage_ledger
+from yao_agent.store.spelled import Spelled, conflict_insert
 from yao_agent.store.tx import Sql, Tx
 
 if TYPE_CHECKING:
@@ -47,19 +47,16 @@ GET_BOTH = Sql(  # a caller's team's and own settings in one round trip: every r
 LIST_BUDGETS = Sql(select(budgets).order_by(budgets.c.scope_kind, budgets.c.scope_id))
 
 
-def _upsert() -> Sql:
-    spelled: dict[str, ClauseElement] = {}
-    for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql)):
-        insert = dialect.insert(budgets)
-        spelled[name] = insert.on_conflict_do_update(
-            index_elements=["scope_kind", "scope_id"],
-            set_={"limits": insert.excluded.limits, "ceilings": insert.excluded.ceilings,
-                  "updated_at": insert.excluded.updated_at},
-        )  # fmt: skip
-    return Sql(spelled, columns=[c.key for c in budgets.c])
+def _upsert(dialect: str) -> ClauseElement:
+    insert = conflict_insert(dialect, budgets)
+    return insert.on_conflict_do_update(
+        index_elements=["scope_kind", "scope_id"],
+        set_={"limits": insert.excluded.limits, "ceilings": insert.excluded.ceilings,
+              "updated_at": insert.excluded.updated_at},
+    )  # fmt: skip
 
 
-SET_BUDGET = _upsert()
+SET_BUDGET = Sql(Spelled(_upsert), columns=[c.key for c in budgets.c])
 _EVENTS = (rate_events.c.scope_kind == bindparam("kind")) & (rate_events.c.scope_id == bindparam("owner"))
 _RECENT = rate_events.c.at > bindparam("since", type_=Float)
 COUNT_RECENT = Sql(select(func.count(), func.min(rate_events.c.at)).where(_EVENTS, _RECENT))

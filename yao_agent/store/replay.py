@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
 from yao_agent.base.jsonvalue import as_list, as_mapping
@@ -21,23 +20,21 @@ from yao_agent.store.chats import run_record
 from yao_agent.store.engine import Database
 from yao_agent.store.records import RunRecord
 from yao_agent.store.schema import runs, tool_catalogs
+from yao_agent.store.spelled import Spelled, conflict_insert
 from yao_agent.store.tx import Sql, Tx
 
 SELECT_CATALOGS = Sql(select(tool_catalogs.c.server_id, tool_catalogs.c.tools))
 RUN_STARTS = Sql(select(runs.c.id, runs.c.started_at).where(runs.c.chat_id == bindparam("chat_id")))
 
 
-def _upsert_catalog() -> Sql:
-    spelled: dict[str, ClauseElement] = {}
-    for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql)):
-        insert = dialect.insert(tool_catalogs)
-        spelled[name] = insert.on_conflict_do_update(
-            index_elements=["server_id"], set_={"tools": insert.excluded.tools, "listed_at": insert.excluded.listed_at}
-        )
-    return Sql(spelled, columns=[c.key for c in tool_catalogs.c])
+def _upsert_catalog(dialect: str) -> ClauseElement:
+    insert = conflict_insert(dialect, tool_catalogs)
+    return insert.on_conflict_do_update(
+        index_elements=["server_id"], set_={"tools": insert.excluded.tools, "listed_at": insert.excluded.listed_at}
+    )
 
 
-SAVE_CATALOG = _upsert_catalog()
+SAVE_CATALOG = Sql(Spelled(_upsert_catalog), columns=[c.key for c in tool_catalogs.c])
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable, Sequence
 
 from sqlalchemy import bindparam, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import ClauseElement
 
 from yao_agent.errors import PermissionDenied
@@ -26,27 +25,25 @@ from yao_agent.store.records import RoleSetting
 from yao_agent.store.replay import ReplayStore
 from yao_agent.store.schema import role_settings
 from yao_agent.store.sessions import SessionStore
+from yao_agent.store.spelled import Spelled, conflict_insert
 from yao_agent.store.tokens import TokenStore
 from yao_agent.store.tx import Sql, Tx
 
 SCOPE_KINDS = ("team", "user")
 
 
-def _upsert_role() -> Sql:
+def _upsert_role(dialect: str) -> ClauseElement:
     """Insert a role setting, or replace the one its scope has (each database spells it its own way)."""
-    spelled: dict[str, ClauseElement] = {}
-    for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql)):
-        insert = dialect.insert(role_settings)
-        spelled[name] = insert.on_conflict_do_update(
-            index_elements=["scope_kind", "scope_id", "role"],
-            set_={"connectors": insert.excluded.connectors, "updated_at": insert.excluded.updated_at},
-        )
-    return Sql(spelled, columns=[c.key for c in role_settings.c])
+    insert = conflict_insert(dialect, role_settings)
+    return insert.on_conflict_do_update(
+        index_elements=["scope_kind", "scope_id", "role"],
+        set_={"connectors": insert.excluded.connectors, "updated_at": insert.excluded.updated_at},
+    )
 
 
 _SCOPE = (role_settings.c.scope_kind == bindparam("kind")) & (role_settings.c.scope_id == bindparam("owner"))
 _ORDER = (role_settings.c.scope_kind, role_settings.c.scope_id, role_settings.c.role)
-SET_ROLE = _upsert_role()
+SET_ROLE = Sql(Spelled(_upsert_role), columns=[c.key for c in role_settings.c])
 DELETE_ROLE = Sql(delete(role_settings).where(_SCOPE, role_settings.c.role == bindparam("role")))
 LIST_ROLES = Sql(select(role_settings).where(_SCOPE).order_by(*_ORDER))
 LIST_ALL_ROLES = Sql(select(role_settings).order_by(*_ORDER))

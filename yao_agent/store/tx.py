@@ -19,16 +19,34 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import JSON, BindParameter, Boolean, ColumnElement
-from sqlalchemy.dialects.postgresql import psycopg
-from sqlalchemy.dialects.sqlite import pysqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.selectable import ReturnsRows
 from sqlalchemy.types import TypeEngine
 
-# The SQL each database's driver takes: sqlite3 `:name`, psycopg `%(name)s` placeholders.
-_DIALECTS: dict[str, Dialect] = {"sqlite": pysqlite.dialect(paramstyle="named"), "postgresql": psycopg.dialect()}
+_DIALECTS = ("sqlite", "postgresql")
+_DRIVERS: dict[str, Dialect] = {}  # made on first use: a store on SQLite never imports PostgreSQL's (spelled.py)
+
+
+def _driver(dialect: str) -> Dialect:
+    """The SQL each database's driver takes: sqlite3 `:name`, psycopg `%(name)s` placeholders."""
+    found = _DRIVERS.get(dialect)
+    if found is None:
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import pysqlite
+
+            found = pysqlite.dialect(paramstyle="named")
+        elif dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import psycopg
+
+            found = psycopg.dialect()
+        else:
+            raise KeyError(dialect)
+        _DRIVERS[dialect] = found
+    return found
+
+
 _to_json = json.JSONEncoder().encode  # json.dumps with its defaults, less the call's own work (hot path)
 Params = Mapping[str, Any]
 
@@ -81,7 +99,7 @@ class Compiled:
 
     def __init__(self, statement: ClauseElement, dialect: str, columns: Sequence[str], *, once: bool) -> None:
         # A statement run once may have an IN of values: its values are then written into the text.
-        compiled = statement.compile(dialect=_DIALECTS[dialect], column_keys=list(columns) or None,
+        compiled = statement.compile(dialect=_driver(dialect), column_keys=list(columns) or None,
                                      compile_kwargs={"render_postcompile": once})  # fmt: skip
         assert isinstance(compiled, SQLCompiler)
         self.text = str(compiled)
