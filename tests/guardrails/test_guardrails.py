@@ -216,6 +216,8 @@ async def test_a_guard_hook_masks_what_it_returns(
         ("  input:\n    - deny: ['(a)\\1']\n", "app.yml:7", "backreferences are not supported"),
         ("  output: [{classifier: {with: fake.nope, prompt: x}}]\n", "app.yml:6", "unknown connector 'fake.nope'"),
         ("  tool_input: [{hook: hooks/none.js}]\n", "app.yml:6", "no hook file 'hooks/none.js'"),
+        ("  tool_input: [{hook: ../outside.js}]\n", "app.yml:6", "no hook file '../outside.js'"),
+        ("  tool_input: [{hook: hooks/" + "x" * 300 + ".js}]\n", "app.yml:6", "no hook file 'hooks/xxx"),
         ("  input: [{pii: [passport]}]\n", "app.yml:6", "passport"),
         ("  hold_back_chars: 10\n", "app.yml:6", "hold_back_chars"),
     ],

@@ -86,6 +86,15 @@ def test_sources_must_stay_inside_the_app_and_missing_ones_are_a_warning(tmp_pat
     assert "'docs/later' does not exist" in warned
 
 
+def test_a_source_no_file_system_can_hold_is_reported_not_a_crash(tmp_path: Path) -> None:
+    root = make_app(tmp_path / "app", {"knowledge/handbook.yml": 'name: H\nsources: ["docs/a\\0b.md"]\n'})
+    [problem] = errors(root)
+    assert problem.startswith("knowledge/handbook.yml:2") and "cannot be used as a path" in problem, problem
+    long = "docs/" + "x" * 300 + ".md"
+    root = make_app(tmp_path / "app", {"knowledge/handbook.yml": f"name: H\nsources: [{long}]\n"})
+    assert errors(root) == [] and len(warnings(root)) == 1  # never there: nothing to index
+
+
 def test_a_collections_embedding_connector_must_exist(tmp_path: Path) -> None:
     root = make_app(tmp_path, {"knowledge/handbook.yml": "name: H\nembedding: demo.embeder\n"})
     [problem] = errors(root)

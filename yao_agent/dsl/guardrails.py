@@ -81,6 +81,15 @@ def _check_problems(doc: Document, at: YamlPath, data: Mapping[str, Any], root: 
         ref = mapping(data["classifier"]).get("with")
         path = (*at, "classifier", "with")
         return connector_ref(doc, ref, known, path) + chat_target(doc, ref, known, path)
-    if kind == "hook" and isinstance(data["hook"], str) and not (root / data["hook"]).is_file():
-        return [doc.problem((*at, "hook"), f"no hook file '{data['hook']}' in the app (expected a .js or .ts file)")]
+    if kind == "hook" and isinstance(data["hook"], str) and not _hook_file(root, data["hook"]):
+        return [doc.problem((*at, "hook"), f"no hook file {data['hook']!r} in the app (expected a .js or .ts file)")]
     return []
+
+
+def _hook_file(root: Path, given: str) -> bool:
+    """Whether `given` names a file under the app (a path the system refuses names none)."""
+    try:
+        path = (root / given).resolve()
+        return path.is_relative_to(root.resolve()) and path.is_file()
+    except (OSError, RuntimeError, ValueError):  # a NUL in it, a name too long, a symlink loop
+        return False

@@ -73,10 +73,18 @@ def check_collection(doc: Document, root: Path, known: Known) -> list[Problem]:
     for index, source in items(data.get("sources")):
         if not isinstance(source, str):
             continue
-        path, where = (root / source).resolve(), ("sources", index)
-        if not path.is_relative_to(root.resolve()):
+        where = ("sources", index)
+        try:
+            path = (root / source).resolve()
+            inside = path.is_relative_to(root.resolve())
+            there = inside and path.exists()
+        except (OSError, RuntimeError, ValueError) as exc:  # a NUL in it, a name too long, a symlink loop
+            said = f"{source!r} cannot be used as a path ({getattr(exc, 'strerror', None) or exc})"
+            problems.append(doc.problem(where, f"{said} (expected a file or folder under the app folder)"))
+            continue
+        if not inside:
             problems.append(doc.problem(where, f"'{source}' is outside the app folder (expected a path under it)"))
-        elif not path.exists():
+        elif not there:
             problems.append(doc.problem(where, f"'{source}' does not exist (yet): nothing to index", warning=True))
     return problems
 
