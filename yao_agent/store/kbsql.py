@@ -193,49 +193,47 @@ _FTS = table("kb_fts", column("rowid"))  # SQLite's full-text index (migration 0
 
 
 def _searched(dialect: str) -> ColumnElement[bool]:
-    """Chunks of the collections `ids`. On PostgreSQL compared as an expression, which the index of
-    `collection_id` does not serve: before it has statistics of a fresh collection (a sync's 10k chunks,
-    until autovacuum's next ANALYZE) the planner guesses a collection holds 87 chunks and would read them
-    all through that index, testing each one's `tsvector` (24k buffers, 27 ms at 10k chunks), rather than
-    ask the GIN index for the matches (1.2k buffers, 3.3 ms, medians of the bench's questions:
-    docs/performance.md)."""
-    ids = _each(dialect, "ids")
-    return _K.collection_id.in_(ids) if dialect == "sqlite" else _K.collection_id.concat(_EMPTY).in_(ids)
+    """Chunks of the collections `ids` that the sight admits: their ids, a few, listed once by a subquery.
+    On PostgreSQL the chunk's `collection_id` is compared as an expression, which its index does not
+    serve: before it has statistics of a fresh collection (a sync's 10k chunks, until autovacuum's next
+    ANALYZE) the planner guesses a collection holds 87 chunks and reads them all through that index
+    (24k buffers, 27 ms at 10k chunks; at 100k, even beside the GIN index, 100k index entries and 5.5
+    ms), rather than ask the GIN index for the matches alone (docs/performance.md)."""
+    chosen = select(_C.id).where(visible(dialect), _C.id.in_(_each(dialect, "ids")))
+    return (_K.collection_id if dialect == "sqlite" else _K.collection_id.concat(_EMPTY)).in_(chosen)
 
 
-def _fulltext(dialect: str) -> ClauseElement:
-    """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first."""
+def _of_filtered_document(dialect: str) -> ColumnElement[bool]:
+    return select(literal_column("1", Integer)).where(_D.id == _K.document_id, _filtered(dialect)).exists()
+
+
+def _ranked(dialect: str, filtered: bool) -> Any:
+    """The ids and scores of the `limit` best matches of `q`: the chunks alone, each match's document (its
+    title, its metadata) read only when `filter` has keys to test. Every match is ranked (bm25 in FTS5,
+    ts_rank_cd of its `tsvector` on PostgreSQL); joining each to its document and collection as well was
+    60% of SQLite's statement and, on PostgreSQL, two buffers a match (docs/performance.md)."""
     if dialect == "sqlite":
-        return _fts5_fulltext()
-    query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
-    fts = literal_column("kb_chunks.fts", TSVECTOR)
-    score = func.ts_rank_cd(fts, query).label("score")
+        chunk_id, score = _FTS.c.rowid, (-func.bm25(literal_column("kb_fts"))).label("score")
+        matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
+        source: Any = _FTS.join(kb_chunks, _K.id == _FTS.c.rowid)
+    else:
+        query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
+        fts = literal_column("kb_chunks.fts", TSVECTOR)
+        chunk_id, score, matched, source = _K.id, func.ts_rank_cd(fts, query).label("score"), fts.op("@@")(query), kb_chunks
+    where = [matched, _searched(dialect)] + ([_of_filtered_document(dialect)] if filtered else [])
     return (
-        select(*_HIT, score)
-        .select_from(_HIT_FROM)
-        .where(fts.op("@@")(query), _searched(dialect), visible(dialect), _filtered(dialect))
-        .order_by(score.desc(), _K.id)
-        .limit(_LIMIT)
-    )
+        select(chunk_id.label("id"), score).select_from(source).where(*where)
+        .order_by(score.desc(), chunk_id).limit(_LIMIT).subquery("best")
+    )  # fmt: skip
 
 
-def _fts5_fulltext() -> ClauseElement:
-    """SQLite's: the matches ranked by id and score alone, and only the `limit` best read whole. Every
-    match is sorted (bm25 over all of them), and a sort carrying each match's text and title as well
-    was 7% of the statement at 10k chunks (1.34 ms against 1.25, medians of 1,380 of the bench's
-    questions, same rows); PostgreSQL's top-N sort keeps only the best rows, so is left as it was."""
-    score = (-func.bm25(literal_column("kb_fts"))).label("score")
-    matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
-    best = (
-        select(_FTS.c.rowid.label("id"), score)
-        .select_from(_with_document(_FTS.join(kb_chunks, _K.id == _FTS.c.rowid)))
-        .where(matched, _searched("sqlite"), visible("sqlite"), _filtered("sqlite"))
-        .order_by(score.desc(), _FTS.c.rowid)
-        .limit(_LIMIT)
-        .subquery("best")
-    )
+def _fulltext(dialect: str, filtered: bool) -> ClauseElement:
+    """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first: the best
+    `limit` ranked by id and score alone, then only those read whole."""
+    best = _ranked(dialect, filtered)
     chosen = best.join(kb_chunks, _K.id == best.c.id).join(kb_documents, _D.id == _K.document_id)
     return select(*_HIT, best.c.score).select_from(chosen).order_by(best.c.score.desc(), best.c.id)
 
 
-FULLTEXT = _both(_fulltext)
+FULLTEXT = _both(lambda d: _fulltext(d, False))
+FULLTEXT_FILTERED = _both(lambda d: _fulltext(d, True))  # only documents whose metadata holds `filter`

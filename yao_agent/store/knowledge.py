@@ -386,8 +386,10 @@ class KnowledgeStore:
         wanted = _clean_metadata(filter)
 
         def work(tx: Tx) -> list[tuple[Any, ...]]:
-            params = _seen(sight, ids=list(collection_ids), q=_match(tx.dialect, words), limit=limit, filter=wanted)
-            return tx.tuples(kbsql.FULLTEXT, params)
+            params = _seen(sight, ids=list(collection_ids), q=_match(tx.dialect, words), limit=limit)
+            if not wanted:  # (no document need be read for its metadata)
+                return tx.tuples(kbsql.FULLTEXT, params)
+            return tx.tuples(kbsql.FULLTEXT_FILTERED, {**params, "filter": wanted})
 
         return [_hit(row) for row in await self.db.read_tx(work)]
 
