@@ -238,6 +238,23 @@ async def test_a_filter_keeps_documents_whose_metadata_holds_every_pair(store: S
     assert [h.chunk_id for h in await store.kb_chunks(APP, list(reversed(ids)), {})] == list(reversed(ids))
 
 
+async def test_one_statement_answers_as_full_text_and_the_chunks_asked_for_would(store: SqlStore) -> None:
+    """A search's rows in one round trip (`kb_hits`): full text's best, and the vectors' chunks in the order
+    asked, each as its own call finds them: the sight, the filter and the limit alike."""
+    await seeded(store)
+    await store.kb_put(ACME, "acme:policies", doc("a2", meta={"lang": "fr"}), chunks("travel travel policy policy"))
+    wanted = ["acme:policies", "beta:notes"]
+    theirs = [h.chunk_id for h in await store.kb_fulltext(BETA, ["beta:notes"], "travel", 5, {})]
+    for filter_ in ({}, {"lang": "en"}, {"lang": "de"}):
+        text = await store.kb_fulltext(ACME, wanted, "travel policy", 5, filter_)
+        asked = [*reversed([h.chunk_id for h in text]), *theirs, 999_999]  # another team's and none are dropped
+        found = await store.kb_hits(ACME, wanted, "travel policy", 5, filter_, asked)
+        assert found == (text, await store.kb_chunks(ACME, asked, filter_))
+        assert [h.chunk_id for h in found[1]] == [h.chunk_id for h in reversed(text)]
+    assert [h.document_id for h in (await store.kb_hits(ACME, wanted, "travel policy", 1, {}, theirs))[0]] == ["a2"]
+    assert await store.kb_hits(ACME, [], "travel", 5, {}, []) == ([], [])
+
+
 async def test_vectors_known_by_digest_and_read_in_id_order(store: SqlStore) -> None:
     await store.kb_declare([("handbook", "Handbook", "use::embedding")])
     put = await store.kb_put(APP, "handbook", doc("h1"), [

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    BindParameter,
     ColumnElement,
     Float,
     Integer,
@@ -33,6 +34,7 @@ from sqlalchemy import (
     literal_column,
     select,
     table,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -48,11 +50,23 @@ _EMPTY = literal_column("''", String)
 _LIMIT = bindparam("limit", type_=Integer)
 
 
+_JSON_PARAMS: dict[tuple[str, str], BindParameter[Any]] = {}
+
+
+def _json(dialect: str, name: str) -> BindParameter[Any]:
+    """The JSON parameter `name`, one object wherever a statement uses it: two would each be encoded (tx.py),
+    the second time the first's text."""
+    key = (dialect, name)
+    if key not in _JSON_PARAMS:
+        _JSON_PARAMS[key] = bindparam(name, type_=JSON if dialect == "sqlite" else JSONB)
+    return _JSON_PARAMS[key]
+
+
 def _each(dialect: str, name: str, *, numbers: bool = False) -> Select[Any]:
     """The values of the JSON list parameter `name`, as rows of one column."""
     if dialect == "sqlite":
-        return select(literal_column("value", String)).select_from(func.json_each(bindparam(name, type_=JSON)))
-    values = func.jsonb_array_elements_text(bindparam(name, type_=JSONB))
+        return select(literal_column("value", String)).select_from(func.json_each(_json(dialect, name)))
+    values = func.jsonb_array_elements_text(_json(dialect, name))
     return select(cast(values, BigInteger) if numbers else values)
 
 
@@ -66,8 +80,8 @@ def visible(dialect: str) -> ColumnElement[bool]:
 def _filtered(dialect: str) -> ColumnElement[bool]:
     """Documents whose metadata holds every key of the JSON object parameter `filter` with its value."""
     if dialect == "postgresql":
-        return cast(_D.meta, JSONB).op("@>")(bindparam("filter", type_=JSONB))
-    wanted = func.json_each(bindparam("filter", type_=JSON)).table_valued("key", "value").alias("wanted")
+        return cast(_D.meta, JSONB).op("@>")(_json(dialect, "filter"))
+    wanted = func.json_each(_json(dialect, "filter")).table_valued("key", "value").alias("wanted")
     held = func.json_each(_D.meta).table_valued("key", "value").alias("held")
     holds = select(literal_column("1", Integer)).select_from(held).where(held.c.key == wanted.c.key,
                                                                 held.c.value == wanted.c.value)  # fmt: skip
@@ -172,23 +186,24 @@ def _with_document(chunks: Any) -> Any:
 _HIT_FROM = _with_document(kb_chunks)
 
 
-def _asked(dialect: str) -> ColumnElement[bool]:
-    """The chunks of the JSON list parameter `ids`. On PostgreSQL an array made of it, not a row set: the
+def _asked(dialect: str, name: str) -> ColumnElement[bool]:
+    """The chunks of the JSON list parameter `name`. On PostgreSQL an array made of it, not a row set: the
     planner guesses a few elements for an array (so looks each id up in the primary key) but 100 rows for
     a set-returning function, and, before it has statistics of a fresh collection, prefers reading every
     chunk of the collection (2.2k buffers at 10k chunks, against 0.1k)."""
     if dialect == "sqlite":
-        return _K.id.in_(_each(dialect, "ids"))
-    return _K.id == func.any(func.array(_each(dialect, "ids", numbers=True).scalar_subquery()))
+        return _K.id.in_(_each(dialect, name))
+    return _K.id == func.any(func.array(_each(dialect, name, numbers=True).scalar_subquery()))
 
 
-CHUNKS_BY_ID = _both(
-    lambda d: (
-        select(*_HIT, literal_column("0.0", Float).label("score"))
-        .select_from(_HIT_FROM)
-        .where(_asked(d), visible(d), _filtered(d))
-    )
-)
+def _by_id(dialect: str, name: str, filtered: bool) -> Any:
+    """The visible chunks of the JSON list parameter `name`, score 0; only of documents whose metadata holds
+    `filter` when `filtered`."""
+    where = [_asked(dialect, name), visible(dialect)] + ([_filtered(dialect)] if filtered else [])
+    return select(*_HIT, literal_column("0.0", Float).label("score")).select_from(_HIT_FROM).where(*where)
+
+
+CHUNKS_BY_ID = _both(lambda d: _by_id(d, "ids", True))
 _FTS = table("kb_fts", column("rowid"))  # SQLite's full-text index (migration 0012)
 
 
@@ -219,7 +234,8 @@ def _ranked(dialect: str, filtered: bool) -> Any:
     else:
         query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
         fts = literal_column("kb_chunks.fts", TSVECTOR)
-        chunk_id, score, matched, source = _K.id, func.ts_rank_cd(fts, query).label("score"), fts.op("@@")(query), kb_chunks
+        chunk_id, score, source = _K.id, func.ts_rank_cd(fts, query).label("score"), kb_chunks
+        matched = fts.op("@@")(query)
     where = [matched, _searched(dialect)] + ([_of_filtered_document(dialect)] if filtered else [])
     return (
         select(chunk_id.label("id"), score).select_from(source).where(*where)
@@ -227,7 +243,7 @@ def _ranked(dialect: str, filtered: bool) -> Any:
     )  # fmt: skip
 
 
-def _fulltext(dialect: str, filtered: bool) -> ClauseElement:
+def _fulltext(dialect: str, filtered: bool) -> Any:
     """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first: the best
     `limit` ranked by id and score alone, then only those read whole."""
     best = _ranked(dialect, filtered)
@@ -237,3 +253,18 @@ def _fulltext(dialect: str, filtered: bool) -> ClauseElement:
 
 FULLTEXT = _both(lambda d: _fulltext(d, False))
 FULLTEXT_FILTERED = _both(lambda d: _fulltext(d, True))  # only documents whose metadata holds `filter`
+
+
+def _hits(dialect: str, filtered: bool) -> ClauseElement:
+    """FULLTEXT's rows (`listed` 1) and those of the chunks `chunks` (a vector search's, `listed` 2) in one
+    statement: a search's one round trip to the database once it has its vectors' hits, not two."""
+    text = _fulltext(dialect, filtered).subquery("text")
+    asked = _by_id(dialect, "chunks", filtered).subquery("asked")
+    listed = (literal_column("1", Integer).label("listed"), literal_column("2", Integer).label("listed"))
+    text_rows: Any = select(*text.c, listed[0])
+    asked_rows: Any = select(*asked.c, listed[1])
+    return union_all(text_rows, asked_rows)
+
+
+HITS = _both(lambda d: _hits(d, False))
+HITS_FILTERED = _both(lambda d: _hits(d, True))

@@ -380,28 +380,61 @@ class KnowledgeStore:
     ) -> list[ChunkHit]:
         """The chunks of the collections (those the sight admits) matching any word of `query`, best
         first; only of documents whose metadata holds every key of `filter` with its value."""
-        words = fulltext_words(query)
-        if not words or not collection_ids or limit <= 0:
-            return []
-        wanted = _clean_metadata(filter)
-
-        def work(tx: Tx) -> list[tuple[Any, ...]]:
-            params = _seen(sight, ids=list(collection_ids), q=_match(tx.dialect, words), limit=limit)
-            if not wanted:  # (no document need be read for its metadata)
-                return tx.tuples(kbsql.FULLTEXT, params)
-            return tx.tuples(kbsql.FULLTEXT_FILTERED, {**params, "filter": wanted})
-
-        return [_hit(row) for row in await self.db.read_tx(work)]
+        return (await self.kb_hits(sight, collection_ids, query, limit, filter, []))[0]
 
     async def kb_chunks(self, sight: Sight, chunk_ids: Sequence[int], filter: Mapping[str, str]) -> list[ChunkHit]:
         """These chunks (a vector search's hits), in the order asked, less those the sight does not admit
         or whose document's metadata does not match `filter`; score 0."""
-        if not chunk_ids:
-            return []
-        ids, wanted = [int(i) for i in chunk_ids], _clean_metadata(filter)
-        rows = await self.db.read_tx(lambda tx: tx.tuples(kbsql.CHUNKS_BY_ID, _seen(sight, ids=ids, filter=wanted)))
+        return (await self.kb_hits(sight, [], "", 0, filter, chunk_ids))[1]
+
+    async def kb_hits(
+        self, sight: Sight, collection_ids: Sequence[str], query: str, limit: int, filter: Mapping[str, str],
+        chunk_ids: Sequence[int],
+    ) -> tuple[list[ChunkHit], list[ChunkHit]]:  # fmt: skip
+        """`kb_fulltext`'s answer and `kb_chunks`'s, in one statement: a search's one round trip once it
+        has its vectors' hits."""
+        words = fulltext_words(query) if collection_ids and limit > 0 else []
+        ids, wanted = list(dict.fromkeys(int(i) for i in chunk_ids)), _clean_metadata(filter)
+        if not words and not ids:
+            return [], []
+
+        def work(tx: Tx) -> list[tuple[Any, ...]]:
+            params = _seen(sight)
+            if words:
+                params.update(ids=list(collection_ids), q=_match(tx.dialect, words), limit=limit)
+            if ids:  # (the chunks asked for alone keep their name of old: `ids`)
+                params.update(chunks=ids) if words else params.update(ids=ids)
+            if wanted or not words:
+                params["filter"] = wanted
+            return tx.tuples(_statement(bool(words), bool(ids), bool(wanted)), params)
+
+        rows = await self.db.read_tx(work)
+        return _listed(rows, words, ids)
+
+
+def _statement(text: bool, asked: bool, filtered: bool) -> kbsql.Sql:
+    """The statement of a search's rows: full text's, the chunks asked for, or both."""
+    if text and asked:
+        return kbsql.HITS_FILTERED if filtered else kbsql.HITS
+    if text:
+        return kbsql.FULLTEXT_FILTERED if filtered else kbsql.FULLTEXT
+    return kbsql.CHUNKS_BY_ID
+
+
+Hits = tuple[list[ChunkHit], list[ChunkHit]]  # full text's, and those of the chunks asked for
+
+
+def _listed(rows: Sequence[tuple[Any, ...]], words: Sequence[str], ids: Sequence[int]) -> Hits:
+    """(full text's hits best first, the chunks asked for in the order asked) of a search's rows."""
+    if not words:
         found = {hit.chunk_id: hit for hit in map(_hit, rows)}
-        return [found[i] for i in dict.fromkeys(chunk_ids) if i in found]
+        return [], [found[i] for i in ids if i in found]
+    if not ids:
+        return [_hit(row) for row in rows], []
+    # Of a UNION ALL, in no order: full text's best first as its statement sorts them, and the rest by id.
+    text = sorted((_hit(row[:-1]) for row in rows if row[-1] == 1), key=lambda h: (-h.score, h.chunk_id))
+    asked = {hit.chunk_id: hit for hit in (_hit(row[:-1]) for row in rows if row[-1] == 2)}
+    return text, [asked[i] for i in ids if i in asked]
 
 
 def _declare(tx: Tx, cid: str, name: str, embedding: str, now: float) -> audit.Change | None:
