@@ -18,7 +18,7 @@ from yao_agent.errors import Conflict, NotFound, UsageError
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, Cited
 from yao_agent.store import SqlStore, engine, open_engine, store_url
-from yao_agent.store.knowledge import ChunkIn, DocumentRecord, Sight
+from yao_agent.store.knowledge import DEEPER, ChunkIn, DocumentRecord, Sight
 from yao_agent.store.tx import Tx
 
 pytestmark = pytest.mark.both_stores  # what it tests is what the database does
@@ -253,6 +253,17 @@ async def test_one_statement_answers_as_full_text_and_the_chunks_asked_for_would
         assert [h.chunk_id for h in found[1]] == [h.chunk_id for h in reversed(text)]
     assert [h.document_id for h in (await store.kb_hits(ACME, wanted, "travel policy", 1, {}, theirs))[0]] == ["a2"]
     assert await store.kb_hits(ACME, [], "travel", 5, {}, []) == ([], [])
+
+
+async def test_full_text_finds_a_collections_matches_below_many_better_ones_of_another(store: SqlStore) -> None:
+    """SQLite looks among FTS5's own best matches first (DEEPER times the limit); when another collection's
+    fill them, the whole ranking is read: the answer never depends on which way it was found."""
+    await seeded(store)
+    many = [f"travel travel travel plans {n}" for n in range(2 * DEEPER + 1)]
+    await store.kb_put(BETA, "beta:notes", doc("b2"), chunks(*many))
+    [found] = await store.kb_fulltext(ACME, ["acme:policies"], "travel", 1, {})
+    assert found.text == "acme travel policy: trains first"
+    assert len(await store.kb_fulltext(BETA, ["beta:notes"], "travel", 3, {})) == 3  # (theirs: the first look)
 
 
 async def test_vectors_known_by_digest_and_read_in_id_order(store: SqlStore) -> None:
