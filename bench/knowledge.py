@@ -1,7 +1,7 @@
 """The knowledge base: ingest throughput, search latency, what the search step adds to a run, and
 retrieval quality (bench/retrieval.py), on SQLite and PostgreSQL.
 
-    .venv/bin/python bench/knowledge.py [--docs 500] [--big 10000,100000] [--pg-big 10000] [--runs 100]
+    .venv/bin/python bench/knowledge.py [--docs 500] [--big 10000,100000] [--pg-big 10000,100000] [--runs 100]
                                         [--pg postgresql://postgres@127.0.0.1:5432/postgres]
 
 - Ingest: made-up Markdown documents of 1-2 KB (bench/kb_corpus.py) added one after another through
@@ -291,7 +291,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=500, help="documents ingested into each collection")
     parser.add_argument("--big", type=_sizes, default=(10_000, 100_000), help="chunks searched, SQLite")
-    parser.add_argument("--pg-big", type=_sizes, default=(10_000,), help="chunks searched, PostgreSQL")
+    parser.add_argument("--pg-big", type=_sizes, default=(10_000, 100_000), help="chunks searched, PostgreSQL")
     parser.add_argument("--samples", type=int, default=300, help="searches timed at each size")
     parser.add_argument("--runs", type=int, default=100, help="runs of each assistant, alternated")
     parser.add_argument("--pg", default=os.environ.get("YAO_AGENT_BENCH_PG", PG), help="'' to skip PostgreSQL")

@@ -18,7 +18,7 @@ from yao_agent.errors import Conflict, NotFound, UsageError
 from yao_agent.identity import Identity
 from yao_agent.messages import ChatMessage, Cited
 from yao_agent.store import SqlStore, engine, open_engine, store_url
-from yao_agent.store.knowledge import ChunkIn, DocumentRecord, Sight
+from yao_agent.store.knowledge import DEEPER, ChunkIn, DocumentRecord, Sight
 from yao_agent.store.tx import Tx
 
 pytestmark = pytest.mark.both_stores  # what it tests is what the database does
@@ -236,6 +236,34 @@ async def test_a_filter_keeps_documents_whose_metadata_holds_every_pair(store: S
     kept = await store.kb_chunks(APP, list(reversed(ids)), {"lang": "en"})
     assert [(h.document_id, h.score, h.metadata) for h in kept] == [("en", 0.0, {"lang": "en", "team": "ops"})]
     assert [h.chunk_id for h in await store.kb_chunks(APP, list(reversed(ids)), {})] == list(reversed(ids))
+
+
+async def test_one_statement_answers_as_full_text_and_the_chunks_asked_for_would(store: SqlStore) -> None:
+    """A search's rows in one round trip (`kb_hits`): full text's best, and the vectors' chunks in the order
+    asked, each as its own call finds them: the sight, the filter and the limit alike."""
+    await seeded(store)
+    await store.kb_put(ACME, "acme:policies", doc("a2", meta={"lang": "fr"}), chunks("travel travel policy policy"))
+    wanted = ["acme:policies", "beta:notes"]
+    theirs = [h.chunk_id for h in await store.kb_fulltext(BETA, ["beta:notes"], "travel", 5, {})]
+    for filter_ in ({}, {"lang": "en"}, {"lang": "de"}):
+        text = await store.kb_fulltext(ACME, wanted, "travel policy", 5, filter_)
+        asked = [*reversed([h.chunk_id for h in text]), *theirs, 999_999]  # another team's and none are dropped
+        found = await store.kb_hits(ACME, wanted, "travel policy", 5, filter_, asked)
+        assert found == (text, await store.kb_chunks(ACME, asked, filter_))
+        assert [h.chunk_id for h in found[1]] == [h.chunk_id for h in reversed(text)]
+    assert [h.document_id for h in (await store.kb_hits(ACME, wanted, "travel policy", 1, {}, theirs))[0]] == ["a2"]
+    assert await store.kb_hits(ACME, [], "travel", 5, {}, []) == ([], [])
+
+
+async def test_full_text_finds_a_collections_matches_below_many_better_ones_of_another(store: SqlStore) -> None:
+    """SQLite looks among FTS5's own best matches first (DEEPER times the limit); when another collection's
+    fill them, the whole ranking is read: the answer never depends on which way it was found."""
+    await seeded(store)
+    many = [f"travel travel travel plans {n}" for n in range(2 * DEEPER + 1)]
+    await store.kb_put(BETA, "beta:notes", doc("b2"), chunks(*many))
+    [found] = await store.kb_fulltext(ACME, ["acme:policies"], "travel", 1, {})
+    assert found.text == "acme travel policy: trains first"
+    assert len(await store.kb_fulltext(BETA, ["beta:notes"], "travel", 3, {})) == 3  # (theirs: the first look)
 
 
 async def test_vectors_known_by_digest_and_read_in_id_order(store: SqlStore) -> None:

@@ -9,7 +9,6 @@ fails leaves full text to answer: a search never fails for want of vectors.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,11 +51,10 @@ class Searcher:
         if not collections or not ask.query.strip():
             return []
         ids = [c.id for c in collections]
-        text_hits, vector_ids = await asyncio.gather(
-            self._store.kb_fulltext(sight, ids, ask.query, ask.depth, ask.filter),
-            self._by_meaning(sight, collections, ask),
-        )
-        vector_hits = await self._store.kb_chunks(sight, vector_ids, ask.filter) if vector_ids else []
+        # The vectors first, then full text and the vectors' chunks in one statement: a round trip less (and on
+        # PostgreSQL a thread's turn less) than full text beside the vectors and their chunks after.
+        vector_ids = await self._by_meaning(sight, collections, ask)
+        text_hits, vector_hits = await self._store.kb_hits(sight, ids, ask.query, ask.depth, ask.filter, vector_ids)
         by_id = {hit.chunk_id: hit for hit in [*text_hits, *vector_hits]}
         lists = [[h.chunk_id for h in text_hits]] + ([[i for i in vector_ids if i in by_id]] if vector_ids else [])
         fused = fuse(lists)

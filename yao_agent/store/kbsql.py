@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    BindParameter,
     ColumnElement,
     Float,
     Integer,
@@ -33,6 +34,7 @@ from sqlalchemy import (
     literal_column,
     select,
     table,
+    union_all,
     update,
 )
 from sqlalchemy.sql import ClauseElement
@@ -46,13 +48,29 @@ _EMPTY = literal_column("''", String)
 _LIMIT = bindparam("limit", type_=Integer)
 
 
+_JSON_PARAMS: dict[tuple[str, str], BindParameter[Any]] = {}
+
+
+def _jsonb() -> Any:
+    from sqlalchemy.dialects.postgresql import JSONB  # (built with PostgreSQL's statements alone: spelled.py)
+
+    return JSONB
+
+
+def _json(dialect: str, name: str) -> BindParameter[Any]:
+    """The JSON parameter `name`, one object wherever a statement uses it: two would each be encoded (tx.py),
+    the second time the first's text."""
+    key = (dialect, name)
+    if key not in _JSON_PARAMS:
+        _JSON_PARAMS[key] = bindparam(name, type_=JSON if dialect == "sqlite" else _jsonb())
+    return _JSON_PARAMS[key]
+
+
 def _each(dialect: str, name: str, *, numbers: bool = False) -> Select[Any]:
     """The values of the JSON list parameter `name`, as rows of one column."""
     if dialect == "sqlite":
-        return select(literal_column("value", String)).select_from(func.json_each(bindparam(name, type_=JSON)))
-    from sqlalchemy.dialects.postgresql import JSONB  # (built with PostgreSQL's statements: spelled.py)
-
-    values = func.jsonb_array_elements_text(bindparam(name, type_=JSONB))
+        return select(literal_column("value", String)).select_from(func.json_each(_json(dialect, name)))
+    values = func.jsonb_array_elements_text(_json(dialect, name))
     return select(cast(values, BigInteger) if numbers else values)
 
 
@@ -68,8 +86,8 @@ def _filtered(dialect: str) -> ColumnElement[bool]:
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import JSONB
 
-        return cast(_D.meta, JSONB).op("@>")(bindparam("filter", type_=JSONB))
-    wanted = func.json_each(bindparam("filter", type_=JSON)).table_valued("key", "value").alias("wanted")
+        return cast(_D.meta, JSONB).op("@>")(_json(dialect, "filter"))
+    wanted = func.json_each(_json(dialect, "filter")).table_valued("key", "value").alias("wanted")
     held = func.json_each(_D.meta).table_valued("key", "value").alias("held")
     holds = select(literal_column("1", Integer)).select_from(held).where(held.c.key == wanted.c.key,
                                                                 held.c.value == wanted.c.value)  # fmt: skip
@@ -173,72 +191,110 @@ def _with_document(chunks: Any) -> Any:
 _HIT_FROM = _with_document(kb_chunks)
 
 
-def _asked(dialect: str) -> ColumnElement[bool]:
-    """The chunks of the JSON list parameter `ids`. On PostgreSQL an array made of it, not a row set: the
+def _asked(dialect: str, name: str) -> ColumnElement[bool]:
+    """The chunks of the JSON list parameter `name`. On PostgreSQL an array made of it, not a row set: the
     planner guesses a few elements for an array (so looks each id up in the primary key) but 100 rows for
     a set-returning function, and, before it has statistics of a fresh collection, prefers reading every
     chunk of the collection (2.2k buffers at 10k chunks, against 0.1k)."""
     if dialect == "sqlite":
-        return _K.id.in_(_each(dialect, "ids"))
-    return _K.id == func.any(func.array(_each(dialect, "ids", numbers=True).scalar_subquery()))
+        return _K.id.in_(_each(dialect, name))
+    return _K.id == func.any(func.array(_each(dialect, name, numbers=True).scalar_subquery()))
 
 
-CHUNKS_BY_ID = _both(
-    lambda d: (
-        select(*_HIT, literal_column("0.0", Float).label("score"))
-        .select_from(_HIT_FROM)
-        .where(_asked(d), visible(d), _filtered(d))
-    )
-)
+def _by_id(dialect: str, name: str, filtered: bool) -> Any:
+    """The visible chunks of the JSON list parameter `name`, score 0; only of documents whose metadata holds
+    `filter` when `filtered`."""
+    where = [_asked(dialect, name), visible(dialect)] + ([_filtered(dialect)] if filtered else [])
+    return select(*_HIT, literal_column("0.0", Float).label("score")).select_from(_HIT_FROM).where(*where)
+
+
+CHUNKS_BY_ID = _both(lambda d: _by_id(d, "ids", True))
 _FTS = table("kb_fts", column("rowid"))  # SQLite's full-text index (migration 0012)
 
 
 def _searched(dialect: str) -> ColumnElement[bool]:
-    """Chunks of the collections `ids`. On PostgreSQL compared as an expression, which the index of
-    `collection_id` does not serve: before it has statistics of a fresh collection (a sync's 10k chunks,
-    until autovacuum's next ANALYZE) the planner guesses a collection holds 87 chunks and would read them
-    all through that index, testing each one's `tsvector` (24k buffers, 27 ms at 10k chunks), rather than
-    ask the GIN index for the matches (1.2k buffers, 3.3 ms, medians of the bench's questions:
-    docs/performance.md)."""
-    ids = _each(dialect, "ids")
-    return _K.collection_id.in_(ids) if dialect == "sqlite" else _K.collection_id.concat(_EMPTY).in_(ids)
+    """Chunks of the collections `ids` that the sight admits: their ids, a few, listed once by a subquery.
+    On PostgreSQL the chunk's `collection_id` is compared as an expression, which its index does not
+    serve: before it has statistics of a fresh collection (a sync's 10k chunks, until autovacuum's next
+    ANALYZE) the planner guesses a collection holds 87 chunks and reads them all through that index
+    (24k buffers, 27 ms at 10k chunks; at 100k, even beside the GIN index, 100k index entries and 5.5
+    ms), rather than ask the GIN index for the matches alone (docs/performance.md)."""
+    chosen = select(_C.id).where(visible(dialect), _C.id.in_(_each(dialect, "ids")))
+    return (_K.collection_id if dialect == "sqlite" else _K.collection_id.concat(_EMPTY)).in_(chosen)
 
 
-def _fulltext(dialect: str) -> ClauseElement:
-    """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first."""
+def _of_filtered_document(dialect: str) -> ColumnElement[bool]:
+    return select(literal_column("1", Integer)).where(_D.id == _K.document_id, _filtered(dialect)).exists()
+
+
+def _ranked(dialect: str, filtered: bool) -> Any:
+    """The ids and scores of the `limit` best matches of `q`: the chunks alone, each match's document (its
+    title, its metadata) read only when `filter` has keys to test. Every match is ranked (bm25 in FTS5,
+    ts_rank_cd of its `tsvector` on PostgreSQL); joining each to its document and collection as well was
+    60% of SQLite's statement and, on PostgreSQL, two buffers a match (docs/performance.md)."""
     if dialect == "sqlite":
-        return _fts5_fulltext()
-    from sqlalchemy.dialects.postgresql import TSVECTOR
+        chunk_id, score = _FTS.c.rowid, (-func.bm25(literal_column("kb_fts"))).label("score")
+        matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
+        source: Any = _FTS.join(kb_chunks, _K.id == _FTS.c.rowid)
+    else:
+        from sqlalchemy.dialects.postgresql import TSVECTOR
 
-    query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
-    fts = literal_column("kb_chunks.fts", TSVECTOR)
-    score = func.ts_rank_cd(fts, query).label("score")
+        query = func.to_tsquery(literal_column("'english'"), bindparam("q", type_=String))
+        fts = literal_column("kb_chunks.fts", TSVECTOR)
+        chunk_id, score, source = _K.id, func.ts_rank_cd(fts, query).label("score"), kb_chunks
+        matched = fts.op("@@")(query)
+    where = [matched, _searched(dialect)] + ([_of_filtered_document(dialect)] if filtered else [])
     return (
-        select(*_HIT, score)
-        .select_from(_HIT_FROM)
-        .where(fts.op("@@")(query), _searched(dialect), visible(dialect), _filtered(dialect))
-        .order_by(score.desc(), _K.id)
-        .limit(_LIMIT)
-    )
+        select(chunk_id.label("id"), score).select_from(source).where(*where)
+        .order_by(score.desc(), chunk_id).limit(_LIMIT).subquery("best")
+    )  # fmt: skip
 
 
-def _fts5_fulltext() -> ClauseElement:
-    """SQLite's: the matches ranked by id and score alone, and only the `limit` best read whole. Every
-    match is sorted (bm25 over all of them), and a sort carrying each match's text and title as well
-    was 7% of the statement at 10k chunks (1.34 ms against 1.25, medians of 1,380 of the bench's
-    questions, same rows); PostgreSQL's top-N sort keeps only the best rows, so is left as it was."""
-    score = (-func.bm25(literal_column("kb_fts"))).label("score")
-    matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
-    best = (
-        select(_FTS.c.rowid.label("id"), score)
-        .select_from(_with_document(_FTS.join(kb_chunks, _K.id == _FTS.c.rowid)))
-        .where(matched, _searched("sqlite"), visible("sqlite"), _filtered("sqlite"))
-        .order_by(score.desc(), _FTS.c.rowid)
-        .limit(_LIMIT)
-        .subquery("best")
-    )
+def _fulltext(dialect: str, filtered: bool) -> Any:
+    """Chunks of the collections `ids` (among the visible) whose text matches `q`, best first: the best
+    `limit` ranked by id and score alone, then only those read whole."""
+    best = _ranked(dialect, filtered)
     chosen = best.join(kb_chunks, _K.id == best.c.id).join(kb_documents, _D.id == _K.document_id)
     return select(*_HIT, best.c.score).select_from(chosen).order_by(best.c.score.desc(), best.c.id)
 
 
-FULLTEXT = _both(_fulltext)
+FULLTEXT = _both(lambda d: _fulltext(d, False))
+FULLTEXT_FILTERED = _both(lambda d: _fulltext(d, True))  # only documents whose metadata holds `filter`
+
+
+def _hits(dialect: str, filtered: bool) -> ClauseElement:
+    """FULLTEXT's rows (`listed` 1) and those of the chunks `chunks` (a vector search's, `listed` 2) in one
+    statement: a search's one round trip to the database once it has its vectors' hits, not two."""
+    text = _fulltext(dialect, filtered).subquery("text")
+    asked = _by_id(dialect, "chunks", filtered).subquery("asked")
+    listed = (literal_column("1", Integer).label("listed"), literal_column("2", Integer).label("listed"))
+    text_rows: Any = select(*text.c, listed[0])
+    asked_rows: Any = select(*asked.c, listed[1])
+    return union_all(text_rows, asked_rows)
+
+
+HITS = _both(lambda d: _hits(d, False))
+HITS_FILTERED = _both(lambda d: _hits(d, True))
+
+
+def _fts5_first(filtered: bool) -> ClauseElement:
+    """SQLite's full text, cheaply when it can be: FTS5's own best `deep` matches (ranked without reading
+    a chunk), then the best `limit` of them that are of the collections `ids` and the sight. When as many
+    as `limit` are, they are FULLTEXT's answer exactly (every match they passed ranks below them); when
+    not, the caller asks FULLTEXT. Reading each match's chunk for its collection was a third of the
+    statement at 100k chunks (docs/performance.md)."""
+    score = (-func.bm25(literal_column("kb_fts"))).label("score")
+    matched = literal_column("kb_fts").op("MATCH")(bindparam("q", type_=String))
+    deep = bindparam("deep", type_=Integer)
+    top = select(_FTS.c.rowid.label("id"), score).where(matched).order_by(score.desc(), _FTS.c.rowid).limit(deep)
+    best = top.subquery("top")
+    chosen = best.join(kb_chunks, _K.id == best.c.id).join(kb_documents, _D.id == _K.document_id)
+    where = [_searched("sqlite")] + ([_filtered("sqlite")] if filtered else [])
+    return (
+        select(*_HIT, best.c.score).select_from(chosen).where(*where)
+        .order_by(best.c.score.desc(), best.c.id).limit(_LIMIT)
+    )  # fmt: skip
+
+
+FTS5_FIRST = Sql(_fts5_first(False))
+FTS5_FIRST_FILTERED = Sql(_fts5_first(True))

@@ -380,26 +380,67 @@ class KnowledgeStore:
     ) -> list[ChunkHit]:
         """The chunks of the collections (those the sight admits) matching any word of `query`, best
         first; only of documents whose metadata holds every key of `filter` with its value."""
-        words = fulltext_words(query)
-        if not words or not collection_ids or limit <= 0:
-            return []
-        wanted = _clean_metadata(filter)
-
-        def work(tx: Tx) -> list[tuple[Any, ...]]:
-            params = _seen(sight, ids=list(collection_ids), q=_match(tx.dialect, words), limit=limit, filter=wanted)
-            return tx.tuples(kbsql.FULLTEXT, params)
-
-        return [_hit(row) for row in await self.db.read_tx(work)]
+        return (await self.kb_hits(sight, collection_ids, query, limit, filter, []))[0]
 
     async def kb_chunks(self, sight: Sight, chunk_ids: Sequence[int], filter: Mapping[str, str]) -> list[ChunkHit]:
         """These chunks (a vector search's hits), in the order asked, less those the sight does not admit
         or whose document's metadata does not match `filter`; score 0."""
-        if not chunk_ids:
-            return []
-        ids, wanted = [int(i) for i in chunk_ids], _clean_metadata(filter)
-        rows = await self.db.read_tx(lambda tx: tx.tuples(kbsql.CHUNKS_BY_ID, _seen(sight, ids=ids, filter=wanted)))
-        found = {hit.chunk_id: hit for hit in map(_hit, rows)}
-        return [found[i] for i in dict.fromkeys(chunk_ids) if i in found]
+        return (await self.kb_hits(sight, [], "", 0, filter, chunk_ids))[1]
+
+    async def kb_hits(
+        self, sight: Sight, collection_ids: Sequence[str], query: str, limit: int, filter: Mapping[str, str],
+        chunk_ids: Sequence[int],
+    ) -> tuple[list[ChunkHit], list[ChunkHit]]:  # fmt: skip
+        """`kb_fulltext`'s answer and `kb_chunks`'s in one transaction: on PostgreSQL one statement, a
+        search's one round trip once it has its vectors' hits."""
+        words = fulltext_words(query) if collection_ids and limit > 0 else []
+        ids, wanted = list(dict.fromkeys(int(i) for i in chunk_ids)), _clean_metadata(filter)
+        if not words and not ids:
+            return [], []
+
+        def work(tx: Tx) -> Hits:
+            if not words:  # the chunks asked for alone
+                return [], _asked(ids, tx.tuples(kbsql.CHUNKS_BY_ID, _seen(sight, ids=ids, filter=wanted)))
+            params = _seen(sight, ids=list(collection_ids), q=_match(tx.dialect, words), limit=limit)
+            if wanted:
+                params["filter"] = wanted
+            if tx.dialect == "sqlite":  # (run in process: a statement more costs no round trip)
+                return _sqlite_hits(tx, params, ids, bool(wanted))
+            if not ids:
+                return [_hit(row) for row in tx.tuples(_text_statement(bool(wanted)), params)], []
+            rows = tx.tuples(kbsql.HITS_FILTERED if wanted else kbsql.HITS, {**params, "chunks": ids})
+            # Of a UNION ALL, in no order: full text's best first as its statement sorts them.
+            text = sorted((_hit(row[:-1]) for row in rows if row[-1] == 1), key=lambda h: (-h.score, h.chunk_id))
+            return text, _asked(ids, [row[:-1] for row in rows if row[-1] == 2])
+
+        return await self.db.read_tx(work)
+
+
+Hits = tuple[list[ChunkHit], list[ChunkHit]]  # full text's, and those of the chunks asked for
+DEEPER = 4  # SQLite: how far down FTS5's own ranking the `limit` best of the collections searched are sought
+
+
+def _text_statement(filtered: bool) -> kbsql.Sql:
+    return kbsql.FULLTEXT_FILTERED if filtered else kbsql.FULLTEXT
+
+
+def _sqlite_hits(tx: Tx, params: dict[str, Any], ids: Sequence[int], filtered: bool) -> Hits:
+    """Full text first among FTS5's own best (most often all of the collections searched), the whole
+    statement only when too few of those were; then the chunks asked for."""
+    limit = params["limit"]  # (each statement is given a dict of its own: `Tx` encodes its JSON values in it)
+    rows = tx.tuples(kbsql.FTS5_FIRST_FILTERED if filtered else kbsql.FTS5_FIRST, {**params, "deep": DEEPER * limit})
+    if len(rows) < limit:
+        rows = tx.tuples(_text_statement(filtered), {**params})
+    if not ids:
+        return [_hit(row) for row in rows], []
+    asked = tx.tuples(kbsql.CHUNKS_BY_ID, {**params, "ids": ids, "filter": params.get("filter", {})})
+    return [_hit(row) for row in rows], _asked(ids, asked)
+
+
+def _asked(ids: Sequence[int], rows: Sequence[tuple[Any, ...]]) -> list[ChunkHit]:
+    """The chunks asked for that were found, in the order asked."""
+    found = {hit.chunk_id: hit for hit in map(_hit, rows)}
+    return [found[i] for i in ids if i in found]
 
 
 def _declare(tx: Tx, cid: str, name: str, embedding: str, now: float) -> audit.Change | None:

@@ -238,6 +238,11 @@ class KnowledgeFace(Protocol):
 
     async def kb_chunks(self, sight: Sight, chunk_ids: Sequence[int], filter: Mapping[str, str]) -> list[ChunkHit]: ...
 
+    async def kb_hits(
+        self, sight: Sight, collection_ids: Sequence[str], query: str, limit: int, filter: Mapping[str, str],
+        chunk_ids: Sequence[int],
+    ) -> tuple[list[ChunkHit], list[ChunkHit]]: ...  # fmt: skip
+
 
 class AuditFace(Protocol):
     async def audit_rows(
