@@ -20,7 +20,7 @@ from starlette.types import Scope
 from yao_agent import ids, shapes
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import UsageError
-from yao_agent.events import to_json
+from yao_agent.events import Event, MessageDelta, plain_text, text_head, text_json, to_json
 from yao_agent.identity import Identity
 from yao_agent.messages import iso_time
 from yao_agent.pipeline import RunHandle, RunRequest
@@ -76,13 +76,33 @@ def sse(handle: RunHandle, scope: Scope | None = None) -> AsyncIterator[bytes]:
 
     Frames that were waiting together go out in one write: a connection that fell behind catches up
     without one send per event (sse.relayed, which writes them from the run's side when it can)."""
-    return relayed(handle, lambda batch: frames(to_json(event) for event in batch), scope)
+    return relayed(handle, _Frames(), scope)
+
+
+class _Frames:
+    """A stream's batches of events as SSE frames, each text delta's head (its run, message and kind)
+    written once per message rather than once per piece."""
+
+    def __init__(self) -> None:
+        self.heads: dict[tuple[str, str, str], str] = {}
+
+    def __call__(self, batch: list[Event]) -> bytes:
+        return frames([self._json(event) for event in batch])
+
+    def _json(self, event: Event) -> str:
+        if type(event) is not MessageDelta or event.text is None or not plain_text(event):
+            return to_json(event)
+        key = (event.run_id, event.message_id, event.kind)
+        head = self.heads.get(key)
+        if head is None:
+            head = self.heads[key] = text_head(event)
+        return text_json(event, head)
 
 
 def frames(payloads: Iterable[str]) -> bytes:
     """SSE frames, as bytes. A lone surrogate (a model can send one) can only be written escaped,
     and since it is always inside a JSON string, its escape is the JSON escape of the same value."""
-    return "".join(f"data: {payload}\n\n" for payload in payloads).encode("utf-8", "backslashreplace")
+    return "".join([f"data: {payload}\n\n" for payload in payloads]).encode("utf-8", "backslashreplace")
 
 
 def streamed(request: Request, handle: RunHandle) -> EventStream:
