@@ -14,7 +14,7 @@ route. Once the response is under way and the stream waits for the run, the run'
 them (its channel's tap, pipeline/channel.py), through the connection's writer that `serve`'s protocol
 left in the scope (protocol.Pieces): the same bytes, in the same batches, without waking the
 response's task — which resumed every frame of the ASGI stack it waits in, some thirty of them, and
-sent the frame back out through two coroutines (with the smaller cuts of that round, ~13% of a chunk's
+sent the frame back out through two coroutines (with the smaller cuts of that round, ~12% of a chunk's
 server CPU, measured beside the code before). A client that does not keep up is written to by the
 response's task, which waits for it, as before.
 """
