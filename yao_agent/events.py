@@ -203,13 +203,23 @@ _string = _ENCODER.encode  # a str's JSON: what the encoder writes for it inside
 
 
 def to_json(event: Event) -> str:
-    if type(event) is MessageDelta and event.text is not None and _plain_text(event):
+    if type(event) is MessageDelta and event.text is not None and plain_text(event):
         # Most of a stream: a piece of text, written straight into the shape `to_dict` gives it.
-        return (f'{{"type":"message_delta","run_id":{_string(event.run_id)},"message_id":'
-                f'{_string(event.message_id)},"kind":{_string(event.kind)},"text":{_string(event.text)}}}')  # fmt: skip
+        return f"{text_head(event)}{_string(event.text)}}}"
     return _ENCODER.encode(to_dict(event))
 
 
-def _plain_text(event: MessageDelta) -> bool:
+def text_head(event: MessageDelta) -> str:
+    """A plain text delta's JSON up to its text: the same for every piece of one message."""
+    return (f'{{"type":"message_delta","run_id":{_string(event.run_id)},"message_id":'
+            f'{_string(event.message_id)},"kind":{_string(event.kind)},"text":')  # fmt: skip
+
+
+def text_json(event: MessageDelta, head: str) -> str:
+    """A plain text delta's JSON (as `to_json` writes it), its `text_head` given."""
+    return f"{head}{_string(event.text)}}}"
+
+
+def plain_text(event: MessageDelta) -> bool:
     """A delta whose only optional field is its text (not a tool call's fragment, not a child run's)."""
     return event.tool_call_id is None and event.name is None and event.arguments is None and event.thread_id is None

@@ -169,23 +169,27 @@ def chunk_deltas(chunk: Any) -> list[Delta]:
         raise BrokenStream(message if isinstance(message, str) and message else "an error event mid-stream")
     out: list[Delta] = []
     for choice in as_list(chunk.get("choices")):
-        choice = as_mapping(choice)
-        delta = as_mapping(choice.get("delta"))
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            out.append(ReasoningDelta(reasoning))
-        content = delta.get("content")
-        if isinstance(content, str) and content:
-            out.append(TextDelta(content))
-        for call in as_list(delta.get("tool_calls")):
-            out.append(_call_delta(as_mapping(call)))
-        finish = choice.get("finish_reason")
-        if isinstance(finish, str) and finish:
-            out.append(Finish(finish))
-    usage = as_mapping(chunk.get("usage"))
-    if usage:
+        _choice_deltas(as_mapping(choice), out)
+    usage = chunk.get("usage")
+    if usage and (usage := as_mapping(usage)):
         out.append(Usage.of(*(_int(usage.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))))
     return out
+
+
+def _choice_deltas(choice: Mapping[str, Any], out: list[Delta]) -> None:
+    delta = as_mapping(choice.get("delta"))
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    if reasoning and isinstance(reasoning, str):
+        out.append(ReasoningDelta(reasoning))
+    content = delta.get("content")
+    if content and isinstance(content, str):
+        out.append(TextDelta(content))
+    calls = delta.get("tool_calls")
+    if calls:  # (most chunks carry none: asked for only then)
+        out.extend(_call_delta(as_mapping(call)) for call in as_list(calls))
+    finish = choice.get("finish_reason")
+    if finish and isinstance(finish, str):
+        out.append(Finish(finish))
 
 
 def _call_delta(call: Mapping[str, Any]) -> ToolCallDelta:

@@ -4,16 +4,26 @@ The run never waits for a slow reader for long: once `high_water` events are wai
 of the same message are merged (text to text, a tool call's argument fragments to each other), so
 memory stays bounded by the number of messages, not of tokens; every other event (starts, ends, tool
 results, `stream_end`) is always delivered.
+
+A reader may `tap` the channel with a way to write events at once, without waiting (a response's
+connection, server/sse.py): while it waits with nothing queued, what is sent is handed to the tap from
+a callback the run's task leaves behind (all the events sent before the loop runs it, in one batch),
+not by waking the reader's task — whose wake-up, through the whole stack it waits in, cost more than
+the write. A tap that cannot write without waiting (a slow client) declines, and the reader is woken
+to write them as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 from yao_agent.events import Event, MessageDelta
+
+# Write these events now: False (having taken none of them) when they cannot be written without waiting.
+Tap = Callable[[list[Event]], bool]
 
 
 class EventChannel:
@@ -24,6 +34,12 @@ class EventChannel:
         self._closed = False  # the reader left
         self._finished = False  # the run sent its last event
         self._high_water = high_water
+        self._tap: Tap | None = None
+        self._tapping = False  # a callback to hand the queue to the tap is on its way
+
+    def tap(self, tap: Tap | None) -> None:
+        """While the reader waits, hand what is sent to `tap` instead of waking it (None: no more)."""
+        self._tap = tap
 
     def send(self, event: Event) -> None:
         """Queue `event` for the reader (it never waits: see the module's doc)."""
@@ -32,7 +48,34 @@ class EventChannel:
         if len(self._items) >= self._high_water and self._merge(event):
             return
         self._items.append(event)
-        self._wake()
+        waiter = self._waiter
+        if self._tap is None or waiter is None or waiter.done():
+            self._wake()
+        elif not self._tapping:
+            self._tapping = True
+            waiter.get_loop().call_soon(self._to_tap)
+
+    def _to_tap(self) -> None:
+        """What was sent since the reader began to wait, to the tap; to the reader if the tap declines
+        (or is gone, or the reader was woken meanwhile: it takes them in order, after this)."""
+        self._tapping = False
+        waiter, tap = self._waiter, self._tap
+        if not self._items or waiter is None or waiter.done():
+            return
+        if tap is None:
+            self._wake()
+            return
+        batch = list(self._items)
+        try:
+            taken = tap(batch)
+        except Exception as exc:  # a bug writing them: the reader's, as if it had written them itself
+            self._items.clear()
+            waiter.set_exception(exc)
+            return
+        if taken:
+            self._items.clear()
+        else:
+            self._wake()
 
     def _merge(self, event: Event) -> bool:
         last = self._items[-1] if self._items else None

@@ -61,7 +61,7 @@ from yao_agent.server.openai_compat import (
     waiting_notice,
     waiting_text,
 )
-from yao_agent.server.sse import EventStream
+from yao_agent.server.sse import EventStream, relayed
 
 ROUTE = "/v1/messages"
 # Anthropic's error kinds, by status (request_too_large is the one Anthropic documents for a 413).
@@ -110,7 +110,7 @@ async def messages(body: MessagesBody, request: Request, who: Caller) -> Any:
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
     if body.stream and not await guard.screened(handle.state):  # a blocked input is an error, not a stream
-        return EventStream(stream(handle, body.model), {**headers, "Cache-Control": "no-store"})
+        return EventStream(stream(handle, body.model, request.scope), {**headers, "Cache-Control": "no-store"})
     return await whole(request, handle, body.model, headers)
 
 
@@ -221,16 +221,14 @@ class _Text:
         return [*opening, delta(text)]
 
 
-async def stream(handle: RunHandle, model: str) -> AsyncIterator[bytes]:
+async def stream(handle: RunHandle, model: str, scope: Scope | None = None) -> AsyncIterator[bytes]:
     """The run as Anthropic's stream events (see the module's doc); a failure ends it with an `error` event."""
     start: dict[str, Any] = {**message(handle, model, "", "", {}), "stop_reason": None}  # (known at the end)
     yield _encoded([frame({"type": "message_start", "message": start}), frame({"type": "ping"})])
     text = _Text(output.expected(handle.state) is not None)
-    async with aclosing(handle.batches()) as batches:
-        async for batch in batches:
-            out = text.frames(batch)
-            if out:
-                yield _encoded(out)
+    async with aclosing(relayed(handle, lambda batch: _encoded(text.frames(batch)), scope)) as bodies:
+        async for body in bodies:
+            yield body
     yield _encoded(_last(handle, text))
 
 

@@ -15,18 +15,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from starlette.types import Scope
 
 from yao_agent import ids, shapes
 from yao_agent.dsl.specs import ServerSettings
 from yao_agent.errors import UsageError
-from yao_agent.events import to_json
+from yao_agent.events import Event, MessageDelta, plain_text, text_head, text_json, to_json
 from yao_agent.identity import Identity
 from yao_agent.messages import iso_time
 from yao_agent.pipeline import RunHandle, RunRequest
 from yao_agent.server import schemas as doc
 from yao_agent.server.auth import Caller
 from yao_agent.server.limits import check_messages
-from yao_agent.server.sse import EventStream
+from yao_agent.server.sse import EventStream, relayed
 from yao_agent.service.runs import Runs
 from yao_agent.vocabulary import OnBusy
 
@@ -70,24 +71,42 @@ def scope_of(who: Identity) -> str:
     return f"{kind}:{owner}"
 
 
-async def sse(handle: RunHandle) -> AsyncIterator[bytes]:
+def sse(handle: RunHandle, scope: Scope | None = None) -> AsyncIterator[bytes]:
     """The run's events as SSE frames; the reader leaving (a closed connection) cancels the run.
 
     Frames that were waiting together go out in one write: a connection that fell behind catches up
-    without one send per event."""
-    async with aclosing(handle.batches()) as batches:
-        async for batch in batches:
-            yield frames(to_json(event) for event in batch)
+    without one send per event (sse.relayed, which writes them from the run's side when it can)."""
+    return relayed(handle, _Frames(), scope)
+
+
+class _Frames:
+    """A stream's batches of events as SSE frames, each text delta's head (its run, message and kind)
+    written once per message rather than once per piece."""
+
+    def __init__(self) -> None:
+        self.heads: dict[tuple[str, str, str], str] = {}
+
+    def __call__(self, batch: list[Event]) -> bytes:
+        return frames([self._json(event) for event in batch])
+
+    def _json(self, event: Event) -> str:
+        if type(event) is not MessageDelta or event.text is None or not plain_text(event):
+            return to_json(event)
+        key = (event.run_id, event.message_id, event.kind)
+        head = self.heads.get(key)
+        if head is None:
+            head = self.heads[key] = text_head(event)
+        return text_json(event, head)
 
 
 def frames(payloads: Iterable[str]) -> bytes:
     """SSE frames, as bytes. A lone surrogate (a model can send one) can only be written escaped,
     and since it is always inside a JSON string, its escape is the JSON escape of the same value."""
-    return "".join(f"data: {payload}\n\n" for payload in payloads).encode("utf-8", "backslashreplace")
+    return "".join([f"data: {payload}\n\n" for payload in payloads]).encode("utf-8", "backslashreplace")
 
 
-def streamed(handle: RunHandle) -> EventStream:
-    return EventStream(sse(handle), {"X-Chat-Id": handle.chat_id, "Cache-Control": "no-cache"})
+def streamed(request: Request, handle: RunHandle) -> EventStream:
+    return EventStream(sse(handle, request.scope), {"X-Chat-Id": handle.chat_id, "Cache-Control": "no-cache"})
 
 
 async def drained(request: Request, handle: RunHandle) -> JSONResponse:
@@ -133,7 +152,7 @@ async def run(assistant_id: str, body: RunBody, request: Request, who: Caller, s
                      on_busy=body.on_busy, chat_must_exist=True,
                      traceparent=request.headers.get("traceparent"))  # fmt: skip
     handle = await runs_of(request).start(ask)
-    return streamed(handle) if stream else await drained(request, handle)
+    return streamed(request, handle) if stream else await drained(request, handle)
 
 
 @router.post("/api/chats/{chat_id}/cancel", tags=["chats"], response_model=None,
@@ -200,7 +219,7 @@ async def regenerate(
     chat has no user message; 409 while a run of it is active."""
     metadata = body.metadata if body is not None else None
     handle = await runs_of(request).versions.regenerate(who, chat_id, metadata, request.headers.get("traceparent"))
-    return streamed(handle) if stream else await drained(request, handle)
+    return streamed(request, handle) if stream else await drained(request, handle)
 
 
 @router.post("/api/chats/{chat_id}/edit", tags=["chats"], response_model=None,
@@ -211,7 +230,7 @@ async def edit(chat_id: str, body: EditBody, request: Request, who: Caller, stre
     user message. 404 when the chat has no such message, 400 when it is not a current user message."""
     handle = await runs_of(request).versions.edit(who, chat_id, body.message_id, body.content, body.metadata,
                                                   request.headers.get("traceparent"))  # fmt: skip
-    return streamed(handle) if stream else await drained(request, handle)
+    return streamed(request, handle) if stream else await drained(request, handle)
 
 
 @router.get("/api/chats/{chat_id}/resume", tags=["chats"], response_model=None,
@@ -227,7 +246,7 @@ async def resume(chat_id: str, request: Request, who: Caller, stream: Streamed =
     it cut off mid-stream is continued where it stopped: the new message `continues` the cut one."""
     with ids.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
         handle = await runs_of(request).resume(who, chat_id)
-    return streamed(handle) if stream else await drained(request, handle)
+    return streamed(request, handle) if stream else await drained(request, handle)
 
 
 class DecisionsBody(BaseModel):
@@ -252,7 +271,7 @@ async def decide(chat_id: str, body: DecisionsBody, request: Request, who: Calle
     `denied: <reason>` (SSE, or JSON with `?stream=false`); 409 when they were decided already."""
     with ids.joined(request.headers.get("traceparent")):  # the pipeline builds this run's request
         handle = await runs_of(request).decide(who, chat_id, body.decisions)
-    return streamed(handle) if stream else await drained(request, handle)
+    return streamed(request, handle) if stream else await drained(request, handle)
 
 
 @router.get("/api/chats/{chat_id}/runs/{run_id}", tags=["chats"], response_model=None,

@@ -21,7 +21,9 @@ descriptors for the connections it serves and for its own (the database, MCP ser
 A streamed response's pieces (SSE frames) are framed here, as HTTP/1.1 chunks, without h11: for a
 piece of a chunked body h11 only checks that the response is still sending its body and writes the
 chunk's length, the piece and CRLF, but its event objects and state machine cost more than the rest
-of uvicorn's send (measured: ~9 µs of a streamed chunk's ~130). Anything else goes through h11.
+of uvicorn's send (measured: ~9 µs of a streamed chunk's ~130). Anything else goes through h11. The
+same writer is left in the request's scope (`sse.WRITE_KEY`), for a stream to write pieces without a
+coroutine, from the run's side (sse.relayed).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from yao_agent.dsl.specs import ServerSettings
+from yao_agent.server.sse import WRITE_KEY
 
 log = logging.getLogger("yao_agent.server")
 Phase = Literal["head", "idle", "leftover"]
@@ -68,7 +71,9 @@ class GuardedH11(H11Protocol):
         had = cast(RequestResponseCycle | None, self.cycle)
         super().data_received(data)
         if self.cycle is not had:  # a new request's head: its app has not run yet
-            self.cycle.send = chunking(self.cycle)
+            pieces = Pieces(self.cycle)
+            self.cycle.send = chunking(self.cycle, pieces)
+            self.cycle.scope[WRITE_KEY] = pieces  # pyright: ignore[reportGeneralTypeIssues]
         self._watch()
 
     def on_response_complete(self) -> None:
@@ -127,29 +132,45 @@ class Sender(Protocol):
     def __call__(self, message: ASGISendEvent) -> CoroutineType[Any, Any, None]: ...
 
 
-def chunking(cycle: RequestResponseCycle) -> Sender:
+class Pieces:
+    """The pieces of a response's chunked body, written straight to the connection when h11 would only
+    frame them: while the response sends its body, chunked, to a client that is there and keeps up."""
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self.cycle = cycle
+
+    def writable(self) -> bool:
+        cycle = self.cycle
+        conn = cycle.conn
+        if conn.our_state is not h11.SEND_BODY or not isinstance(getattr(conn, "_writer", None), ChunkedWriter):
+            return False
+        return not (cycle.response_complete or cycle.disconnected or cycle.flow.write_paused)
+
+    def write(self, body: bytes) -> None:
+        """One piece (not empty: an empty one would end the body), as h11's ChunkedWriter writes it."""
+        self.cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+
+
+def chunking(cycle: RequestResponseCycle, pieces: Pieces) -> Sender:
     """The cycle's `send`, writing a piece of a chunked body itself (see the module's doc)."""
     send = cycle.send
 
     async def chunked(message: ASGISendEvent) -> None:
-        body = _piece(cycle, cast(Mapping[str, Any], message))
-        if body is None:
-            await send(message)
+        body = _piece(cast(Mapping[str, Any], message))
+        if body is not None and pieces.writable():
+            pieces.write(body)
         else:
-            cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))  # as h11's ChunkedWriter writes it
+            await send(message)
 
     return chunked
 
 
-def _piece(cycle: RequestResponseCycle, message: Mapping[str, Any]) -> bytes | None:
-    """The body of a message that is a piece of a chunked body h11 would only frame, else None."""
+def _piece(message: Mapping[str, Any]) -> bytes | None:
+    """The body of a message that is a piece of a body still to go on, else None."""
     body: bytes | None = message.get("body")
     if not body or not message.get("more_body") or message["type"] != "http.response.body":
         return None
-    conn = cycle.conn
-    if conn.our_state is not h11.SEND_BODY or not isinstance(getattr(conn, "_writer", None), ChunkedWriter):
-        return None
-    return None if cycle.response_complete or cycle.disconnected or cycle.flow.write_paused else body
+    return body
 
 
 def protocol(settings: ServerSettings) -> type[GuardedH11]:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.types import Scope
 
 from yao_agent import shapes
 from yao_agent.base.jsonvalue import as_mapping
@@ -60,7 +61,7 @@ from yao_agent.server.openai_compat import (
     waiting_text,
 )
 from yao_agent.server.responses_body import ResponsesBody
-from yao_agent.server.sse import EventStream
+from yao_agent.server.sse import EventStream, relayed
 
 router = APIRouter()
 PREFIX = "resp_"
@@ -167,7 +168,7 @@ async def create(body: ResponsesBody, request: Request, who: Caller) -> Any:
     handle = await runs_of(request).start(ask)
     headers = {"X-Chat-Id": handle.chat_id}
     if body.stream and not await guard.screened(handle.state):  # a blocked input is an error, not a stream
-        return EventStream(streamed(handle, Echo.of(body)), {**headers, "Cache-Control": "no-store"})
+        return EventStream(streamed(handle, Echo.of(body), request.scope), {**headers, "Cache-Control": "no-store"})
     return await whole(request, handle, Echo.of(body), headers)
 
 
@@ -359,15 +360,13 @@ class _Events:
         return [*out, self.event(kind, response=done)]
 
 
-async def streamed(handle: RunHandle, echo: Echo) -> AsyncIterator[bytes]:
+async def streamed(handle: RunHandle, echo: Echo, scope: Scope | None = None) -> AsyncIterator[bytes]:
     """The run as Responses stream events (see the module's doc); events waiting together go out in one write."""
     events = _Events(handle, echo)
     yield frames(_json(e) for e in events.started())
-    async with aclosing(handle.batches()) as batches:
-        async for batch in batches:
-            out = events.of(batch)
-            if out:
-                yield frames(_json(e) for e in out)
+    async with aclosing(relayed(handle, lambda batch: frames(_json(e) for e in events.of(batch)), scope)) as bodies:
+        async for body in bodies:
+            yield body
     yield frames(_json(e) for e in events.finished())
 
 
