@@ -62,6 +62,7 @@ def with_fake_sync(measure: Callable[..., list[Row]], **knobs: Any) -> Callable[
 
 def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
     scale = 4 if quick else 1
+    sizes = (10_000,) if quick else (10_000, 100_000)  # chunks searched, on both databases
     return {
         "pipeline": with_fake(pipeline.measure, runs=100 // scale),
         "engines": with_fake(engines.measure, calls=100 // scale),
@@ -87,7 +88,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "heavy": with_fake_sync(heavy.measure, knobs=heavy.QUICK if quick else heavy.Knobs()),
         "knowledge": lambda: asyncio.run(
             knowledge.measure(
-                500 // scale, (10_000,) if quick else (10_000, 100_000), flush.PG, (10_000,), 300 // scale, 100 // scale
+                500 // scale, sizes, flush.PG, sizes, 300 // scale, 100 // scale
             )
         ),
     }
