@@ -87,9 +87,7 @@ def jobs(quick: bool) -> dict[str, Callable[[], list[Row]]]:
         "proxy": with_fake(proxy.measure, knobs=proxy.QUICK if quick else proxy.Knobs()),
         "heavy": with_fake_sync(heavy.measure, knobs=heavy.QUICK if quick else heavy.Knobs()),
         "knowledge": lambda: asyncio.run(
-            knowledge.measure(
-                500 // scale, sizes, flush.PG, sizes, 300 // scale, 100 // scale
-            )
+            knowledge.measure(500 // scale, sizes, flush.PG, sizes, 300 // scale, 100 // scale)
         ),
     }
 
