@@ -195,7 +195,7 @@ def rows(figures: Figures, baseline: Figures, how: str) -> list[Row]:
             out += door_rows(names[way], (start_ms, chunk_us), figures["openai"], how)
             continue
         base_start, base_chunk = baseline[way]
-        target_chunk = BASELINE[way][1] / 2  # half the chunk's cost before the cuts (BASELINE's note)
+        target_chunk = round(base_chunk / 2, 1)  # half the old path's chunk: BASELINE's, or the tree's measured beside
         out.append(Row(f"serve: a run start, {names[way]} (server CPU)", start_ms, "ms", "max", RUN_START_MS,
                        base_start, note=f"median of {how}"))  # fmt: skip
         out.append(Row(f"serve: a streamed chunk, {names[way]} (server CPU)", chunk_us, "µs", "max",
