@@ -237,6 +237,19 @@ def test_scripted_rules_are_checked(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize(("pattern", "said"), [("[a--z]", "Possible set difference"), ("x[[]", "Possible nested set")])
+def test_a_pattern_python_warns_about_is_a_located_problem(tmp_path: Path, pattern: str, said: str) -> None:
+    """Python warns (FutureWarning) of a character class a later version may read as a set operation: the
+    author gets the file and line, not Python's warning on the terminal (the fuzzer found `[a--z]`)."""
+    make_app(tmp_path, {"connectors/demo/echo.yml": f"type: scripted\nrules:\n  - match: {{user: '{pattern}'}}\n"
+                                                     "    reply: x\n"})  # fmt: skip
+    found = errors(tmp_path)
+    assert len(found) == 1 and found[0].startswith(
+        f"connectors/demo/echo.yml:3 rules[0].match.user: invalid regular expression: {said} at position"
+    ), found
+    assert found[0].endswith("(a later Python may read it otherwise: escape the character) (expected a Python regex)")
+
+
 def test_model_connector_needs_a_model_and_no_rules(tmp_path: Path) -> None:
     make_app(tmp_path, {"connectors/openai/mini.yml": "type: openai\nrules: [{reply: x}]\n"})
     assert errors(tmp_path) == [

@@ -6,11 +6,11 @@ and templates are known to be right and this module only converts.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
+from .checks import author_regex
 from .envvars import EnvValue
 from .guardrails import build_guardrails
 from .knowledge import build_search
@@ -156,7 +156,7 @@ def _rule(line: int, data: Data) -> ScriptRule:
     error: Data = data.get("error", {})
     return ScriptRule(
         line=line,
-        user=re.compile(match["user"]) if "user" in match else None,
+        user=author_regex(match["user"]) if "user" in match else None,
         role=match.get("role"),
         reply=data.get("reply"),
         reasoning=data.get("reasoning"),

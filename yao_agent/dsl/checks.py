@@ -8,6 +8,7 @@ wrong shape has already been reported by the schema.)
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
@@ -131,11 +132,23 @@ def _check_local(doc: Document, data: Mapping[str, Any]) -> None:
             doc.add((key,), f"'{key}' does not apply to type: local (it embeds in this process, calling no provider)")
 
 
+def author_regex(pattern: str) -> re.Pattern[str]:
+    """An author's Python regex (a scripted rule's `match.user`). One Python warns about — a character class
+    such as `[a--z]` or `[[]`, which a later Python may read as a set operation — is refused as `re.error`:
+    the warning would otherwise reach the author's terminal as Python's own, naming no file or line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            return re.compile(pattern)
+        except Warning as warned:
+            raise re.error(f"{warned} (a later Python may read it otherwise: escape the character)") from None
+
+
 def _check_rule(doc: Document, path: YamlPath, rule: Mapping[str, Any]) -> None:
     pattern = mapping(rule.get("match")).get("user")
     if isinstance(pattern, str):
         try:
-            re.compile(pattern)
+            author_regex(pattern)
         except (re.error, OverflowError) as exc:  # OverflowError: a repeat count such as a{4294967296}
             doc.add((*path, "match", "user"), f"invalid regular expression: {exc} (expected a Python regex)")
         except RecursionError:
