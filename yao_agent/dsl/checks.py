@@ -135,12 +135,14 @@ def _check_local(doc: Document, data: Mapping[str, Any]) -> None:
 def author_regex(pattern: str) -> re.Pattern[str]:
     """An author's Python regex (a scripted rule's `match.user`). One Python warns about — a character class
     such as `[a--z]` or `[[]`, which a later Python may read as a set operation — is refused as `re.error`:
-    the warning would otherwise reach the author's terminal as Python's own, naming no file or line."""
+    the warning would otherwise reach the author's terminal as Python's own, naming no file or line. Only
+    warnings `re` attributes to this module become errors: validation also runs on a thread of a serving
+    process (a reload), whose other threads' warnings must stay warnings."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.filterwarnings("error", category=FutureWarning, module=re.escape(__name__))
         try:
             return re.compile(pattern)
-        except Warning as warned:
+        except FutureWarning as warned:
             raise re.error(f"{warned} (a later Python may read it otherwise: escape the character)") from None
 
 
